@@ -1,0 +1,185 @@
+"""The TPU catalog: the one place TPU facts live.
+
+Every layer (config validation, node pools, KubeRay manifests, the RayJob's flags, cost) asks
+this module; nothing else hard-codes a chip count, a label or a Ray name.
+
+Facts are keyed on (machine type, topology), never topology alone: ``2x4`` is one host on
+``ct6e-standard-8t`` but two hosts on ``ct6e-standard-4t``. Sources: GKE's TPU docs, KubeRay
+v1.7.0 samples (4x4 → numOfHosts 4, 16x16 → 64) and AI-Hypercomputer/xpk's system table.
+
+Adding a generation (v5e, v5p, v7x) is data only: a ``TpuGeneration`` and its machine types.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True)
+class TpuGeneration:
+    """Facts shared by every machine type of one TPU generation."""
+
+    name: str  # "v6e"
+    gke_accelerator: str  # node label cloud.google.com/gke-tpu-accelerator
+    ray_accelerator_type: str  # Ray's accelerator_type, e.g. "TPU-V6E"
+    peak_bf16_tflops_per_chip: float
+    hbm_gib_per_chip: int
+    min_gke_version: str  # oldest GKE version with node pools of this generation
+    zones: tuple[str, ...]  # zones known to offer it (Google adds more over time)
+    pod_type_units_per_chip: int = 1  # Ray pod type counts chips (v6e) or cores (v4, v5p)
+
+
+@dataclass(frozen=True)
+class TpuMachineType:
+    """A GKE machine type and the slice topologies it can form."""
+
+    name: str
+    generation: str
+    chips_per_host: int
+    topologies: tuple[str, ...]
+    vcpus: int
+    memory_gib: int
+
+
+# TPU v6e (Trillium). Zones: those in Google's tables as read for FACTS.md (the table was cut,
+# so stacks may add zones with `park:extraTpuZones`).
+GENERATIONS: dict[str, TpuGeneration] = {
+    g.name: g
+    for g in (
+        TpuGeneration(
+            name="v6e",
+            gke_accelerator="tpu-v6e-slice",
+            ray_accelerator_type="TPU-V6E",
+            peak_bf16_tflops_per_chip=918.0,
+            hbm_gib_per_chip=32,
+            min_gke_version="1.31.2-gke.1115000",
+            zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
+        ),
+    )
+}
+
+MACHINE_TYPES: dict[str, TpuMachineType] = {
+    m.name: m
+    for m in (
+        TpuMachineType("ct6e-standard-1t", "v6e", 1, ("1x1",), vcpus=44, memory_gib=176),
+        TpuMachineType(
+            "ct6e-standard-4t",
+            "v6e",
+            4,
+            ("2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
+            vcpus=180,
+            memory_gib=720,
+        ),
+        TpuMachineType("ct6e-standard-8t", "v6e", 8, ("2x4",), vcpus=180, memory_gib=1440),
+    )
+}
+
+# Kubernetes facts that do not vary by generation.
+TPU_RESOURCE = "google.com/tpu"
+TPU_TAINT_KEY = "google.com/tpu"
+TPU_TAINT_VALUE = "present"
+TPU_TAINT_EFFECT = "NoSchedule"
+ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+SPOT_LABEL = "cloud.google.com/gke-spot"
+
+
+class CatalogError(ValueError):
+    """A (machine type, topology) the catalog does not know."""
+
+
+@dataclass(frozen=True)
+class TpuSlice:
+    """Everything a layer needs to know about one slice of (machine type, topology)."""
+
+    machine_type: str
+    topology: str
+    generation: TpuGeneration
+    chips: int
+    chips_per_host: int
+    hosts: int
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+    @property
+    def gke_accelerator(self) -> str:
+        return self.generation.gke_accelerator
+
+    @property
+    def ray_accelerator_type(self) -> str:
+        return self.generation.ray_accelerator_type
+
+    @property
+    def ray_pod_type(self) -> str:
+        """Ray's name for the slice, e.g. ``v6e-16`` (head resource ``TPU-v6e-16-head``)."""
+        return f"{self.generation.name}-{self.chips * self.generation.pod_type_units_per_chip}"
+
+    @property
+    def torch_tpu_topology(self) -> str:
+        """torch_tpu's ``TORCH_TPU_TOPOLOGY``: ``4x4`` → ``4,4,1``."""
+        dims = topology_dims(self.topology)
+        return ",".join(str(d) for d in (*dims, 1, 1)[:3])
+
+    @property
+    def peak_bf16_tflops(self) -> float:
+        return self.chips * self.generation.peak_bf16_tflops_per_chip
+
+    @property
+    def pod_cpu(self) -> int:
+        """CPUs a Ray worker pod requests on one host: the VM less room for system pods."""
+        return int(MACHINE_TYPES[self.machine_type].vcpus * 0.9)
+
+    @property
+    def pod_memory_gib(self) -> int:
+        return int(MACHINE_TYPES[self.machine_type].memory_gib * 0.85)
+
+    def node_labels(self) -> dict[str, str]:
+        """Labels GKE puts on every node of the slice; pods select on them."""
+        return {ACCELERATOR_LABEL: self.gke_accelerator, TOPOLOGY_LABEL: self.topology}
+
+
+def topology_dims(topology: str) -> tuple[int, ...]:
+    """``"4x4"`` → ``(4, 4)``; raises CatalogError on anything else."""
+    parts = topology.lower().split("x")
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise CatalogError(f"topology {topology!r} is not of the form AxB or AxBxC")
+    return tuple(int(p) for p in parts)
+
+
+@cache
+def lookup(machine_type: str, topology: str) -> TpuSlice:
+    """Resolve a (machine type, topology) pair, or raise CatalogError saying what is allowed."""
+    machine = MACHINE_TYPES.get(machine_type)
+    if machine is None:
+        raise CatalogError(
+            f"unknown TPU machine type {machine_type!r}; allowed: {', '.join(MACHINE_TYPES)}"
+        )
+    if topology not in machine.topologies:
+        raise CatalogError(
+            f"topology {topology!r} is not offered on {machine_type}; "
+            f"allowed: {', '.join(machine.topologies)}"
+        )
+    chips = math.prod(topology_dims(topology))
+    if chips % machine.chips_per_host:
+        raise CatalogError(f"{topology} has {chips} chips, not a multiple of a {machine_type} host")
+    return TpuSlice(
+        machine_type=machine_type,
+        topology=topology,
+        generation=GENERATIONS[machine.generation],
+        chips=chips,
+        chips_per_host=machine.chips_per_host,
+        hosts=chips // machine.chips_per_host,
+    )
+
+
+def all_slices() -> list[TpuSlice]:
+    """Every valid (machine type, topology) row, for tests and docs."""
+    return [lookup(m.name, t) for m in MACHINE_TYPES.values() for t in m.topologies]
+
+
+def generation_of(machine_type: str) -> TpuGeneration:
+    return GENERATIONS[MACHINE_TYPES[machine_type].generation]

@@ -1,0 +1,579 @@
+"""Stack config: typed models of every `park:*` key, and validation that reports all problems.
+
+Values come from Pulumi config (`pulumi config set ...`, or `stacks/Pulumi.<stack>.yaml`), or from
+a stack file read offline by `park render` / `park validate`. Parsing happens in two phases:
+types and enums (pydantic), then rules that need the TPU catalog or several keys at once. Every
+problem names the config key, the value, and what is allowed; all of them are reported together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from infra import catalog
+
+RAY_VERSION = "2.60.0"  # the Ray the images and manifests pin
+KUBERAY_VERSION = "1.7.0"
+# Multi-slice PyTorch training: Ray 2.59.0 raised, 2.60.0 sets MEGASCALE_* (FACTS.md).
+RAY_MULTISLICE_TORCH_MIN = (2, 60, 0)
+
+Capacity = Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
+SECRET_PLACEHOLDER = "[secret]"
+
+
+class _Model(BaseModel):
+    """camelCase keys in YAML, snake_case in Python; unknown keys are errors, not silence."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class AuthorizedNetwork(_Model):
+    cidr: str
+    name: str = "authorized"
+
+
+class NetworkConfig(_Model):
+    """A new VPC (default) or an existing network and subnetwork by name."""
+
+    existing_network: str | None = None
+    existing_subnetwork: str | None = None
+    subnet_cidr: str = "10.10.0.0/20"
+    pods_cidr: str = "10.16.0.0/14"
+    services_cidr: str = "10.20.0.0/20"
+    master_cidr: str = "172.16.0.0/28"
+    pods_range_name: str = "pods"
+    services_range_name: str = "services"
+
+
+class ClusterConfig(_Model):
+    name: str = "park"
+    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
+    version: str = catalog.GENERATIONS["v6e"].min_gke_version
+    private_nodes: bool = True
+    private_endpoint: bool = False
+    master_authorized_networks: list[AuthorizedNetwork] = []
+    deletion_protection: bool = True
+
+
+class CpuPoolConfig(_Model):
+    machine_type: str = "e2-standard-8"
+    min_nodes: int = Field(1, ge=0)
+    max_nodes: int = Field(3, ge=1)
+    disk_size_gb: int = Field(100, ge=10)
+
+
+class KubeRayConfig(_Model):
+    install: Literal["addon", "helm"] = "addon"
+    version: str = KUBERAY_VERSION
+    logging: bool = False  # GKE Ray add-on: Ray logs to Cloud Logging
+    monitoring: bool = False  # GKE Ray add-on: Ray metrics to Managed Prometheus
+    tpu_webhook_chart: str | None = None  # helm only: path of ai-on-gke's kuberay-tpu-webhook chart
+
+
+class TpuPoolConfig(_Model):
+    name: str
+    machine_type: str
+    topology: str
+    slices: int = 1
+    capacity: Capacity = "on-demand"
+    reservation: str | None = None
+    autoscaling: bool = True
+    max_run_duration: str | None = None  # flex-start only, e.g. "86400s"
+    disk_size_gb: int = Field(100, ge=10)
+
+    @property
+    def slice(self) -> catalog.TpuSlice:
+        return catalog.lookup(self.machine_type, self.topology)
+
+
+class GpuPoolConfig(_Model):
+    name: str
+    machine_type: str  # e.g. a3-highgpu-8g
+    accelerator_type: str  # e.g. nvidia-h100-80gb
+    accelerator_count: int = Field(8, ge=1)
+    nodes: int = Field(1, ge=1)  # max nodes; the pool scales to 0 while idle
+    capacity: Capacity = "on-demand"
+    reservation: str | None = None
+    autoscaling: bool = True
+    disk_size_gb: int = Field(200, ge=10)
+
+
+class StorageConfig(_Model):
+    bucket: str | None = None  # default: <project>-<stack>-park
+    location: str | None = None  # default: the region
+    versioning: bool = True
+    force_destroy: bool = False
+    mount_path: str = "/data"  # where pods see the bucket (GCS FUSE)
+
+
+class RegistryConfig(_Model):
+    repository: str = "park"
+
+
+class TrainingConfig(_Model):
+    enabled: bool = False
+    pool: str = ""
+    image: str | None = None  # default: <registry>/park-workloads:<version>
+    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
+    model_size: Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"] = "gpt2-small"
+    steps: int = Field(1000, ge=1)
+    global_batch_size: int = Field(64, ge=1)
+    seq_len: int = Field(1024, ge=8)
+    learning_rate: float = Field(3e-4, gt=0)
+    checkpoint_every: int = Field(100, ge=1)
+    num_slices: int = Field(1, ge=1)
+    max_failures: int = Field(3, ge=0)
+    data: str = "synthetic"  # "synthetic", a path under the bucket mount, or gs://...
+    ttl_seconds_after_finished: int = Field(600, ge=0)
+    active_deadline_seconds: int = Field(86400, ge=60)
+    backoff_limit: int = Field(0, ge=0)
+    estimated_step_seconds: float = Field(1.0, gt=0)  # for `park cost`'s run estimate
+
+
+class ServedModel(_Model):
+    name: str  # the OpenAI model id clients ask for
+    source: str  # Hugging Face id, gs://..., or a path under the bucket mount
+    tensor_parallel_size: int | None = None  # default: every chip of one slice
+    max_model_len: int = Field(8192, ge=16)
+    enable_expert_parallel: bool = False
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    engine_kwargs: dict[str, Any] = {}
+
+
+class ServingConfig(_Model):
+    enabled: bool = False
+    pool: str = ""
+    image: str | None = None
+    engine: Literal["vllm-torchtpu", "vllm-tpu"] = "vllm-torchtpu"
+    models: list[ServedModel] = []
+    upgrade_strategy: Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"] = "None"
+    expose_publicly: bool = False
+    hf_token: Any = None  # a Pulumi secret; never read as plain config
+
+
+class StackConfig(_Model):
+    """Everything one stack declares, validated."""
+
+    project: str
+    region: str
+    stack: str = "dev"
+    zone: str
+    extra_tpu_zones: list[str] = []
+    namespace: str = "park"
+    network: NetworkConfig = NetworkConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    cpu_pool: CpuPoolConfig = CpuPoolConfig()
+    kuberay: KubeRayConfig = KubeRayConfig()
+    tpu_pools: list[TpuPoolConfig] = []
+    gpu_pools: list[GpuPoolConfig] = []
+    storage: StorageConfig = StorageConfig()
+    registry: RegistryConfig = RegistryConfig()
+    training: TrainingConfig = TrainingConfig()
+    serving: ServingConfig = ServingConfig()
+    prices: dict[str, Any] = {}
+    observability: dict[str, Any] = {}
+    policy: dict[str, Any] = {}
+
+    # Derived names, so no layer invents its own.
+    @property
+    def bucket_name(self) -> str:
+        return self.storage.bucket or f"{self.project}-{self.stack}-park"
+
+    @property
+    def registry_url(self) -> str:
+        return f"{self.region}-docker.pkg.dev/{self.project}/{self.registry.repository}"
+
+    def image_for(self, section: TrainingConfig | ServingConfig) -> str:
+        return section.image or f"{self.registry_url}/park-workloads:0.1.0"
+
+    def tpu_pool(self, name: str) -> TpuPoolConfig:
+        return next(p for p in self.tpu_pools if p.name == name)
+
+    @property
+    def any_multi_host(self) -> bool:
+        return any(p.slice.multi_host for p in self.tpu_pools)
+
+    @property
+    def any_queued(self) -> bool:
+        return any(p.capacity == "queued" for p in self.tpu_pools)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    key: str  # e.g. "park:tpuPools[1].topology"
+    value: Any
+    message: str  # what is wrong and what is allowed
+
+    def __str__(self) -> str:
+        return f"{self.key} = {self.value!r}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """All problems of one stack config, reported together."""
+
+    def __init__(self, problems: list[ConfigProblem]):
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid stack config ({len(problems)} problem(s)):\n{lines}")
+
+
+# Top-level model fields and the config key each comes from.
+_KEY_OF_FIELD = {
+    "project": "gcp:project",
+    "region": "gcp:region",
+    **{
+        name: f"park:{to_camel(name)}"
+        for name in StackConfig.model_fields
+        if name not in ("project", "region", "stack")
+    },
+}
+
+
+def config_keys() -> list[str]:
+    """Every config key the program reads, e.g. "gcp:project", "park:tpuPools"."""
+    return list(_KEY_OF_FIELD.values())
+
+
+def _key_from_loc(loc: tuple[int | str, ...]) -> str:
+    head, *rest = loc
+    key = _KEY_OF_FIELD.get(str(head), f"park:{head}")
+    for part in rest:
+        key += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return key
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
+    """Build a StackConfig from `{"gcp:project": ..., "park:tpuPools": [...]}` or raise ConfigError.
+
+    Keys outside `gcp:` / `park:` namespaces belong to providers and are ignored here.
+    """
+    raw: dict[str, Any] = {"stack": stack}
+    problems: list[ConfigProblem] = []
+    known = {v: k for k, v in _KEY_OF_FIELD.items()}
+    for key, value in values.items():
+        if key in known:
+            raw[known[key]] = value
+        elif key.startswith("park:"):
+            problems.append(
+                ConfigProblem(key, value, f"unknown key; allowed: {', '.join(sorted(known))}")
+            )
+    for required in ("project", "region", "zone"):
+        if required not in raw:
+            problems.append(
+                ConfigProblem(_KEY_OF_FIELD[required], None, "required; set it in the stack")
+            )
+    if problems:
+        raise ConfigError(problems)
+    try:
+        config = StackConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(
+            [
+                ConfigProblem(_key_from_loc(e["loc"]), e.get("input"), e["msg"])
+                for e in err.errors()
+            ]
+        ) from None
+    problems = check_rules(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules that need the catalog or several keys
+
+
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?$")
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+
+
+def gke_version_tuple(version: str) -> tuple[int, int, int, int] | None:
+    """``"1.31.2-gke.1115000"`` → ``(1, 31, 2, 1115000)``; ``"1.32"`` → ``(1, 32, 0, 0)``."""
+    match = _VERSION_RE.match(version)
+    if not match:
+        return None
+    return tuple(int(g or 0) for g in match.groups())  # type: ignore[return-value]
+
+
+def check_rules(config: StackConfig) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    add = problems.append
+
+    if not config.zone.startswith(config.region + "-"):
+        add(ConfigProblem("park:zone", config.zone, f"must be a zone of gcp:region {config.region}"))
+
+    version = gke_version_tuple(config.cluster.version)
+    if version is None:
+        add(
+            ConfigProblem(
+                "park:cluster.version",
+                config.cluster.version,
+                "not a GKE version; use e.g. 1.31.2-gke.1115000 or 1.32",
+            )
+        )
+
+    problems += _check_tpu_pools(config, version)
+    problems += _check_gpu_pools(config)
+    problems += _check_training(config)
+    problems += _check_serving(config)
+    return problems
+
+
+def _capacity_problems(
+    prefix: str, capacity: str, reservation: str | None, autoscaling: bool
+) -> list[ConfigProblem]:
+    """Capacity rules shared by TPU and GPU pools (GKE's own preconditions)."""
+    out = []
+    if capacity == "reservation" and not reservation:
+        out.append(
+            ConfigProblem(
+                f"{prefix}.reservation", reservation, "capacity 'reservation' needs a reservation name"
+            )
+        )
+    if capacity != "reservation" and reservation:
+        out.append(
+            ConfigProblem(
+                f"{prefix}.reservation",
+                reservation,
+                f"a reservation name is only used with capacity 'reservation', not {capacity!r}",
+            )
+        )
+    if capacity in ("flex-start", "queued") and not autoscaling:
+        out.append(
+            ConfigProblem(
+                f"{prefix}.autoscaling",
+                autoscaling,
+                f"capacity {capacity!r} needs autoscaling (the pool starts at 0 nodes)",
+            )
+        )
+    return out
+
+
+def _check_tpu_pools(
+    config: StackConfig, version: tuple[int, int, int, int] | None
+) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    seen: set[str] = set()
+    all_names = [p.name for p in config.tpu_pools] + [p.name for p in config.gpu_pools]
+    for i, pool in enumerate(config.tpu_pools):
+        prefix = f"park:tpuPools[{i}]"
+        if not _NAME_RE.match(pool.name):
+            problems.append(
+                ConfigProblem(
+                    f"{prefix}.name",
+                    pool.name,
+                    "must be lowercase letters, digits and '-', start with a letter, ≤ 30 chars",
+                )
+            )
+        if pool.name in seen or all_names.count(pool.name) > 1:
+            problems.append(
+                ConfigProblem(f"{prefix}.name", pool.name, "duplicate pool name; names are unique")
+            )
+        seen.add(pool.name)
+        if pool.slices < 1:
+            problems.append(
+                ConfigProblem(f"{prefix}.slices", pool.slices, "must be a positive integer")
+            )
+        try:
+            tpu = pool.slice
+        except catalog.CatalogError as err:
+            bad_key = "machineType" if pool.machine_type not in catalog.MACHINE_TYPES else "topology"
+            value = pool.machine_type if bad_key == "machineType" else pool.topology
+            problems.append(ConfigProblem(f"{prefix}.{bad_key}", value, str(err)))
+            continue
+        generation = tpu.generation
+        zones = (*generation.zones, *config.extra_tpu_zones)
+        if config.zone not in zones:
+            problems.append(
+                ConfigProblem(
+                    "park:zone",
+                    config.zone,
+                    f"no TPU {generation.name} known in this zone (pool {pool.name}); "
+                    f"known: {', '.join(generation.zones)}; add a newer zone to park:extraTpuZones",
+                )
+            )
+        floor = gke_version_tuple(generation.min_gke_version)
+        if version is not None and floor is not None and version < floor:
+            problems.append(
+                ConfigProblem(
+                    "park:cluster.version",
+                    config.cluster.version,
+                    f"TPU {generation.name} needs GKE ≥ {generation.min_gke_version}",
+                )
+            )
+        problems += _capacity_problems(prefix, pool.capacity, pool.reservation, pool.autoscaling)
+        if pool.max_run_duration and pool.capacity != "flex-start":
+            problems.append(
+                ConfigProblem(
+                    f"{prefix}.maxRunDuration",
+                    pool.max_run_duration,
+                    "only used with capacity 'flex-start'",
+                )
+            )
+    return problems
+
+
+def _check_gpu_pools(config: StackConfig) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    names = [p.name for p in config.tpu_pools] + [p.name for p in config.gpu_pools]
+    for i, pool in enumerate(config.gpu_pools):
+        prefix = f"park:gpuPools[{i}]"
+        if not _NAME_RE.match(pool.name):
+            problems.append(
+                ConfigProblem(f"{prefix}.name", pool.name, "must be a lowercase DNS-style name")
+            )
+        if names.count(pool.name) > 1:
+            problems.append(
+                ConfigProblem(f"{prefix}.name", pool.name, "duplicate pool name; names are unique")
+            )
+        if pool.capacity == "queued":
+            problems.append(
+                ConfigProblem(
+                    f"{prefix}.capacity", pool.capacity, "queued GPU pools are not supported yet"
+                )
+            )
+        problems += _capacity_problems(prefix, pool.capacity, pool.reservation, pool.autoscaling)
+    return problems
+
+
+def _check_pool_ref(key: str, name: str, config: StackConfig) -> list[ConfigProblem]:
+    names = [p.name for p in config.tpu_pools]
+    if name not in names:
+        return [
+            ConfigProblem(
+                key, name, f"must name a TPU pool of park:tpuPools; allowed: {', '.join(names) or '(none)'}"
+            )
+        ]
+    return []
+
+
+def _check_training(config: StackConfig) -> list[ConfigProblem]:
+    training = config.training
+    if not training.enabled:
+        return []
+    problems = _check_pool_ref("park:training.pool", training.pool, config)
+    if problems:
+        return problems
+    pool = config.tpu_pool(training.pool)
+    if training.num_slices > pool.slices:
+        problems.append(
+            ConfigProblem(
+                "park:training.numSlices",
+                training.num_slices,
+                f"pool {pool.name} has {pool.slices} slice(s); allowed: 1..{pool.slices}",
+            )
+        )
+    ray = tuple(int(x) for x in RAY_VERSION.split("."))
+    if training.num_slices > 1 and ray < RAY_MULTISLICE_TORCH_MIN:
+        problems.append(
+            ConfigProblem(
+                "park:training.numSlices",
+                training.num_slices,
+                f"the pinned Ray {RAY_VERSION} cannot train PyTorch across slices "
+                f"(needs ≥ {'.'.join(map(str, RAY_MULTISLICE_TORCH_MIN))}); use 1",
+            )
+        )
+    workers = pool.slice.chips * training.num_slices
+    if training.global_batch_size % workers:
+        problems.append(
+            ConfigProblem(
+                "park:training.globalBatchSize",
+                training.global_batch_size,
+                f"must be a multiple of the {workers} workers (one per chip)",
+            )
+        )
+    if config.serving.enabled and config.serving.pool == training.pool:
+        problems.append(
+            ConfigProblem(
+                "park:training.pool",
+                training.pool,
+                "training and serving must use different pools (a slice runs one of them)",
+            )
+        )
+    return problems
+
+
+def allowed_tensor_parallel(tpu: catalog.TpuSlice) -> list[int]:
+    """TP sizes vLLM on TPU accepts on one slice: divisors of the chips, whole hosts past one."""
+    return [
+        tp
+        for tp in range(1, tpu.chips + 1)
+        if tpu.chips % tp == 0 and (tp <= tpu.chips_per_host or tp % tpu.chips_per_host == 0)
+    ]
+
+
+def _check_serving(config: StackConfig) -> list[ConfigProblem]:
+    serving = config.serving
+    if not serving.enabled:
+        return []
+    problems = _check_pool_ref("park:serving.pool", serving.pool, config)
+    if not serving.models:
+        problems.append(
+            ConfigProblem("park:serving.models", [], "serving is enabled but serves no model")
+        )
+    if problems:
+        return problems
+    tpu = config.tpu_pool(serving.pool).slice
+    allowed = allowed_tensor_parallel(tpu)
+    names: set[str] = set()
+    for i, model in enumerate(serving.models):
+        prefix = f"park:serving.models[{i}]"
+        if model.name in names:
+            problems.append(ConfigProblem(f"{prefix}.name", model.name, "duplicate model name"))
+        names.add(model.name)
+        tp = model.tensor_parallel_size or tpu.chips
+        if tp not in allowed:
+            problems.append(
+                ConfigProblem(
+                    f"{prefix}.tensorParallelSize",
+                    tp,
+                    f"does not fit a {tpu.machine_type} {tpu.topology} slice ({tpu.chips} chips, "
+                    f"{tpu.chips_per_host} per host); allowed: {', '.join(map(str, allowed))}",
+                )
+            )
+        if model.min_replicas > model.max_replicas:
+            problems.append(
+                ConfigProblem(
+                    f"{prefix}.minReplicas",
+                    model.min_replicas,
+                    f"must not exceed maxReplicas ({model.max_replicas})",
+                )
+            )
+        pool = config.tpu_pool(serving.pool)
+        replicas_per_slice = max(1, tpu.chips // tp)
+        if model.max_replicas > pool.slices * replicas_per_slice:
+            problems.append(
+                ConfigProblem(
+                    f"{prefix}.maxReplicas",
+                    model.max_replicas,
+                    f"pool {pool.name} fits at most {pool.slices * replicas_per_slice} replica(s) "
+                    f"of TP {tp}",
+                )
+            )
+        reserved = {"tensor_parallel_size", "max_model_len", "enable_expert_parallel"}
+        for key in reserved & set(model.engine_kwargs):
+            problems.append(
+                ConfigProblem(
+                    f"{prefix}.engineKwargs.{key}",
+                    model.engine_kwargs[key],
+                    f"set it with its own key ({to_camel(key)}), not engineKwargs",
+                )
+            )
+    return problems

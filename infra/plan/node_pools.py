@@ -1,0 +1,178 @@
+"""GKE node pools as plain argument dicts (snake_case, the shape pulumi-gcp's NodePool takes).
+
+One node pool per TPU slice: a multi-host slice is atomic (0 or all hosts), so each slice scales
+on its own, between 0 nodes while idle and exactly its hosts. `placement_policy` with COMPACT and
+`tpu_topology` only on multi-host pools: GKE rejects a topology on a single-host pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from infra import catalog
+from infra.config import GpuPoolConfig, StackConfig, TpuPoolConfig
+
+POOL_LABEL = "park-gke/pool"
+SLICE_LABEL = "park-gke/slice"
+ROLE_LABEL = "park-gke/role"
+QUEUED_TAINT_KEY = "cloud.google.com/gke-queued"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+@dataclass(frozen=True)
+class NodePoolPlan:
+    """One GKE node pool: its name, what it is for, and the NodePool arguments."""
+
+    name: str
+    kind: Literal["cpu", "tpu", "gpu"]
+    pool: str  # the config pool it belongs to
+    args: dict[str, Any]  # NodePool arguments, except cluster / service account
+    hosts: int = 0  # TPU: nodes of one slice
+    chips: int = 0  # TPU: chips of one slice
+    slice_index: int = 0
+    taints: list[dict[str, str]] = field(default_factory=list)
+
+
+def _taint(key: str, value: str) -> dict[str, str]:
+    return {"key": key, "value": value, "effect": "NO_SCHEDULE"}
+
+
+def _capacity_args(capacity: str, reservation: str | None) -> dict[str, Any]:
+    """node_config fields for a capacity type (GKE's preconditions, see FACTS.md)."""
+    if capacity == "spot":
+        return {"spot": True}
+    if capacity == "reservation":
+        return {
+            "reservation_affinity": {
+                "consume_reservation_type": "SPECIFIC_RESERVATION",
+                "key": "compute.googleapis.com/reservation-name",
+                "values": [reservation],
+            }
+        }
+    if capacity in ("flex-start", "queued"):
+        extra = {"flex_start": True} if capacity == "flex-start" else {}
+        return {**extra, "reservation_affinity": {"consume_reservation_type": "NO_RESERVATION"}}
+    return {}
+
+
+def _node_config(
+    machine_type: str, labels: dict[str, str], taints: list[dict[str, str]], disk_size_gb: int
+) -> dict[str, Any]:
+    return {
+        "machine_type": machine_type,
+        "labels": labels,
+        "taints": taints,
+        "disk_size_gb": disk_size_gb,
+        "oauth_scopes": [CLOUD_PLATFORM_SCOPE],
+        "workload_metadata_config": {"mode": "GKE_METADATA"},
+        "shielded_instance_config": {"enable_secure_boot": True, "enable_integrity_monitoring": True},
+    }
+
+
+def cpu_pool(config: StackConfig) -> NodePoolPlan:
+    """The pool for the Ray heads and system pods."""
+    cpu = config.cpu_pool
+    labels = {ROLE_LABEL: "system"}
+    return NodePoolPlan(
+        name="cpu",
+        kind="cpu",
+        pool="cpu",
+        args={
+            "location": config.zone,
+            "initial_node_count": max(cpu.min_nodes, 1),
+            "autoscaling": {"min_node_count": cpu.min_nodes, "max_node_count": cpu.max_nodes},
+            "management": {"auto_repair": True, "auto_upgrade": True},
+            "node_config": _node_config(cpu.machine_type, labels, [], cpu.disk_size_gb),
+        },
+    )
+
+
+def tpu_slice_pools(config: StackConfig, pool: TpuPoolConfig) -> list[NodePoolPlan]:
+    """One node pool per slice of a config pool."""
+    tpu = pool.slice
+    taints = [_taint(catalog.TPU_TAINT_KEY, catalog.TPU_TAINT_VALUE)]
+    if pool.capacity == "queued":
+        taints.append(_taint(QUEUED_TAINT_KEY, "true"))
+    plans = []
+    for index in range(pool.slices):
+        labels = {POOL_LABEL: pool.name, SLICE_LABEL: str(index), ROLE_LABEL: "tpu"}
+        node_config = {
+            **_node_config(pool.machine_type, labels, taints, pool.disk_size_gb),
+            **_capacity_args(pool.capacity, pool.reservation),
+        }
+        if pool.max_run_duration:
+            node_config["max_run_duration"] = pool.max_run_duration
+        args: dict[str, Any] = {
+            "location": config.zone,
+            "node_locations": [config.zone],
+            "node_config": node_config,
+            # flex-start and queued nodes must not be repaired into fresh capacity requests
+            "management": {
+                "auto_repair": pool.capacity not in ("flex-start", "queued"),
+                "auto_upgrade": True,
+            },
+        }
+        if pool.autoscaling:
+            # per-zone bounds: GKE checks max against the slice size
+            args["initial_node_count"] = 0
+            args["autoscaling"] = {"min_node_count": 0, "max_node_count": tpu.hosts}
+            if pool.capacity == "queued":
+                args["autoscaling"]["location_policy"] = "ANY"
+        else:
+            args["node_count"] = tpu.hosts
+        if tpu.multi_host:
+            args["placement_policy"] = {"type": "COMPACT", "tpu_topology": tpu.topology}
+        if pool.capacity == "queued":
+            args["queued_provisioning"] = {"enabled": True}
+        plans.append(
+            NodePoolPlan(
+                name=f"{pool.name}-s{index}",
+                kind="tpu",
+                pool=pool.name,
+                args=args,
+                hosts=tpu.hosts,
+                chips=tpu.chips,
+                slice_index=index,
+                taints=taints,
+            )
+        )
+    return plans
+
+
+def gpu_pool(config: StackConfig, pool: GpuPoolConfig) -> NodePoolPlan:
+    """A GPU pool beside the TPU pools, on the same control plane; scales to 0 while idle."""
+    labels = {POOL_LABEL: pool.name, ROLE_LABEL: "gpu"}
+    taints = [_taint(GPU_TAINT_KEY, "present")]
+    node_config = {
+        **_node_config(pool.machine_type, labels, taints, pool.disk_size_gb),
+        **_capacity_args(pool.capacity, pool.reservation),
+        "guest_accelerators": [
+            {
+                "type": pool.accelerator_type,
+                "count": pool.accelerator_count,
+                "gpu_driver_installation_config": {"gpu_driver_version": "LATEST"},
+            }
+        ],
+    }
+    args: dict[str, Any] = {
+        "location": config.zone,
+        "node_locations": [config.zone],
+        "node_config": node_config,
+        "management": {"auto_repair": pool.capacity != "flex-start", "auto_upgrade": True},
+    }
+    if pool.autoscaling:
+        args["initial_node_count"] = 0
+        args["autoscaling"] = {"min_node_count": 0, "max_node_count": pool.nodes}
+    else:
+        args["node_count"] = pool.nodes
+    return NodePoolPlan(name=pool.name, kind="gpu", pool=pool.name, args=args, taints=taints)
+
+
+def all_node_pools(config: StackConfig) -> list[NodePoolPlan]:
+    pools = [cpu_pool(config)]
+    for tpu_pool in config.tpu_pools:
+        pools += tpu_slice_pools(config, tpu_pool)
+    pools += [gpu_pool(config, g) for g in config.gpu_pools]
+    return pools

@@ -1,0 +1,259 @@
+"""Run the Pulumi program offline under `pulumi.runtime.set_mocks` and record what it declares.
+
+No CLI, no provider plugins, no credentials: the SDK's mock monitor receives every resource
+registration; we keep its type, name, parent and inputs (secrets masked). This is how
+`park render` works and how the tests see the resource graph.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.config import SECRET_PLACEHOLDER, ConfigError, StackConfig, parse_stack_config
+
+PROJECT = "park-gke"
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+_UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+
+@dataclass
+class Resource:
+    type: str
+    name: str
+    parent: str | None
+    inputs: dict[str, Any]
+    custom: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"type": self.type, "name": self.name, "parent": self.parent, "inputs": self.inputs}
+
+
+@dataclass
+class Rendered:
+    config: StackConfig
+    resources: list[Resource] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def of_type(self, type_token: str) -> list[Resource]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def one(self, type_token: str, name: str) -> Resource:
+        matches = [r for r in self.of_type(type_token) if r.name == name]
+        if len(matches) != 1:
+            raise KeyError(f"{len(matches)} resources of {type_token} named {name}")
+        return matches[0]
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """Every Kubernetes object, as the API server would receive it."""
+        return [
+            _manifest_of(r) for r in self.resources if r.type.startswith("kubernetes:") and
+            not r.type.startswith(("kubernetes:helm", "pulumi:providers"))
+        ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Stack files
+
+
+def _unwrap_secrets(value: Any) -> tuple[Any, bool]:
+    """Offline, `secure:` values cannot be decrypted: they become a masked placeholder."""
+    if isinstance(value, dict):
+        if set(value) == {"secure"}:
+            return SECRET_PLACEHOLDER, True
+        out, any_secret = {}, False
+        for k, v in value.items():
+            out[k], s = _unwrap_secrets(v)
+            any_secret |= s
+        return out, any_secret
+    if isinstance(value, list):
+        items = [_unwrap_secrets(v) for v in value]
+        return [v for v, _ in items], any(s for _, s in items)
+    return value, False
+
+
+def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The `config:` block of a Pulumi stack file, and which keys hold secrets."""
+    document = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(document, dict):
+        raise ConfigError([])
+    values, secrets = {}, []
+    for key, value in (document.get("config") or {}).items():
+        values[key], is_secret = _unwrap_secrets(value)
+        if is_secret:
+            secrets.append(key)
+    return values, secrets
+
+
+def stack_file(stack: str, root: Path | None = None) -> Path:
+    return (root or Path.cwd()) / "stacks" / f"Pulumi.{stack}.yaml"
+
+
+def stack_name_of(path: Path) -> str:
+    name = path.name
+    return name[len("Pulumi.") : -len(".yaml")] if name.startswith("Pulumi.") else path.stem
+
+
+def load_stack(path: Path, stack: str | None = None) -> StackConfig:
+    """Parse and validate a stack file offline (no Pulumi runtime)."""
+    values, _ = read_stack_file(path)
+    serving = values.get("park:serving")
+    if isinstance(serving, dict):
+        serving = dict(serving)
+        serving.pop("hfToken", None)
+        values["park:serving"] = serving
+    return parse_stack_config(values, stack or stack_name_of(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Mock run
+
+
+def _clean(value: Any) -> Any:
+    """Mask secrets and unknowns; numbers come back as floats from the wire, integers stay ints."""
+    if isinstance(value, dict):
+        if value.get(_SIG_KEY) == _SECRET_SIG:
+            return SECRET_PLACEHOLDER
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if value == _UNKNOWN:
+        return "[unknown]"
+    return value
+
+
+def _mask_outputs(exported: dict[str, Any], resolved: dict[str, Any]) -> dict[str, Any]:
+    """Stack outputs with secret ones (e.g. the kubeconfig) masked."""
+    from pulumi.runtime.sync_await import _sync_await
+
+    masked = {}
+    for key, value in resolved.items():
+        output = exported[key]
+        is_secret = hasattr(output, "is_secret") and _sync_await(output.is_secret())
+        masked[key] = SECRET_PLACEHOLDER if is_secret else _clean(value)
+    return masked
+
+
+def _mock_outputs(type_token: str, name: str, inputs: dict[str, Any], project: str) -> dict:
+    """Plausible outputs for the few resources whose outputs others read."""
+    outputs = dict(inputs)
+    outputs.setdefault("name", name)
+    if type_token == "gcp:container/cluster:Cluster":
+        outputs["endpoint"] = "203.0.113.10"
+        outputs["masterAuth"] = {"clusterCaCertificate": "LS0tLS1CRUdJTi1NT0NLLUNBLS0tLS0="}
+    if type_token == "gcp:serviceaccount/account:Account":
+        email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
+        outputs["email"] = email
+        outputs["name"] = f"projects/{project}/serviceAccounts/{email}"
+    return outputs
+
+
+def run_program(values: dict[str, Any], stack: str, secret_keys: list[str] | None = None) -> Rendered:
+    """Run infra.program.main() under mocks with these config values; return what it registered."""
+    import pulumi
+    import pulumi.runtime
+    from google.protobuf import json_format
+    from pulumi.runtime import mocks, settings
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    from infra import program
+
+    # Validate first: a bad config registers nothing.
+    parsed = load_values(values, stack)
+    project_id = parsed.project
+    recorded: list[Resource] = []
+    outputs: dict[str, Any] = {}
+
+    class ParkMocks(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+            return f"{args.name}-id", _mock_outputs(args.typ, args.name, args.inputs, project_id)
+
+        def call(self, args: pulumi.runtime.MockCallArgs):
+            return {}
+
+    class RecordingMonitor(mocks.MockMonitor):
+        def RegisterResource(self, request):
+            response = super().RegisterResource(request)
+            if request.type != "pulumi:pulumi:Stack":
+                parent = request.parent.split("::")[-1] if request.parent else None
+                if parent == f"{PROJECT}-{stack}":
+                    parent = None  # the stack itself
+                recorded.append(
+                    Resource(
+                        type=request.type,
+                        name=request.name,
+                        parent=parent,
+                        inputs=_clean(json_format.MessageToDict(request.object)),
+                        custom=request.custom,
+                    )
+                )
+            return response
+
+    the_mocks = ParkMocks()
+    settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(
+        the_mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(the_mocks)
+    )
+    config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    pulumi.runtime.set_all_config(config, secret_keys or [])
+    _sync_await(run_pulumi_func(program.main))
+    exported = settings.get_root_resource().outputs  # type: ignore[union-attr]
+    resolved = _sync_await(pulumi.Output.secret(exported).future()) if exported else {}
+    outputs.update(_mask_outputs(exported, resolved or {}))
+    return Rendered(config=parsed, resources=recorded, outputs=outputs)
+
+
+def load_values(values: dict[str, Any], stack: str) -> StackConfig:
+    clean = dict(values)
+    serving = clean.get("park:serving")
+    if isinstance(serving, dict):
+        clean["park:serving"] = {k: v for k, v in serving.items() if k != "hfToken"}
+    return parse_stack_config(clean, stack)
+
+
+def render_stack_file(path: Path, stack: str | None = None) -> Rendered:
+    values, secrets = read_stack_file(path)
+    return run_program(values, stack or stack_name_of(path), secrets)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output files
+
+
+def _manifest_of(resource: Resource) -> dict[str, Any]:
+    inputs = dict(resource.inputs)
+    manifest: dict[str, Any] = {
+        "apiVersion": inputs.pop("apiVersion"),
+        "kind": inputs.pop("kind"),
+    }
+    manifest.update(inputs)
+    return manifest
+
+
+def manifest_filename(manifest: dict[str, Any]) -> str:
+    return f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml"
+
+
+def write_outputs(rendered: Rendered, out: Path) -> None:
+    """resources.json (every registered resource) and manifests/<kind>-<name>.yaml."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "resources.json").write_text(
+        json.dumps([r.as_json() for r in rendered.resources], indent=2, sort_keys=True) + "\n"
+    )
+    manifests_dir = out / "manifests"
+    if manifests_dir.exists():
+        for old in manifests_dir.glob("*.yaml"):
+            old.unlink()
+    manifests_dir.mkdir(exist_ok=True)
+    for manifest in rendered.manifests():
+        (manifests_dir / manifest_filename(manifest)).write_text(
+            yaml.safe_dump(manifest, sort_keys=False, width=100)
+        )
