@@ -160,6 +160,24 @@ class ServingConfig(_Model):
     hf_token: Any = None  # a Pulumi secret; never read as plain config
 
 
+class ObservabilityConfig(_Model):
+    """Metrics to Managed Prometheus and how people reach the dashboards (private by default)."""
+
+    pod_monitoring: bool = True  # PodMonitoring for Ray head and worker metrics
+    tpu_metrics: bool = True  # TPU chip metrics where the webhook exposes the device plugin
+    expose_dashboard: bool = False  # opt-in: the Ray dashboard behind IAP
+    iap_members: list[str] = []  # who IAP lets in, e.g. "group:ml@example.com"
+    dashboard_domain: str | None = None  # host name for the IAP ingress certificate
+    grafana: bool = False  # Grafana dashboards for Ray as ConfigMaps
+
+
+class PolicyConfig(_Model):
+    """Per-stack policy settings: rule name → mandatory | advisory | disabled."""
+
+    enforcement: dict[str, Literal["mandatory", "advisory", "disabled"]] = {}
+    prod_like: bool | None = None  # default: the stack name starts with "prod"
+
+
 class StackConfig(_Model):
     """Everything one stack declares, validated."""
 
@@ -180,8 +198,8 @@ class StackConfig(_Model):
     training: TrainingConfig = TrainingConfig()
     serving: ServingConfig = ServingConfig()
     prices: dict[str, Any] = {}
-    observability: dict[str, Any] = {}
-    policy: dict[str, Any] = {}
+    observability: ObservabilityConfig = ObservabilityConfig()
+    policy: PolicyConfig = PolicyConfig()
 
     # Derived names, so no layer invents its own.
     @property
@@ -285,10 +303,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
         config = StackConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(
-            [
-                ConfigProblem(_key_from_loc(e["loc"]), e.get("input"), e["msg"])
-                for e in err.errors()
-            ]
+            [ConfigProblem(_key_from_loc(e["loc"]), e.get("input"), e["msg"]) for e in err.errors()]
         ) from None
     problems = check_rules(config)
     if problems:
@@ -317,7 +332,9 @@ def check_rules(config: StackConfig) -> list[ConfigProblem]:
     add = problems.append
 
     if not config.zone.startswith(config.region + "-"):
-        add(ConfigProblem("park:zone", config.zone, f"must be a zone of gcp:region {config.region}"))
+        add(
+            ConfigProblem("park:zone", config.zone, f"must be a zone of gcp:region {config.region}")
+        )
 
     version = gke_version_tuple(config.cluster.version)
     if version is None:
@@ -344,7 +361,9 @@ def _capacity_problems(
     if capacity == "reservation" and not reservation:
         out.append(
             ConfigProblem(
-                f"{prefix}.reservation", reservation, "capacity 'reservation' needs a reservation name"
+                f"{prefix}.reservation",
+                reservation,
+                "capacity 'reservation' needs a reservation name",
             )
         )
     if capacity != "reservation" and reservation:
@@ -394,7 +413,9 @@ def _check_tpu_pools(
         try:
             tpu = pool.slice
         except catalog.CatalogError as err:
-            bad_key = "machineType" if pool.machine_type not in catalog.MACHINE_TYPES else "topology"
+            bad_key = (
+                "machineType" if pool.machine_type not in catalog.MACHINE_TYPES else "topology"
+            )
             value = pool.machine_type if bad_key == "machineType" else pool.topology
             problems.append(ConfigProblem(f"{prefix}.{bad_key}", value, str(err)))
             continue
@@ -458,7 +479,9 @@ def _check_pool_ref(key: str, name: str, config: StackConfig) -> list[ConfigProb
     if name not in names:
         return [
             ConfigProblem(
-                key, name, f"must name a TPU pool of park:tpuPools; allowed: {', '.join(names) or '(none)'}"
+                key,
+                name,
+                f"must name a TPU pool of park:tpuPools; allowed: {', '.join(names) or '(none)'}",
             )
         ]
     return []

@@ -52,8 +52,10 @@ class Rendered:
     def manifests(self) -> list[dict[str, Any]]:
         """Every Kubernetes object, as the API server would receive it."""
         return [
-            _manifest_of(r) for r in self.resources if r.type.startswith("kubernetes:") and
-            not r.type.startswith(("kubernetes:helm", "pulumi:providers"))
+            _manifest_of(r)
+            for r in self.resources
+            if r.type.startswith("kubernetes:")
+            and not r.type.startswith(("kubernetes:helm", "pulumi:providers"))
         ]
 
 
@@ -114,11 +116,20 @@ def load_stack(path: Path, stack: str | None = None) -> StackConfig:
 # Mock run
 
 
+def _mask_leaves(value: Any) -> Any:
+    """A secret keeps its shape (keys, list lengths) but never its values."""
+    if isinstance(value, dict):
+        return {k: _mask_leaves(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_leaves(v) for v in value]
+    return SECRET_PLACEHOLDER
+
+
 def _clean(value: Any) -> Any:
     """Mask secrets and unknowns; numbers come back as floats from the wire, integers stay ints."""
     if isinstance(value, dict):
         if value.get(_SIG_KEY) == _SECRET_SIG:
-            return SECRET_PLACEHOLDER
+            return _mask_leaves(value.get("value"))
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_clean(v) for v in value]
@@ -155,7 +166,9 @@ def _mock_outputs(type_token: str, name: str, inputs: dict[str, Any], project: s
     return outputs
 
 
-def run_program(values: dict[str, Any], stack: str, secret_keys: list[str] | None = None) -> Rendered:
+def run_program(
+    values: dict[str, Any], stack: str, secret_keys: list[str] | None = None
+) -> Rendered:
     """Run infra.program.main() under mocks with these config values; return what it registered."""
     import pulumi
     import pulumi.runtime

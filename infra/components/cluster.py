@@ -96,7 +96,10 @@ class Cluster(pulumi.ComponentResource):
             # The default pool is replaced by our own pools; it runs as our SA while it exists.
             remove_default_node_pool=True,
             initial_node_count=1,
-            node_config={"service_account": node_sa.email, "oauth_scopes": cpu_pool.args["node_config"]["oauth_scopes"]},
+            node_config={
+                "service_account": node_sa.email,
+                "oauth_scopes": cpu_pool.args["node_config"]["oauth_scopes"],
+            },
             min_master_version=cfg.version,
             release_channel={"channel": cfg.release_channel},
             deletion_protection=cfg.deletion_protection,

@@ -10,8 +10,11 @@ from infra.plan.node_pools import NodePoolPlan
 
 
 def _node_pool(
-    plan: NodePoolPlan, cluster_name: pulumi.Input[str], service_account: pulumi.Input[str],
-    parent: pulumi.Resource, depends_on: list[pulumi.Resource],
+    plan: NodePoolPlan,
+    cluster_name: pulumi.Input[str],
+    service_account: pulumi.Input[str],
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource],
 ) -> NodePool:
     args = dict(plan.args)
     args["node_config"] = {**args["node_config"], "service_account": service_account}

@@ -67,7 +67,10 @@ def _node_config(
         "disk_size_gb": disk_size_gb,
         "oauth_scopes": [CLOUD_PLATFORM_SCOPE],
         "workload_metadata_config": {"mode": "GKE_METADATA"},
-        "shielded_instance_config": {"enable_secure_boot": True, "enable_integrity_monitoring": True},
+        "shielded_instance_config": {
+            "enable_secure_boot": True,
+            "enable_integrity_monitoring": True,
+        },
     }
 
 

@@ -316,7 +316,7 @@ def _model_source(config: StackConfig, source: str) -> str | dict[str, str]:
     """HF id as is; our own bucket through the FUSE mount (no copy); other buckets mirrored."""
     own = f"gs://{config.bucket_name}/"
     if source.startswith(own):
-        return f"{config.storage.mount_path}/{source[len(own):]}"
+        return f"{config.storage.mount_path}/{source[len(own) :]}"
     if source.startswith("gs://"):
         return {"bucket_uri": source}
     return source
@@ -383,7 +383,10 @@ def rayservice(config: StackConfig, *, hf_token: bool) -> dict[str, Any]:
         "metadata": {
             "name": SERVICE_NAME,
             "namespace": config.namespace,
-            "labels": {"app.kubernetes.io/name": SERVICE_NAME, "app.kubernetes.io/part-of": "park-gke"},
+            "labels": {
+                "app.kubernetes.io/name": SERVICE_NAME,
+                "app.kubernetes.io/part-of": "park-gke",
+            },
         },
         "spec": {
             "upgradeStrategy": {"type": serving.upgrade_strategy},

@@ -1,0 +1,118 @@
+"""Check manifests the way the API server would, offline.
+
+Custom resources (RayJob, RayService, and any CRD vendored under `infra/schemas/`) are checked
+against their CRD's `openAPIV3Schema`, made strict: a field the schema does not declare is an
+error here, because the API server would silently prune it. Core objects are checked with
+`kubernetes-validate` (strict) for the Kubernetes minor of the GKE floor.
+CEL rules (`x-kubernetes-validations`) are not run.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra import catalog
+
+SCHEMA_DIR = Path(__file__).parent / "schemas"
+# The Kubernetes minor the GKE floor for v6e implies (1.31.2-gke...).
+KUBERNETES_VERSION = ".".join(catalog.GENERATIONS["v6e"].min_gke_version.split(".")[:2]) + ".0"
+
+
+@dataclass(frozen=True)
+class ManifestProblem:
+    manifest: str  # "<kind>/<name>"
+    path: str  # JSON path inside the manifest, e.g. spec.rayClusterSpec.workerGroupSpecs[0]
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.manifest}: {self.path or '(root)'}: {self.message}"
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """Forbid undeclared fields wherever the schema declares its fields (as pruning does)."""
+    schema = copy.deepcopy(schema)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if (
+                "properties" in node
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
+            ):
+                node["additionalProperties"] = False
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return schema
+
+
+@cache
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) → strict JSON schema, for every CRD vendored under infra/schemas/."""
+    schemas = {}
+    for path in sorted(SCHEMA_DIR.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]
+            for version in doc["spec"]["versions"]:
+                schema = version["schema"]["openAPIV3Schema"]
+                schemas[(f"{group}/{version['name']}", kind)] = _strict(schema)
+    return schemas
+
+
+def _format_path(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def validate_manifest(manifest: dict[str, Any]) -> list[ManifestProblem]:
+    kind = manifest.get("kind", "?")
+    name = f"{kind}/{(manifest.get('metadata') or {}).get('name', '?')}"
+    key = (manifest.get("apiVersion", ""), kind)
+    schema = crd_schemas().get(key)
+    if schema is not None:
+        import jsonschema
+
+        validator = jsonschema.Draft7Validator(schema)
+        body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind", "metadata")}
+        return [
+            ManifestProblem(name, _format_path(e.absolute_path), e.message)
+            for e in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path))
+        ]
+    return _validate_core(name, manifest)
+
+
+def _validate_core(name: str, manifest: dict[str, Any]) -> list[ManifestProblem]:
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as err:
+        return [ManifestProblem(name, _format_path(err.path), err.message)]
+    except kubernetes_validate.SchemaNotFoundError:
+        return [
+            ManifestProblem(
+                name, "", f"no schema for {manifest.get('apiVersion')} {manifest.get('kind')}"
+            )
+        ]
+    return []
+
+
+def validate_manifests(manifests: list[dict[str, Any]]) -> list[ManifestProblem]:
+    problems: list[ManifestProblem] = []
+    for manifest in manifests:
+        problems += validate_manifest(manifest)
+    return problems
