@@ -221,6 +221,8 @@ def run_program(
     exported = settings.get_root_resource().outputs  # type: ignore[union-attr]
     resolved = _sync_await(pulumi.Output.secret(exported).future()) if exported else {}
     outputs.update(_mask_outputs(exported, resolved or {}))
+    # Registration order depends on when outputs resolve; sort so renders diff cleanly.
+    recorded.sort(key=lambda r: (r.type, r.name))
     return Rendered(config=parsed, resources=recorded, outputs=outputs)
 
 
