@@ -8,8 +8,8 @@ What is checked, all in Ray 2.60's own code paths:
    ``LLMConfig`` (accelerator type vs ``accelerator_config``, TPU topology needs an accelerator
    type, ``deployment_config`` through Serve's ``DeploymentConfig``, unique model ids);
 3. each ``LLMConfig.get_engine_config()``: splits ``engine_kwargs`` into vLLM's ``AsyncEngineArgs``
-   and frontend fields (an unknown knob is an error) and resolves the model source (``gs://`` ->
-   mirror config);
+   and frontend fields (an unknown knob is an error), resolves the model source (``gs://`` ->
+   mirror config) and builds the engine's arguments (``model`` there is refused);
 4. the engine's placement bundles: for a TPU topology, Ray computes chips per host and one bundle
    per host (TP 16 on v6e 4x4 -> 4 x {"TPU": 4}); a TP that is not a whole number of hosts raises.
 
@@ -76,6 +76,7 @@ def _check_llm_args(where: str, args: dict[str, Any]) -> list[str]:
 def _check_engine(at: str, llm: Any) -> list[str]:
     try:
         engine = llm.get_engine_config()
+        engine.get_initialization_kwargs()  # rejects model / served_model_name in engine_kwargs
         bundles = engine.placement_bundles
     except (ValueError, TypeError, ValidationError) as e:
         return [f"{at}: {e}"]
