@@ -487,13 +487,20 @@ def _check_pool_ref(key: str, name: str, config: StackConfig) -> list[ConfigProb
     return []
 
 
+def _slice_or_none(pool: TpuPoolConfig) -> catalog.TpuSlice | None:
+    try:
+        return pool.slice
+    except catalog.CatalogError:
+        return None
+
+
 def _check_training(config: StackConfig) -> list[ConfigProblem]:
     training = config.training
     if not training.enabled:
         return []
     problems = _check_pool_ref("park:training.pool", training.pool, config)
-    if problems:
-        return problems
+    if problems or _slice_or_none(config.tpu_pool(training.pool)) is None:
+        return problems  # the pool's own problem is reported under park:tpuPools
     pool = config.tpu_pool(training.pool)
     if training.num_slices > pool.slices:
         problems.append(
@@ -551,7 +558,7 @@ def _check_serving(config: StackConfig) -> list[ConfigProblem]:
         problems.append(
             ConfigProblem("park:serving.models", [], "serving is enabled but serves no model")
         )
-    if problems:
+    if problems or _slice_or_none(config.tpu_pool(serving.pool)) is None:
         return problems
     tpu = config.tpu_pool(serving.pool).slice
     allowed = allowed_tensor_parallel(tpu)

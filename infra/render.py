@@ -29,6 +29,7 @@ class Resource:
     parent: str | None
     inputs: dict[str, Any]
     custom: bool
+    dependencies: list[str] = field(default_factory=list)  # names this one waits for
 
     def as_json(self) -> dict[str, Any]:
         return {"type": self.type, "name": self.name, "parent": self.parent, "inputs": self.inputs}
@@ -166,8 +167,20 @@ def _mock_outputs(type_token: str, name: str, inputs: dict[str, Any], project: s
     return outputs
 
 
+class ProgramError(RuntimeError):
+    """The program failed under mocks; `resources` holds what it registered before failing."""
+
+    def __init__(self, message: str, resources: list[Resource]):
+        super().__init__(message)
+        self.resources = resources
+
+
 def run_program(
-    values: dict[str, Any], stack: str, secret_keys: list[str] | None = None
+    values: dict[str, Any],
+    stack: str,
+    secret_keys: list[str] | None = None,
+    *,
+    prevalidate: bool = True,
 ) -> Rendered:
     """Run infra.program.main() under mocks with these config values; return what it registered."""
     import pulumi
@@ -179,9 +192,9 @@ def run_program(
 
     from infra import program
 
-    # Validate first: a bad config registers nothing.
-    parsed = load_values(values, stack)
-    project_id = parsed.project
+    # Validate first: a bad config registers nothing (the program validates again itself).
+    parsed = load_values(values, stack) if prevalidate else None
+    project_id = str(values.get("gcp:project", "project"))
     recorded: list[Resource] = []
     outputs: dict[str, Any] = {}
 
@@ -206,6 +219,7 @@ def run_program(
                         parent=parent,
                         inputs=_clean(json_format.MessageToDict(request.object)),
                         custom=request.custom,
+                        dependencies=[urn.split("::")[-1] for urn in request.dependencies],
                     )
                 )
             return response
@@ -217,7 +231,11 @@ def run_program(
     )
     config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     pulumi.runtime.set_all_config(config, secret_keys or [])
-    _sync_await(run_pulumi_func(program.main))
+    try:
+        _sync_await(run_pulumi_func(program.main))
+    except Exception as err:
+        raise ProgramError(str(err), recorded) from err
+    parsed = parsed or load_values(values, stack)
     exported = settings.get_root_resource().outputs  # type: ignore[union-attr]
     resolved = _sync_await(pulumi.Output.secret(exported).future()) if exported else {}
     outputs.update(_mask_outputs(exported, resolved or {}))

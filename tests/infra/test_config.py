@@ -1,0 +1,223 @@
+"""Stack config validation: every problem names the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from infra import catalog
+from infra.config import ConfigError, allowed_tensor_parallel, parse_stack_config
+
+BASE = {
+    "gcp:project": "p",
+    "gcp:region": "us-east5",
+    "park:zone": "us-east5-b",
+    "park:tpuPools": [
+        {"name": "train", "machineType": "ct6e-standard-4t", "topology": "4x4"},
+        {"name": "serve", "machineType": "ct6e-standard-8t", "topology": "2x4"},
+    ],
+    "park:training": {"enabled": True, "pool": "train", "globalBatchSize": 32},
+    "park:serving": {
+        "enabled": True,
+        "pool": "serve",
+        "models": [{"name": "m", "source": "org/model"}],
+    },
+}
+
+
+def config_with(**changes):
+    values = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        values[key.replace("__", ":")] = value
+    return values
+
+
+def problems_of(values) -> dict[str, str]:
+    with pytest.raises(ConfigError) as info:
+        parse_stack_config(values, "dev")
+    return {p.key: p.message for p in info.value.problems}
+
+
+def pool(**fields):
+    return {"name": "x", "machineType": "ct6e-standard-4t", "topology": "2x2", **fields}
+
+
+def test_base_is_valid_and_typed():
+    config = parse_stack_config(BASE, "dev")
+    assert config.tpu_pool("train").slice.hosts == 4
+    assert config.bucket_name == "p-dev-park"
+    assert config.kuberay.install == "addon"
+
+
+@pytest.mark.parametrize(
+    ("pool_fields", "key", "fragment"),
+    [
+        ({"machineType": "ct5e-standard-4t"}, "park:tpuPools[2].machineType", "allowed: ct6e"),
+        ({"topology": "3x3"}, "park:tpuPools[2].topology", "allowed: 2x2, 2x4"),
+        (
+            {"machineType": "ct6e-standard-8t", "topology": "4x4"},
+            "park:tpuPools[2].topology",
+            "allowed: 2x4",
+        ),
+        ({"capacity": "reservation"}, "park:tpuPools[2].reservation", "needs a reservation"),
+        ({"reservation": "r1"}, "park:tpuPools[2].reservation", "only used with capacity"),
+        (
+            {"capacity": "spot", "reservation": "r1"},
+            "park:tpuPools[2].reservation",
+            "not 'spot'",
+        ),
+        (
+            {"capacity": "flex-start", "reservation": "r"},
+            "park:tpuPools[2].reservation",
+            "not 'flex-start'",
+        ),
+        ({"capacity": "queued", "autoscaling": False}, "park:tpuPools[2].autoscaling", "0 nodes"),
+        ({"capacity": "preemptible"}, "park:tpuPools[2].capacity", "'on-demand'"),
+        ({"slices": 0}, "park:tpuPools[2].slices", "positive"),
+        ({"slices": -2}, "park:tpuPools[2].slices", "positive"),
+        ({"name": "Bad_Name"}, "park:tpuPools[2].name", "lowercase"),
+        ({"name": "train"}, "park:tpuPools[2].name", "duplicate"),
+        ({"maxRunDuration": "3600s"}, "park:tpuPools[2].maxRunDuration", "flex-start"),
+        ({"topologyy": "2x2"}, "park:tpuPools[2].topologyy", "Extra inputs"),
+    ],
+)
+def test_tpu_pool_problems(pool_fields, key, fragment):
+    values = config_with(park__tpuPools=[*BASE["park:tpuPools"], pool(**pool_fields)])
+    problems = problems_of(values)
+    assert key in problems, problems
+    assert fragment in problems[key]
+
+
+def test_gke_version_below_v6e_floor():
+    problems = problems_of(config_with(park__cluster={"version": "1.30.5-gke.100"}))
+    assert "1.31.2-gke.1115000" in problems["park:cluster.version"]
+
+
+def test_gke_version_must_parse():
+    assert (
+        "not a GKE version"
+        in problems_of(config_with(park__cluster={"version": "latest"}))["park:cluster.version"]
+    )
+
+
+def test_zone_without_v6e_and_extra_zones_escape_hatch():
+    values = config_with(gcp__region="us-west1", park__zone="us-west1-a")
+    assert "no TPU v6e known" in problems_of(values)["park:zone"]
+    values["park:extraTpuZones"] = ["us-west1-a"]
+    parse_stack_config(values, "dev")
+
+
+def test_zone_outside_region():
+    assert "gcp:region" in problems_of(config_with(park__zone="us-central1-b"))["park:zone"]
+
+
+def test_all_problems_are_reported_together():
+    values = config_with(
+        park__tpuPools=[
+            pool(name="a", topology="9x9"),
+            pool(name="b", capacity="reservation"),
+            pool(name="c", slices=0),
+        ],
+        park__training={"enabled": False},
+        park__serving={"enabled": False},
+    )
+    keys = set(problems_of(values))
+    assert {
+        "park:tpuPools[0].topology",
+        "park:tpuPools[1].reservation",
+        "park:tpuPools[2].slices",
+    } <= keys
+
+
+def test_unknown_and_missing_keys():
+    values = config_with(park__clustr={"name": "x"})
+    del values["park:zone"]
+    problems = problems_of(values)
+    assert "unknown key" in problems["park:clustr"]
+    assert "required" in problems["park:zone"]
+
+
+def test_training_rules():
+    problems = problems_of(config_with(park__training={"enabled": True, "pool": "nope"}))
+    assert "allowed: train, serve" in problems["park:training.pool"]
+    problems = problems_of(
+        config_with(park__training={"enabled": True, "pool": "train", "numSlices": 2})
+    )
+    assert "1..1" in problems["park:training.numSlices"]
+    problems = problems_of(
+        config_with(park__training={"enabled": True, "pool": "train", "globalBatchSize": 20})
+    )
+    assert "16 workers" in problems["park:training.globalBatchSize"]
+    problems = problems_of(
+        config_with(park__training={"enabled": True, "pool": "serve", "globalBatchSize": 16})
+    )
+    assert "different pools" in problems["park:training.pool"]
+
+
+def test_multislice_refused_on_older_ray(monkeypatch):
+    from infra import config as config_module
+
+    values = config_with(
+        park__tpuPools=[
+            {"name": "train", "machineType": "ct6e-standard-4t", "topology": "4x4", "slices": 2},
+            BASE["park:tpuPools"][1],
+        ],
+        park__training={"enabled": True, "pool": "train", "numSlices": 2, "globalBatchSize": 64},
+    )
+    parse_stack_config(values, "dev")  # Ray 2.60.0 trains PyTorch across slices
+    monkeypatch.setattr(config_module, "RAY_VERSION", "2.59.0")
+    assert "cannot train PyTorch across slices" in problems_of(values)["park:training.numSlices"]
+
+
+@pytest.mark.parametrize(
+    ("tp", "ok"), [(8, True), (4, True), (2, True), (1, True), (16, False), (3, False), (6, False)]
+)
+def test_tensor_parallel_fits_single_host_slice(tp, ok):
+    values = config_with(
+        park__serving={
+            "enabled": True,
+            "pool": "serve",
+            "models": [{"name": "m", "source": "o/m", "tensorParallelSize": tp}],
+        }
+    )
+    if ok:
+        parse_stack_config(values, "dev")
+    else:
+        message = problems_of(values)["park:serving.models[0].tensorParallelSize"]
+        assert "allowed: 1, 2, 4, 8" in message
+
+
+def test_tensor_parallel_on_multi_host_takes_whole_hosts():
+    tpu = catalog.lookup("ct6e-standard-4t", "4x4")
+    assert allowed_tensor_parallel(tpu) == [1, 2, 4, 8, 16]
+    tpu = catalog.lookup("ct6e-standard-4t", "4x8")
+    assert 12 not in allowed_tensor_parallel(tpu) and 32 in allowed_tensor_parallel(tpu)
+
+
+def test_serving_rules():
+    problems = problems_of(config_with(park__serving={"enabled": True, "pool": "serve"}))
+    assert "serves no model" in problems["park:serving.models"]
+    problems = problems_of(
+        config_with(
+            park__serving={
+                "enabled": True,
+                "pool": "serve",
+                "models": [
+                    {"name": "m", "source": "o/m", "minReplicas": 2, "maxReplicas": 1},
+                    {"name": "m", "source": "o/m", "engineKwargs": {"max_model_len": 5}},
+                ],
+            }
+        )
+    )
+    assert "maxReplicas" in problems["park:serving.models[0].minReplicas"]
+    assert "duplicate" in problems["park:serving.models[1].name"]
+    assert "maxModelLen" in problems["park:serving.models[1].engineKwargs.max_model_len"]
+
+
+def test_problem_string_names_key_value_and_allowed():
+    values = config_with(park__tpuPools=[pool(topology="3x3")], park__training={}, park__serving={})
+    with pytest.raises(ConfigError) as info:
+        parse_stack_config(values, "dev")
+    text = str(info.value)
+    assert "park:tpuPools[0].topology = '3x3'" in text and "allowed:" in text

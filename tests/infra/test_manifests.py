@@ -1,0 +1,144 @@
+"""KubeRay manifests: valid against KubeRay 1.7.0's CRDs with no unknown field, and TPU-correct."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from infra import catalog
+from infra.plan import ray as ray_plan
+from infra.validate import KUBERNETES_VERSION, validate_manifest, validate_manifests
+
+
+def _clusters(manifest):
+    spec = manifest["spec"]
+    return spec.get("rayClusterSpec") or spec["rayClusterConfig"]
+
+
+def test_every_emitted_manifest_is_schema_valid(rendered):
+    manifests = rendered.manifests()
+    kinds = {m["kind"] for m in manifests}
+    assert {"Namespace", "ServiceAccount", "NetworkPolicy"} <= kinds
+    assert validate_manifests(manifests) == []
+
+
+def test_kubernetes_version_follows_the_gke_floor():
+    assert KUBERNETES_VERSION == "1.31.0"
+
+
+def test_unknown_field_is_caught_as_the_api_server_would_prune_it(rendered):
+    (job,) = [m for m in rendered.manifests() if m["kind"] in ("RayJob", "RayService")][:1]
+    broken = copy.deepcopy(job)
+    _clusters(broken)["workerGroupSpecs"][0]["numberOfHosts"] = 4
+    problems = validate_manifest(broken)
+    assert any("numberOfHosts" in p.message for p in problems)
+    assert any("workerGroupSpecs[0]" in p.path for p in problems)
+
+
+def test_non_string_ray_start_param_is_caught(rendered):
+    job = next(m for m in rendered.manifests() if m["kind"] in ("RayJob", "RayService"))
+    broken = copy.deepcopy(job)
+    _clusters(broken)["headGroupSpec"]["rayStartParams"]["num-cpus"] = 0
+    assert any("rayStartParams" in p.path for p in validate_manifest(broken))
+
+
+def test_core_objects_are_checked_strictly(rendered):
+    policy = copy.deepcopy(next(m for m in rendered.manifests() if m["kind"] == "NetworkPolicy"))
+    policy["spec"]["podSelectr"] = {}
+    assert validate_manifest(policy)
+
+
+def test_worker_groups_follow_the_catalog(rendered):
+    config = rendered.config
+    for manifest in rendered.manifests():
+        if manifest["kind"] not in ("RayJob", "RayService"):
+            continue
+        cluster = _clusters(manifest)
+        assert cluster["rayVersion"] == "2.60.0"
+        head = cluster["headGroupSpec"]
+        assert head["serviceType"] == "ClusterIP"  # the dashboard stays inside the cluster
+        assert head["template"]["spec"]["nodeSelector"] == {"park-gke/role": "system"}
+        assert all(isinstance(v, str) for v in head["rayStartParams"].values())
+        (group,) = cluster["workerGroupSpecs"]
+        pool = config.tpu_pool(group["groupName"])
+        tpu = pool.slice
+        assert group["numOfHosts"] == tpu.hosts
+        pod = group["template"]["spec"]
+        resources = pod["containers"][0]["resources"]
+        assert resources["requests"]["google.com/tpu"] == str(tpu.chips_per_host)
+        assert resources["limits"]["google.com/tpu"] == str(tpu.chips_per_host)
+        expected = tpu.node_labels()
+        if pool.capacity == "spot":
+            expected[catalog.SPOT_LABEL] = "true"
+        assert pod["nodeSelector"] == expected
+        assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+            "tolerations"
+        ]
+        assert pod["serviceAccountName"] == ray_plan.WORKLOAD_KSA
+        (gcs,) = [v for v in pod["volumes"] if "csi" in v]
+        assert gcs["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
+        assert gcs["csi"]["volumeAttributes"]["bucketName"] == config.bucket_name
+        if manifest["kind"] == "RayJob":
+            assert group["replicas"] == config.training.num_slices
+        else:
+            assert group["maxReplicas"] == pool.slices and group["minReplicas"] == 0
+
+
+def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
+    config = rendered.config
+    (job,) = [m for m in rendered.manifests() if m["kind"] == "RayJob"]
+    spec = job["spec"]
+    assert spec["shutdownAfterJobFinishes"] is True
+    assert spec["ttlSecondsAfterFinished"] == config.training.ttl_seconds_after_finished
+    assert spec["activeDeadlineSeconds"] == config.training.active_deadline_seconds
+    tpu = config.tpu_pool(config.training.pool).slice
+    entry = spec["entrypoint"]
+    assert entry.startswith("python -m workloads.train ")
+    for flag, value in [
+        ("--num-workers", tpu.chips * config.training.num_slices),
+        ("--tpu-topology", tpu.topology),
+        ("--torch-tpu-topology", tpu.torch_tpu_topology),
+        ("--tpu-accelerator-type", "TPU-V6E"),
+        ("--strategy", config.training.strategy),
+        ("--storage-path", f"gs://{config.bucket_name}/checkpoints"),
+    ]:
+        assert f"{flag} {value}" in entry
+    assert yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]
+    assert "suspend" not in spec  # only queued capacity starts suspended
+
+
+def test_rayservice_serves_through_ray_serve_llm(rendered):
+    config = rendered.config
+    (service,) = [m for m in rendered.manifests() if m["kind"] == "RayService"]
+    serve = yaml.safe_load(service["spec"]["serveConfigV2"])
+    (app,) = serve["applications"]
+    assert app["import_path"] == "ray.serve.llm:build_openai_app"
+    tpu = config.tpu_pool(config.serving.pool).slice
+    for model, llm in zip(config.serving.models, app["args"]["llm_configs"], strict=True):
+        assert llm["accelerator_type"] == "TPU-V6E"
+        assert llm["accelerator_config"] == {"kind": "tpu", "topology": tpu.topology}
+        assert llm["engine_kwargs"]["tensor_parallel_size"] == (
+            model.tensor_parallel_size or tpu.chips
+        )
+        env = llm["runtime_env"]["env_vars"]
+        assert (env.get("TPU_MULTIHOST_BACKEND") == "ray") == tpu.multi_host
+    svc = service["spec"]["serveService"]["spec"]
+    assert svc["type"] == "ClusterIP"
+    assert service["spec"]["upgradeStrategy"]["type"] == config.serving.upgrade_strategy
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("org/model", "org/model"),
+        ("gs://other-bucket/models/m", {"bucket_uri": "gs://other-bucket/models/m"}),
+        ("gs://my-gcp-project-dev-park/models/m", "/data/models/m"),
+    ],
+)
+def test_model_source_mount_or_mirror(source, expected):
+    from tests.conftest import render_stack
+
+    config = render_stack("dev").config
+    assert ray_plan._model_source(config, source) == expected
