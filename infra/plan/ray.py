@@ -299,6 +299,7 @@ def _submitter_template(image: str) -> dict[str, Any]:
                     "name": "ray-job-submitter",
                     "image": image,
                     "resources": _resources("500m", "1Gi"),
+                    "env": [{"name": "HOME", "value": "/tmp"}],  # `ray job submit` writes ~/.ray
                     "securityContext": _security_context(),
                     "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                 }
