@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, ValidationError
 from pydantic.alias_generators import to_camel
 
 from infra import catalog
 
 RAY_VERSION = "2.60.0"  # the Ray the images and manifests pin
 KUBERAY_VERSION = "1.7.0"
+IMAGE_TAG = "0.1.0"  # the workload images' tag: the package version
 # Multi-slice PyTorch training: Ray 2.59.0 raised, 2.60.0 sets MEGASCALE_* (FACTS.md).
 RAY_MULTISLICE_TORCH_MIN = (2, 60, 0)
 
@@ -160,6 +161,15 @@ class ServingConfig(_Model):
     hf_token: Any = None  # a Pulumi secret; never read as plain config
 
 
+class PricesConfig(_Model):
+    """`park:prices`: your own rates over infra/data/prices.yaml (negotiated, regional, newer)."""
+
+    source: str | None = None  # where these figures come from; `park cost` prints it
+    tpu_chip_hour: dict[Capacity, NonNegativeFloat] = {}  # USD per TPU chip-hour, by capacity type
+    machine_hour: dict[str, NonNegativeFloat] = {}  # USD per node-hour, by machine type (CPU / GPU pools)
+    cluster_hour: float | None = Field(None, ge=0)  # GKE cluster management fee
+
+
 class ObservabilityConfig(_Model):
     """Metrics to Managed Prometheus and how people reach the dashboards (private by default)."""
 
@@ -197,7 +207,7 @@ class StackConfig(_Model):
     registry: RegistryConfig = RegistryConfig()
     training: TrainingConfig = TrainingConfig()
     serving: ServingConfig = ServingConfig()
-    prices: dict[str, Any] = {}
+    prices: PricesConfig = PricesConfig()
     observability: ObservabilityConfig = ObservabilityConfig()
     policy: PolicyConfig = PolicyConfig()
 
@@ -211,7 +221,15 @@ class StackConfig(_Model):
         return f"{self.region}-docker.pkg.dev/{self.project}/{self.registry.repository}"
 
     def image_for(self, section: TrainingConfig | ServingConfig) -> str:
-        return section.image or f"{self.registry_url}/park-workloads:0.1.0"
+        """The configured image, else ours in the stack's registry: one TorchTPU image for
+        training and vLLM-TorchTPU serving; a separate JAX image for the vllm-tpu engine
+        (its libtpu pins conflict with torch_tpu)."""
+        if section.image:
+            return section.image
+        name = "park-workloads"
+        if isinstance(section, ServingConfig) and section.engine == "vllm-tpu":
+            name = "park-serve-vllm-tpu"
+        return f"{self.registry_url}/{name}:{IMAGE_TAG}"
 
     def tpu_pool(self, name: str) -> TpuPoolConfig:
         return next(p for p in self.tpu_pools if p.name == name)

@@ -221,3 +221,16 @@ def test_problem_string_names_key_value_and_allowed():
         parse_stack_config(values, "dev")
     text = str(info.value)
     assert "park:tpuPools[0].topology = '3x3'" in text and "allowed:" in text
+
+
+def test_default_images_follow_the_engine():
+    config = parse_stack_config(BASE, "dev")
+    registry = "us-east5-docker.pkg.dev/p/park"
+    assert config.image_for(config.training) == f"{registry}/park-workloads:0.1.0"
+    assert config.image_for(config.serving) == f"{registry}/park-workloads:0.1.0"
+    jax = config_with(park__serving={**BASE["park:serving"], "engine": "vllm-tpu"})
+    config = parse_stack_config(jax, "dev")
+    assert config.image_for(config.serving) == f"{registry}/park-serve-vllm-tpu:0.1.0"
+    custom = config_with(park__training={**BASE["park:training"], "image": "ghcr.io/me/t:1"})
+    config = parse_stack_config(custom, "dev")
+    assert config.image_for(config.training) == "ghcr.io/me/t:1"
