@@ -1,0 +1,263 @@
+"""Generated README sections, so the docs cannot drift from the code.
+
+`python -m infra.docs` rewrites the marked blocks of README.md; a test fails when they are stale.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from infra.config import StackConfig
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+# One line per key: what it is for. A test fails when a config field has no line here.
+DESCRIPTIONS: dict[str, str] = {
+    "gcp:project": "GCP project id (placeholder in the shipped stacks: `pulumi config set`).",
+    "gcp:region": "Region of the network, registry and bucket.",
+    "park:zone": "Zone of the cluster and every pool; must offer TPU v6e.",
+    "park:extraTpuZones": "Zones to accept beyond the catalog's known v6e zones.",
+    "park:namespace": "Kubernetes namespace of the Ray workloads.",
+    "park:network": "New VPC (default) or an existing network.",
+    "park:network.existingNetwork": "Use this network instead of creating a VPC.",
+    "park:network.existingSubnetwork": "Its subnet, carrying the pods/services ranges.",
+    "park:network.subnetCidr": "Node range of the new subnet.",
+    "park:network.podsCidr": "Secondary range for pods.",
+    "park:network.servicesCidr": "Secondary range for services.",
+    "park:network.masterCidr": "/28 of the private control plane.",
+    "park:network.podsRangeName": "Name of the pods secondary range.",
+    "park:network.servicesRangeName": "Name of the services secondary range.",
+    "park:cluster": "The GKE Standard cluster.",
+    "park:cluster.name": "Cluster name (prefixes the VPC, router and node SA).",
+    "park:cluster.releaseChannel": "RAPID, REGULAR or STABLE.",
+    "park:cluster.version": "Minimum GKE version; at least 1.31.2-gke.1115000 for v6e.",
+    "park:cluster.privateNodes": "Nodes without public IPs (egress through Cloud NAT).",
+    "park:cluster.privateEndpoint": "Control plane reachable only from the VPC.",
+    "park:cluster.masterAuthorizedNetworks": "`[{cidr, name}]` allowed to reach the control plane.",
+    "park:cluster.deletionProtection": "Refuse `pulumi destroy` of the cluster.",
+    "park:cpuPool": "The CPU pool for Ray heads and system pods.",
+    "park:cpuPool.machineType": "Machine type.",
+    "park:cpuPool.minNodes": "Autoscaling minimum.",
+    "park:cpuPool.maxNodes": "Autoscaling maximum.",
+    "park:cpuPool.diskSizeGb": "Boot disk size.",
+    "park:kuberay": "How KubeRay gets onto the cluster.",
+    "park:kuberay.install": "`addon` (GKE Ray Operator add-on, with the TPU webhook) or `helm`.",
+    "park:kuberay.version": "kuberay-operator chart version (helm).",
+    "park:kuberay.logging": "Ray add-on: Ray logs to Cloud Logging.",
+    "park:kuberay.monitoring": "Ray add-on: Ray metrics to Managed Prometheus.",
+    "park:kuberay.tpuWebhookChart": "helm + multi-host: path of ai-on-gke's kuberay-tpu-webhook chart.",
+    "park:tpuPools": "TPU pools: one GKE node pool per slice.",
+    "park:tpuPools[].name": "Pool name (node pools are `<name>-s<i>`).",
+    "park:tpuPools[].machineType": "ct6e-standard-1t, -4t or -8t.",
+    "park:tpuPools[].topology": "Slice topology the machine type offers (e.g. 2x4, 4x4).",
+    "park:tpuPools[].slices": "Number of slices (node pools).",
+    "park:tpuPools[].capacity": "on-demand, spot, reservation, flex-start or queued.",
+    "park:tpuPools[].reservation": "Reservation name (capacity `reservation` only).",
+    "park:tpuPools[].autoscaling": "Scale each slice between 0 and its hosts.",
+    "park:tpuPools[].maxRunDuration": "flex-start: longest a node lives, e.g. `86400s`.",
+    "park:tpuPools[].diskSizeGb": "Boot disk size.",
+    "park:gpuPools": "Optional GPU pools beside the TPU pools.",
+    "park:gpuPools[].name": "Pool name.",
+    "park:gpuPools[].machineType": "e.g. a3-highgpu-8g.",
+    "park:gpuPools[].acceleratorType": "e.g. nvidia-h100-80gb.",
+    "park:gpuPools[].acceleratorCount": "GPUs per node.",
+    "park:gpuPools[].nodes": "Maximum nodes (0 while idle).",
+    "park:gpuPools[].capacity": "on-demand, spot, reservation or flex-start.",
+    "park:gpuPools[].reservation": "Reservation name (capacity `reservation` only).",
+    "park:gpuPools[].autoscaling": "Scale between 0 and `nodes`.",
+    "park:gpuPools[].diskSizeGb": "Boot disk size.",
+    "park:storage": "The bucket for checkpoints and models.",
+    "park:storage.bucket": "Bucket name (default `<project>-<stack>-park`).",
+    "park:storage.location": "Bucket location (default: the region).",
+    "park:storage.versioning": "Object versioning.",
+    "park:storage.forceDestroy": "Let `pulumi destroy` delete a non-empty bucket.",
+    "park:storage.mountPath": "Where Ray pods see the bucket (GCS FUSE).",
+    "park:registry": "The Artifact Registry repository for workload images.",
+    "park:registry.repository": "Repository id.",
+    "park:training": "The training RayJob.",
+    "park:training.enabled": "Create the RayJob.",
+    "park:training.pool": "TPU pool it runs on.",
+    "park:training.image": "Image (default: park-workloads in the stack's registry).",
+    "park:training.strategy": "`ddp` or `fsdp2`.",
+    "park:training.modelSize": "tiny, small, gpt2-small, gpt2-medium or 1b.",
+    "park:training.steps": "Training steps.",
+    "park:training.globalBatchSize": "Sequences per step, a multiple of the workers (chips).",
+    "park:training.seqLen": "Tokens per sequence.",
+    "park:training.learningRate": "Peak learning rate.",
+    "park:training.checkpointEvery": "Steps between checkpoints.",
+    "park:training.numSlices": "Slices to train across (≤ the pool's slices).",
+    "park:training.maxFailures": "Restarts from the last checkpoint after a lost worker.",
+    "park:training.data": "`synthetic`, a path under the bucket mount, or `gs://...`.",
+    "park:training.ttlSecondsAfterFinished": "Keep the finished cluster this long, then free TPUs.",
+    "park:training.activeDeadlineSeconds": "Kill the job after this long.",
+    "park:training.backoffLimit": "Retries (each a new Ray cluster).",
+    "park:training.estimatedStepSeconds": "Step time used by `park cost` for the run estimate.",
+    "park:serving": "The serving RayService.",
+    "park:serving.enabled": "Create the RayService.",
+    "park:serving.pool": "TPU pool it runs on (not training's).",
+    "park:serving.image": "Image (default by engine).",
+    "park:serving.engine": "`vllm-torchtpu` (default) or `vllm-tpu` (JAX; separate image).",
+    "park:serving.models": "Served models.",
+    "park:serving.models[].name": "OpenAI model id clients ask for.",
+    "park:serving.models[].source": "HF id, `gs://` (own bucket: mounted; others: mirrored).",
+    "park:serving.models[].tensorParallelSize": "Default: every chip of one slice.",
+    "park:serving.models[].maxModelLen": "Context length.",
+    "park:serving.models[].enableExpertParallel": "For MoE models.",
+    "park:serving.models[].minReplicas": "Serve autoscaling minimum.",
+    "park:serving.models[].maxReplicas": "Serve autoscaling maximum.",
+    "park:serving.models[].engineKwargs": "Other vLLM engine arguments.",
+    "park:serving.upgradeStrategy": "`None` (in place), `NewCluster` (blue/green: 2x TPUs), ...",
+    "park:serving.exposePublicly": "LoadBalancer for the OpenAI endpoint (default ClusterIP).",
+    "park:serving.hfToken": "Secret: `pulumi config set --secret --path park:serving.hfToken`.",
+    "park:prices": "Override list prices for `park cost`.",
+    "park:observability": "Metrics and dashboards.",
+    "park:observability.podMonitoring": "PodMonitoring for Ray head and workers.",
+    "park:observability.tpuMetrics": "TPU chip metrics.",
+    "park:observability.exposeDashboard": "Opt-in: the Ray dashboard behind IAP.",
+    "park:observability.iapMembers": "Who IAP lets in, e.g. `group:ml@example.com`.",
+    "park:observability.dashboardDomain": "Host name of the IAP ingress.",
+    "park:observability.grafana": "Grafana dashboards for Ray.",
+    "park:policy": "Policy pack settings for this stack.",
+    "park:policy.enforcement": "Rule name → mandatory, advisory or disabled.",
+    "park:policy.prodLike": "Treat as production (default: stack name starts with `prod`).",
+}
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(str(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(_type_name(a) for a in typing.get_args(annotation))
+    if origin is list:
+        (inner,) = typing.get_args(annotation)
+        return f"list of {_type_name(inner)}"
+    if origin is dict:
+        return "map"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "object"
+    return getattr(annotation, "__name__", str(annotation)).replace("NoneType", "null")
+
+
+def _default(field: Any) -> str:
+    if field.is_required():
+        return "**required**"
+    value = field.default
+    if isinstance(value, BaseModel):
+        return ""
+    if value in (None, [], {}):
+        return "—"
+    return f"`{json.dumps(value)}`" if not isinstance(value, str) else f"`{value}`"
+
+
+def config_rows() -> list[tuple[str, str, str, str]]:
+    """(key, type, default, description) for every config key, nested ones included."""
+    rows = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            if model is StackConfig and name == "stack":
+                continue
+            if model is StackConfig:
+                key = {"project": "gcp:project", "region": "gcp:region"}.get(
+                    name, f"park:{field.alias or name}"
+                )
+            else:
+                key = f"{prefix}.{field.alias or name}"
+            rows.append(
+                (key, _type_name(field.annotation), _default(field), DESCRIPTIONS.get(key, ""))
+            )
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, key)
+            elif typing.get_origin(annotation) is list:
+                (inner,) = typing.get_args(annotation)
+                if (
+                    isinstance(inner, type)
+                    and issubclass(inner, BaseModel)
+                    and inner.__name__ != "AuthorizedNetwork"
+                ):
+                    walk(inner, f"{key}[]")
+
+    walk(StackConfig, "")
+    return rows
+
+
+def config_reference() -> str:
+    lines = ["| key | type | default | what it is for |", "|---|---|---|---|"]
+    lines += [f"| `{k}` | {t} | {d} | {desc} |" for k, t, d, desc in config_rows()]
+    return "\n".join(lines)
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    pattern = re.compile(rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", re.S)
+    if not pattern.search(text):
+        raise ValueError(f"README has no {name} block")
+    return pattern.sub(lambda m: f"{m.group(1)}{body}\n{m.group(2)}", text)
+
+
+def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
+    """What each shipped stack declares, from its offline render."""
+    from collections import Counter
+
+    from infra.render import render_stack_file, stack_name_of
+
+    out = []
+    for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml")):
+        rendered = render(stack_name_of(path)) if render else render_stack_file(path)
+        config = rendered.config
+        by_type = Counter(r.type for r in rendered.resources if r.custom)
+        workloads = [
+            f"{m['kind']} `{m['metadata']['name']}`"
+            for m in rendered.manifests()
+            if m["apiVersion"].startswith("ray.io")
+        ]
+        out.append(
+            f"**{config.stack}** (`{path.relative_to(README.parent)}`): "
+            f"{len(rendered.resources)} resources ({sum(by_type.values())} cloud/Kubernetes, "
+            f"the rest components); KubeRay via {config.kuberay.install}; "
+            f"{', '.join(workloads) or 'no Ray workloads'}.\n"
+        )
+        out.append("| TPU pool | machine type | topology | slices | hosts | chips | capacity |")
+        out.append("|---|---|---|---|---|---|---|")
+        for pool in config.tpu_pools:
+            tpu = pool.slice
+            out.append(
+                f"| {pool.name} | {pool.machine_type} | {pool.topology} | {pool.slices} | "
+                f"{tpu.hosts * pool.slices} | {tpu.chips * pool.slices} | {pool.capacity} |"
+            )
+        out.append("")
+        out.append(
+            "Resources: " + ", ".join(f"{n}× `{t}`" for t, n in sorted(by_type.items())) + "\n"
+        )
+    return "\n".join(out).rstrip()
+
+
+def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, str]:
+    return {"config-reference": config_reference(), "stacks-summary": stacks_summary(render)}
+
+
+def render_readme(text: str, render: Callable[[str], Any] | None = None) -> str:
+    """README with its generated blocks rewritten (`render`: a cached stack renderer)."""
+    for name, body in generated_blocks(render).items():
+        text = replace_block(text, name, body)
+    return text
+
+
+def main() -> int:
+    README.write_text(render_readme(README.read_text()))
+    print(f"updated {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
