@@ -54,7 +54,7 @@ DESCRIPTIONS: dict[str, str] = {
     "park:kuberay.version": "kuberay-operator chart version (helm).",
     "park:kuberay.logging": "Ray add-on: Ray logs to Cloud Logging.",
     "park:kuberay.monitoring": "Ray add-on: Ray metrics to Managed Prometheus.",
-    "park:kuberay.tpuWebhookChart": "helm + multi-host: path of ai-on-gke's kuberay-tpu-webhook chart.",
+    "park:kuberay.tpuWebhookChart": "helm, multi-host: path of the kuberay-tpu-webhook chart.",
     "park:tpuPools": "TPU pools: one GKE node pool per slice.",
     "park:tpuPools[].name": "Pool name (node pools are `<name>-s<i>`).",
     "park:tpuPools[].machineType": "ct6e-standard-1t, -4t or -8t.",
@@ -237,7 +237,7 @@ def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
             )
         out.append("")
         out.append(
-            "Resources: " + ", ".join(f"{n}× `{t}`" for t, n in sorted(by_type.items())) + "\n"
+            "Resources: " + ", ".join(f"{n} x `{t}`" for t, n in sorted(by_type.items())) + "\n"
         )
     return "\n".join(out).rstrip()
 
