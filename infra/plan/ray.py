@@ -29,6 +29,24 @@ DASHBOARD_PORT = 8265
 METRICS_PORT = 8080
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001, "serve": SERVE_PORT}
 TRAIN_MODULE = "workloads.train"
+# Every Ray pod carries its workload's name: KubeRay names clusters with a random suffix, so
+# metrics (PodMonitoring target labels) and the dashboard Service select on this label instead.
+WORKLOAD_LABEL = "park-gke/workload"
+# The GKE TPU device plugin serves chip metrics on the node; Ray's agent reads them from
+# TPU_DEVICE_PLUGIN_ADDR and exports them as ray_tpu_* (the KubeRay TPU webhook sets the same).
+TPU_DEVICE_PLUGIN_METRICS_PORT = 2112
+# The user and group of Ray's images (`ray`, `users`). A uid without a passwd entry breaks
+# getpass.getuser() in Ray and torch, so we keep the image's own non-root user.
+RAY_UID = 1000
+RAY_GID = 100
+# The HF token reaches pods as a read-only file (huggingface_hub reads HF_TOKEN_PATH), never as an
+# environment variable, which leaks into `ray job` logs, crash dumps and /proc/<pid>/environ.
+HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+HF_TOKEN_VOLUME = "hf-token"
+# Set by the program only when the stack's config flag asks for a public endpoint; the policy
+# pack (policy/) rejects a LoadBalancer, NodePort or Ingress for Ray that lacks it.
+EXPOSE_SERVE_ANNOTATION = "park-gke/expose-serve"
+EXPOSE_DASHBOARD_ANNOTATION = "park-gke/expose-dashboard"
 
 
 def workload_gsa_email(config: StackConfig) -> str:
@@ -41,8 +59,8 @@ def _security_context() -> dict[str, Any]:
     plugin (google.com/tpu), which needs no privilege on GKE ≥ 1.28."""
     return {
         "runAsNonRoot": True,
-        "runAsUser": 1000,
-        "runAsGroup": 100,
+        "runAsUser": RAY_UID,
+        "runAsGroup": RAY_GID,
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
@@ -50,30 +68,60 @@ def _security_context() -> dict[str, Any]:
     }
 
 
-def _volumes(config: StackConfig) -> list[dict[str, Any]]:
-    """The bucket through the GCS FUSE CSI driver, plus writable scratch for a read-only root."""
-    return [
+def _pod_security_context() -> dict[str, Any]:
+    """Pod-wide defaults (the injected GCS FUSE sidecar included): non-root, the runtime's
+    seccomp profile, volumes group-owned by the Ray user's group."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RAY_UID,
+        "runAsGroup": RAY_GID,
+        "fsGroup": RAY_GID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _volumes(config: StackConfig, *, hf_token: bool = False) -> list[dict[str, Any]]:
+    """The bucket through the GCS FUSE CSI driver (owned by the Ray user, who runs non-root),
+    writable scratch for a read-only root, and the HF token file when there is one."""
+    volumes: list[dict[str, Any]] = [
         {
             "name": GCS_VOLUME,
             "csi": {
                 "driver": "gcsfuse.csi.storage.gke.io",
                 "volumeAttributes": {
                     "bucketName": config.bucket_name,
-                    "mountOptions": "implicit-dirs,file-cache:max-size-mb:-1",
+                    "mountOptions": (
+                        f"implicit-dirs,uid={RAY_UID},gid={RAY_GID},file-cache:max-size-mb:-1"
+                    ),
                 },
             },
         },
         {"name": "tmp", "emptyDir": {}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
+    if hf_token:
+        volumes.append(
+            {
+                "name": HF_TOKEN_VOLUME,
+                "secret": {
+                    "secretName": HF_SECRET_NAME,
+                    "items": [{"key": HF_SECRET_KEY, "path": HF_SECRET_KEY}],
+                    "defaultMode": 0o440,  # owner and the Ray group (fsGroup) only
+                },
+            }
+        )
+    return volumes
 
 
-def _volume_mounts(config: StackConfig) -> list[dict[str, str]]:
-    return [
+def _volume_mounts(config: StackConfig, *, hf_token: bool = False) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
         {"name": GCS_VOLUME, "mountPath": config.storage.mount_path},
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
+    if hf_token:
+        mounts.append({"name": HF_TOKEN_VOLUME, "mountPath": HF_TOKEN_DIR, "readOnly": True})
+    return mounts
 
 
 def _env(hf_token: bool) -> list[dict[str, Any]]:
@@ -82,12 +130,7 @@ def _env(hf_token: bool) -> list[dict[str, Any]]:
         {"name": "HOME", "value": "/tmp"},  # caches go to the writable scratch
     ]
     if hf_token:
-        env.append(
-            {
-                "name": "HF_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": HF_SECRET_NAME, "key": HF_SECRET_KEY}},
-            }
-        )
+        env.append({"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/{HF_SECRET_KEY}"})
     return env
 
 
@@ -110,9 +153,13 @@ def _pod_metadata() -> dict[str, Any]:
     }
 
 
-def head_group(config: StackConfig, image: str, *, hf_token: bool = False) -> dict[str, Any]:
+def head_group(
+    config: StackConfig, image: str, *, hf_token: bool = False, autoscaler: bool = False
+) -> dict[str, Any]:
     """The Ray head on the CPU pool. It runs no tasks (num-cpus 0); the dashboard listens on the
-    pod network only — the head Service is ClusterIP and no Ingress is created."""
+    pod network only — the head Service is ClusterIP and no Ingress is created. Only a head
+    with KubeRay's autoscaler sidecar mounts an API token: the autoscaler scales worker groups
+    through the Kubernetes API."""
     ports = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()]
     ports.append({"name": "metrics", "containerPort": METRICS_PORT})
     return {
@@ -126,23 +173,46 @@ def head_group(config: StackConfig, image: str, *, hf_token: bool = False) -> di
             "metadata": _pod_metadata(),
             "spec": {
                 "serviceAccountName": WORKLOAD_KSA,
+                "automountServiceAccountToken": autoscaler,
+                "securityContext": _pod_security_context(),
                 "nodeSelector": {ROLE_LABEL: "system"},
                 "containers": [
                     {
                         "name": "ray-head",
                         "image": image,
-                        "imagePullPolicy": "IfNotPresent",
+                        "imagePullPolicy": "Always",
                         "ports": ports,
                         "resources": _resources(2, "8Gi"),
                         "env": _env(hf_token),
-                        "volumeMounts": _volume_mounts(config),
+                        "volumeMounts": _volume_mounts(config, hf_token=hf_token),
                         "securityContext": _security_context(),
                     }
                 ],
-                "volumes": _volumes(config),
+                "volumes": _volumes(config, hf_token=hf_token),
             },
         },
     }
+
+
+def _tpu_metrics_env(config: StackConfig) -> list[dict[str, Any]]:
+    if not config.observability.tpu_metrics:
+        return []
+    return [
+        {
+            "name": "TPU_DEVICE_PLUGIN_HOST_IP",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}},
+        },
+        {
+            "name": "TPU_DEVICE_PLUGIN_ADDR",
+            "value": f"$(TPU_DEVICE_PLUGIN_HOST_IP):{TPU_DEVICE_PLUGIN_METRICS_PORT}",
+        },
+    ]
+
+
+def _label_pods(cluster_spec: dict[str, Any], workload: str) -> dict[str, Any]:
+    for group in (cluster_spec["headGroupSpec"], *cluster_spec["workerGroupSpecs"]):
+        group["template"]["metadata"].setdefault("labels", {})[WORKLOAD_LABEL] = workload
+    return cluster_spec
 
 
 def tpu_tolerations(pool: TpuPoolConfig) -> list[dict[str, str]]:
@@ -180,23 +250,25 @@ def tpu_worker_group(
             "metadata": _pod_metadata(),
             "spec": {
                 "serviceAccountName": WORKLOAD_KSA,
+                "automountServiceAccountToken": False,  # workers never call the API server
+                "securityContext": _pod_security_context(),
                 "nodeSelector": node_selector,
                 "tolerations": tpu_tolerations(pool),
                 "containers": [
                     {
                         "name": "ray-worker",
                         "image": image,
-                        "imagePullPolicy": "IfNotPresent",
+                        "imagePullPolicy": "Always",
                         "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
                         "resources": _resources(
                             tpu.pod_cpu, f"{tpu.pod_memory_gib}Gi", tpu.chips_per_host
                         ),
-                        "env": _env(hf_token),
-                        "volumeMounts": _volume_mounts(config),
+                        "env": [*_env(hf_token), *_tpu_metrics_env(config)],
+                        "volumeMounts": _volume_mounts(config, hf_token=hf_token),
                         "securityContext": _security_context(),
                     }
                 ],
-                "volumes": _volumes(config),
+                "volumes": _volumes(config, hf_token=hf_token),
             },
         },
     }
@@ -277,6 +349,7 @@ def rayjob(config: StackConfig, *, queue_name: str | None = None) -> dict[str, A
             ],
         },
     }
+    _label_pods(spec["rayClusterSpec"], TRAINING_JOB_NAME)
     if queue_name:
         spec["suspend"] = True  # Kueue admits it when the queued capacity arrives
     return {
@@ -293,11 +366,14 @@ def _submitter_template(image: str) -> dict[str, Any]:
         "spec": {
             "restartPolicy": "Never",
             "serviceAccountName": WORKLOAD_KSA,
+            "automountServiceAccountToken": False,  # it talks to the Ray dashboard, not the API
+            "securityContext": _pod_security_context(),
             "nodeSelector": {ROLE_LABEL: "system"},
             "containers": [
                 {
                     "name": "ray-job-submitter",
                     "image": image,
+                    "imagePullPolicy": "Always",
                     "resources": _resources("500m", "1Gi"),
                     "env": [{"name": "HOME", "value": "/tmp"}],  # `ray job submit` writes ~/.ray
                     "securityContext": _security_context(),
@@ -378,17 +454,21 @@ def rayservice(config: StackConfig, *, hf_token: bool) -> dict[str, Any]:
         (m.min_replicas for m in serving.models), default=0
     )  # one replica per slice at most
     service_type = "LoadBalancer" if serving.expose_publicly else "ClusterIP"
-    return {
+    metadata: dict[str, Any] = {
+        "name": SERVICE_NAME,
+        "namespace": config.namespace,
+        "labels": {
+            "app.kubernetes.io/name": SERVICE_NAME,
+            "app.kubernetes.io/part-of": "park-gke",
+        },
+    }
+    if serving.expose_publicly:
+        # park:serving.exposePublicly, made visible to review and to the policy pack
+        metadata["annotations"] = {EXPOSE_SERVE_ANNOTATION: "true"}
+    manifest: dict[str, Any] = {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
-        "metadata": {
-            "name": SERVICE_NAME,
-            "namespace": config.namespace,
-            "labels": {
-                "app.kubernetes.io/name": SERVICE_NAME,
-                "app.kubernetes.io/part-of": "park-gke",
-            },
-        },
+        "metadata": metadata,
         "spec": {
             "upgradeStrategy": {"type": serving.upgrade_strategy},
             "serveConfigV2": yaml.safe_dump(serve_config(config), sort_keys=False),
@@ -402,7 +482,7 @@ def rayservice(config: StackConfig, *, hf_token: bool) -> dict[str, Any]:
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": True,
-                "headGroupSpec": head_group(config, image, hf_token=hf_token),
+                "headGroupSpec": head_group(config, image, hf_token=hf_token, autoscaler=True),
                 "workerGroupSpecs": [
                     tpu_worker_group(
                         config,
@@ -417,3 +497,5 @@ def rayservice(config: StackConfig, *, hf_token: bool) -> dict[str, Any]:
             },
         },
     }
+    _label_pods(manifest["spec"]["rayClusterConfig"], SERVICE_NAME)
+    return manifest
