@@ -165,8 +165,8 @@ class PricesConfig(_Model):
     """`park:prices`: your own rates over infra/data/prices.yaml (negotiated, regional, newer)."""
 
     source: str | None = None  # where these figures come from; `park cost` prints it
-    tpu_chip_hour: dict[Capacity, NonNegativeFloat] = {}  # USD per TPU chip-hour, by capacity type
-    machine_hour: dict[str, NonNegativeFloat] = {}  # USD per node-hour, by machine type (CPU / GPU pools)
+    tpu_chip_hour: dict[Capacity, NonNegativeFloat] = {}  # USD / chip-hour by capacity type
+    machine_hour: dict[str, NonNegativeFloat] = {}  # USD / node-hour by machine type (CPU, GPU)
     cluster_hour: float | None = Field(None, ge=0)  # GKE cluster management fee
 
 

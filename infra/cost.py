@@ -1,0 +1,414 @@
+"""What a stack costs per hour, while idle, and per training run, from list prices.
+
+Pure arithmetic on the stack config and the TPU catalog: no render, no cloud. Prices come from
+`infra/data/prices.yaml` (Google's list prices, each with its source and date) unless the stack
+overrides them with `park:prices`; every figure records which of the two it came from, so the
+output can say so.
+
+The model, in words (the same words `park cost` prints):
+- a TPU pool at full size runs every host of every slice; it is billed per chip-hour at its
+  capacity type's price (the host VM is included in TPU prices);
+- idle means no job and no serving replica: autoscaled TPU pools are at 0 nodes and cost
+  nothing; a reservation is billed for its whole term anyway; a pool without autoscaling keeps
+  its nodes; the CPU pool keeps its minimum nodes; the cluster fee runs always;
+- the serving floor is idle plus the slices the RayService keeps up for its minimum replicas;
+- a training run is `steps x park:training.estimatedStepSeconds` on the training slices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.config import StackConfig
+
+PRICES_FILE = Path(__file__).parent / "data" / "prices.yaml"
+CAPACITY_TYPES = ("on-demand", "spot", "reservation", "flex-start", "queued")
+SHOWN_CAPACITY_TYPES = ("on-demand", "spot", "reservation", "flex-start")
+HOURS_PER_MONTH = 730  # Google's billing month
+OVERRIDE = "park:prices"
+
+
+@dataclass(frozen=True)
+class Price:
+    """One figure and where it came from: `park:prices` or a source of prices.yaml."""
+
+    value: float
+    source: str  # "park:prices" or a source key of prices.yaml, e.g. "trillium-ga"
+    basis: str = ""  # how the figure was derived, if it was
+
+
+@dataclass(frozen=True)
+class PriceSheet:
+    """The prices that apply to one stack (its region, its overrides)."""
+
+    region: str
+    tpu: dict[str, dict[str, Price]]  # generation -> capacity type -> per chip-hour
+    machines: dict[str, Price]  # machine type -> per node-hour
+    cluster: Price
+    sources: dict[str, dict[str, str]]  # source key -> url, date, says
+    override_source: str | None  # park:prices.source, when the stack overrides anything
+    region_matched: dict[str, bool] = field(default_factory=dict)  # generation -> own row?
+
+    def chip_hour(self, generation: str, capacity: str) -> Price | None:
+        return self.tpu.get(generation, {}).get(capacity)
+
+
+@cache
+def _price_file(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def load_prices(config: StackConfig, path: Path = PRICES_FILE) -> PriceSheet:
+    """The price sheet for a stack: prices.yaml's row for its region, then `park:prices`."""
+    data = _price_file(path)
+    region = config.region
+    tpu: dict[str, dict[str, Price]] = {}
+    matched: dict[str, bool] = {}
+    for generation, rows in (data.get("tpu") or {}).items():
+        row = rows.get(region) or rows.get("*") or {}
+        matched[generation] = region in rows
+        basis = row.get("basis") or {}
+        tpu[generation] = {
+            cap: Price(float(v), row["source"], basis.get(cap, ""))
+            for cap, v in (row.get("chip_hour") or {}).items()
+        }
+    machine_rows = data.get("machines") or {}
+    machine_row = machine_rows.get(region) or machine_rows.get("*") or {}
+    machines = {
+        name: Price(float(v), machine_row["source"])
+        for name, v in (machine_row.get("hour") or {}).items()
+    }
+    cluster = Price(float(data["cluster"]["hour"]), data["cluster"]["source"])
+
+    own = config.prices
+    overridden = bool(own.tpu_chip_hour or own.machine_hour or own.cluster_hour is not None)
+    for cap, value in own.tpu_chip_hour.items():
+        for generation in tpu:
+            tpu[generation][cap] = Price(float(value), OVERRIDE)
+    for name, value in own.machine_hour.items():
+        machines[name] = Price(float(value), OVERRIDE)
+    if own.cluster_hour is not None:
+        cluster = Price(float(own.cluster_hour), OVERRIDE)
+    sources = {k: {kk: str(vv) for kk, vv in v.items()} for k, v in data["sources"].items()}
+    return PriceSheet(
+        region=region,
+        tpu=tpu,
+        machines=machines,
+        cluster=cluster,
+        sources=sources,
+        override_source=(own.source or "stack config") if overridden else None,
+        region_matched=matched,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Estimate
+
+
+@dataclass(frozen=True)
+class PoolCost:
+    """One node pool: its size, and what it costs full, idle, and by capacity type."""
+
+    name: str
+    kind: str  # "tpu", "cpu" or "gpu"
+    machine_type: str
+    topology: str
+    slices: int
+    hosts: int  # at full size
+    chips: int  # at full size
+    capacity: str
+    by_capacity: dict[str, float | None]  # full size, $/h, for each shown capacity type
+    full_per_hour: float | None  # at the configured capacity type
+    idle_per_hour: float | None
+    idle_why: str
+    price: Price | None  # per chip-hour (TPU) or node-hour (CPU / GPU)
+    generation: str = ""  # TPU generation, e.g. "v6e"
+
+    @property
+    def chip_hours_per_hour(self) -> int:
+        return self.chips
+
+
+@dataclass(frozen=True)
+class RunCost:
+    steps: int
+    step_seconds: float
+    hours: float
+    chips: int
+    chip_hours: float
+    capacity: str
+    cost: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class StackCost:
+    stack: str
+    region: str
+    pools: list[PoolCost]
+    cluster_per_hour: float
+    full_per_hour: float | None  # everything up at its configured capacity
+    idle_per_hour: float | None
+    serving_floor_per_hour: float | None
+    serving_floor_why: str
+    training_run: RunCost | None
+    prices: PriceSheet
+    missing: list[str]  # figures with no price: set them in park:prices
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain data, for `park cost --json` and tests (money rounded to 1e-6 USD)."""
+        return _rounded(
+            {
+                "stack": self.stack,
+                "region": self.region,
+                "currency": "USD",
+                "pools": [
+                    {
+                        "name": p.name,
+                        "kind": p.kind,
+                        "machine_type": p.machine_type,
+                        "topology": p.topology,
+                        "slices": p.slices,
+                        "hosts": p.hosts,
+                        "chips": p.chips,
+                        "chip_hours_per_hour": p.chip_hours_per_hour,
+                        "capacity": p.capacity,
+                        "per_hour_by_capacity": p.by_capacity,
+                        "per_hour": p.full_per_hour,
+                        "idle_per_hour": p.idle_per_hour,
+                        "idle_why": p.idle_why,
+                        "price_source": p.price.source if p.price else None,
+                    }
+                    for p in self.pools
+                ],
+                "cluster_per_hour": self.cluster_per_hour,
+                "full_per_hour": self.full_per_hour,
+                "idle_per_hour": self.idle_per_hour,
+                "idle_per_month": _mul(self.idle_per_hour, HOURS_PER_MONTH),
+                "serving_floor_per_hour": self.serving_floor_per_hour,
+                "training_run": None
+                if self.training_run is None
+                else {
+                    "steps": self.training_run.steps,
+                    "step_seconds": self.training_run.step_seconds,
+                    "hours": self.training_run.hours,
+                    "chips": self.training_run.chips,
+                    "chip_hours": self.training_run.chip_hours,
+                    "capacity": self.training_run.capacity,
+                    "cost": self.training_run.cost,
+                },
+                "prices": {
+                    "override": self.prices.override_source,
+                    "sources_used": sorted(used_sources(self)),
+                },
+                "missing": self.missing,
+            }
+        )
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _mul(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _sum(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _price_key(capacity: str) -> str:
+    return "flex-start" if capacity == "queued" else capacity
+
+
+def _tpu_pool_cost(config: StackConfig, index: int, sheet: PriceSheet) -> PoolCost:
+    pool = config.tpu_pools[index]
+    tpu = pool.slice
+    chips, hosts = tpu.chips * pool.slices, tpu.hosts * pool.slices
+    generation = tpu.generation.name
+
+    def per_hour(capacity: str) -> float | None:
+        price = sheet.chip_hour(generation, capacity) or sheet.chip_hour(
+            generation, _price_key(capacity)
+        )
+        return None if price is None else chips * price.value
+
+    price = sheet.chip_hour(generation, pool.capacity) or sheet.chip_hour(
+        generation, _price_key(pool.capacity)
+    )
+    full = per_hour(pool.capacity)
+    if pool.capacity == "reservation":
+        idle, why = full, "a reservation is billed whether nodes run or not"
+    elif not pool.autoscaling:
+        idle, why = full, "no autoscaling: its nodes stay up"
+    else:
+        idle, why = 0.0, "autoscaled to 0 nodes"
+    return PoolCost(
+        name=pool.name,
+        kind="tpu",
+        machine_type=pool.machine_type,
+        topology=pool.topology,
+        slices=pool.slices,
+        hosts=hosts,
+        chips=chips,
+        capacity=pool.capacity,
+        by_capacity={c: per_hour(c) for c in SHOWN_CAPACITY_TYPES},
+        full_per_hour=full,
+        idle_per_hour=idle,
+        idle_why=why,
+        price=price,
+        generation=generation,
+    )
+
+
+def _node_pool_cost(
+    name: str,
+    kind: str,
+    machine_type: str,
+    capacity: str,
+    max_nodes: int,
+    min_nodes: int,
+    sheet: PriceSheet,
+    chips: int = 0,
+) -> PoolCost:
+    price = sheet.machines.get(machine_type)
+    value = None if price is None else price.value
+    # Only on-demand node prices are shipped; other capacity types need park:prices.
+    full = None if value is None or capacity != "on-demand" else max_nodes * value
+    idle = None if value is None or capacity != "on-demand" else min_nodes * value
+    return PoolCost(
+        name=name,
+        kind=kind,
+        machine_type=machine_type,
+        topology="",
+        slices=0,
+        hosts=max_nodes,
+        chips=chips,
+        capacity=capacity,
+        by_capacity={
+            c: (max_nodes * value if value and c == "on-demand" else None)
+            for c in SHOWN_CAPACITY_TYPES
+        },
+        full_per_hour=full,
+        idle_per_hour=0.0 if min_nodes == 0 else idle,
+        idle_why=f"keeps its minimum of {min_nodes} node(s)" if min_nodes else "scales to 0 nodes",
+        price=price,
+    )
+
+
+def _serving_floor(config: StackConfig, pools: dict[str, PoolCost]) -> tuple[float | None, str]:
+    """Idle plus the slices the RayService keeps up (one per minimum replica, as rendered)."""
+    serving = config.serving
+    if not serving.enabled or not serving.models:
+        return 0.0, "no serving"
+    pool = config.tpu_pool(serving.pool)
+    slices = min(max(m.min_replicas for m in serving.models), pool.slices)
+    cost = pools[pool.name]
+    if slices == 0:
+        return 0.0, "minReplicas 0: serving scales to 0"
+    if cost.idle_per_hour == cost.full_per_hour:
+        return 0.0, f"{slices} slice(s) of {pool.name}, already billed while idle"
+    per_slice = _mul(cost.full_per_hour, 1 / pool.slices)
+    return _mul(per_slice, slices), f"{slices} slice(s) of {pool.name} for minReplicas"
+
+
+def _training_run(config: StackConfig, pools: dict[str, PoolCost]) -> RunCost | None:
+    training = config.training
+    if not training.enabled:
+        return None
+    pool = config.tpu_pool(training.pool)
+    tpu = pool.slice
+    chips = tpu.chips * training.num_slices
+    hours = training.steps * training.estimated_step_seconds / 3600
+    price = pools[pool.name].price
+    cost = None if price is None else chips * hours * price.value
+    note = (
+        "already paid by the reservation; shown at its rate"
+        if pool.capacity == "reservation"
+        else "spot runs may be preempted and resume from a checkpoint: budget for reruns"
+        if pool.capacity == "spot"
+        else ""
+    )
+    return RunCost(
+        steps=training.steps,
+        step_seconds=training.estimated_step_seconds,
+        hours=hours,
+        chips=chips,
+        chip_hours=chips * hours,
+        capacity=pool.capacity,
+        cost=cost,
+        note=note,
+    )
+
+
+def estimate(config: StackConfig, sheet: PriceSheet | None = None) -> StackCost:
+    """The cost of a stack: per pool, in total, idle, at the serving floor, per training run."""
+    sheet = sheet or load_prices(config)
+    cpu = config.cpu_pool
+    pools = [
+        _node_pool_cost(
+            "cpu", "cpu", cpu.machine_type, "on-demand", cpu.max_nodes, cpu.min_nodes, sheet
+        )
+    ]
+    pools += [_tpu_pool_cost(config, i, sheet) for i in range(len(config.tpu_pools))]
+    for gpu in config.gpu_pools:
+        pools.append(
+            _node_pool_cost(
+                gpu.name,
+                "gpu",
+                gpu.machine_type,
+                gpu.capacity,
+                gpu.nodes,
+                0 if gpu.autoscaling else gpu.nodes,
+                sheet,
+                chips=gpu.accelerator_count * gpu.nodes,
+            )
+        )
+    by_name = {p.name: p for p in pools}
+    cluster = sheet.cluster.value
+    full = _sum([cluster, *(p.full_per_hour for p in pools)])
+    idle = _sum([cluster, *(p.idle_per_hour for p in pools)])
+    floor_extra, floor_why = _serving_floor(config, by_name)
+    missing = [
+        f"{p.name}: no {p.capacity} price for {p.machine_type} in {sheet.region}; "
+        f"set {OVERRIDE}.{'tpuChipHour' if p.kind == 'tpu' else 'machineHour'}"
+        for p in pools
+        if p.full_per_hour is None
+    ]
+    return StackCost(
+        stack=config.stack,
+        region=sheet.region,
+        pools=pools,
+        cluster_per_hour=cluster,
+        full_per_hour=full,
+        idle_per_hour=idle,
+        serving_floor_per_hour=_sum([idle, floor_extra]),
+        serving_floor_why=floor_why,
+        training_run=_training_run(config, by_name),
+        prices=sheet,
+        missing=missing,
+    )
+
+
+def used_sources(cost: StackCost) -> set[str]:
+    """The price sources the estimate relied on (prices.yaml keys and/or park:prices)."""
+    used = {cost.prices.cluster.source}
+    used |= {p.price.source for p in cost.pools if p.price is not None}
+    for pool in cost.pools:
+        for cap in SHOWN_CAPACITY_TYPES if pool.kind == "tpu" else ():
+            price = cost.prices.chip_hour(pool.generation, cap)
+            if price is not None:
+                used.add(price.source)
+    return used
