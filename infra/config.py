@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, ValidationError
 from pydantic.alias_generators import to_camel
@@ -181,10 +181,37 @@ class ObservabilityConfig(_Model):
     grafana: bool = False  # Grafana dashboards for Ray as ConfigMaps
 
 
+# The policy pack's rules (policy/rules.py asserts it has exactly these, in this order): a typo
+# in a stack's park:policy.enforcement is a config error, not a level silently never applied.
+PolicyRule = Literal[
+    "tpu-pool-shape",
+    "tpu-topology-multi-host-only",
+    "tpu-compact-single-zone",
+    "pool-capacity",
+    "tpu-idle-scale-to-zero",
+    "rayjob-shutdown-after-finish",
+    "tpu-requires-toleration",
+    "ray-tpu-worker-shape",
+    "ray-workers-target-tpu-pools",
+    "gke-workload-identity",
+    "no-service-account-keys",
+    "node-sa-not-default",
+    "gke-private-nodes",
+    "bucket-uniform-access",
+    "no-public-iam-members",
+    "workload-roles-bucket-scoped",
+    "ray-not-public",
+    "deletion-protection-prod",
+    "no-plaintext-secrets",
+    "pod-hardening",
+]
+POLICY_RULE_NAMES: tuple[str, ...] = get_args(PolicyRule)
+
+
 class PolicyConfig(_Model):
     """Per-stack policy settings: rule name → mandatory | advisory | disabled."""
 
-    enforcement: dict[str, Literal["mandatory", "advisory", "disabled"]] = {}
+    enforcement: dict[PolicyRule, Literal["mandatory", "advisory", "disabled"]] = {}
     prod_like: bool | None = None  # default: the stack name starts with "prod"
 
 

@@ -14,7 +14,7 @@ import yaml
 
 from infra import catalog
 from infra.config import RAY_VERSION, StackConfig, TpuPoolConfig
-from infra.plan.node_pools import QUEUED_TAINT_KEY, ROLE_LABEL
+from infra.plan.node_pools import POOL_LABEL, QUEUED_TAINT_KEY, ROLE_LABEL
 
 WORKLOAD_KSA = "park-workload"
 HF_SECRET_NAME = "hf-token"
@@ -236,7 +236,10 @@ def tpu_worker_group(
 ) -> dict[str, Any]:
     """The worker group shared by training and serving: one Ray pod per TPU host."""
     tpu = pool.slice
-    node_selector = tpu.node_labels()
+    # The pool's own label too: two pools of one topology (prod: training on a reservation,
+    # serving on demand) must not take each other's nodes, nor make the autoscaler grow the
+    # wrong one.
+    node_selector = {**tpu.node_labels(), POOL_LABEL: pool.name}
     if pool.capacity == "spot":
         node_selector[catalog.SPOT_LABEL] = "true"
     return {

@@ -69,7 +69,7 @@ def test_worker_groups_follow_the_catalog(rendered):
         resources = pod["containers"][0]["resources"]
         assert resources["requests"]["google.com/tpu"] == str(tpu.chips_per_host)
         assert resources["limits"]["google.com/tpu"] == str(tpu.chips_per_host)
-        expected = tpu.node_labels()
+        expected = {**tpu.node_labels(), "park-gke/pool": pool.name}
         if pool.capacity == "spot":
             expected[catalog.SPOT_LABEL] = "true"
         assert pod["nodeSelector"] == expected

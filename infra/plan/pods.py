@@ -1,0 +1,139 @@
+"""The pods KubeRay will create, read out of RayJob / RayService / RayCluster manifests.
+
+Scanners such as checkov skip custom resources, and policies must look at every container
+wherever it hides in a Ray spec. Both ask this module, so "which pod templates does this
+manifest hold" is answered once. Works on plain dicts and on Pulumi's read-only mappings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+RAY_KINDS = ("RayJob", "RayService", "RayCluster")
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """One pod template inside a Ray custom resource."""
+
+    role: Literal["head", "worker", "submitter", "workload"]
+    group: str  # worker group name; "head" / "submitter" otherwise
+    path: str  # where it sits in the spec, for messages
+    template: Mapping[str, Any]
+    group_spec: Mapping[str, Any]  # the head / worker group spec (empty for the submitter)
+
+
+def _cluster_spec(kind: str, spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    if kind == "RayJob":
+        return "spec.rayClusterSpec", spec.get("rayClusterSpec") or {}
+    if kind == "RayService":
+        return "spec.rayClusterConfig", spec.get("rayClusterConfig") or {}
+    return "spec", spec
+
+
+def pod_templates(kind: str, spec: Mapping[str, Any] | None) -> Iterator[PodTemplate]:
+    """Head, every worker group and (RayJob) the submitter, in that order."""
+    if kind not in RAY_KINDS or not isinstance(spec, Mapping):
+        return
+    prefix, cluster = _cluster_spec(kind, spec)
+    head = cluster.get("headGroupSpec")
+    if isinstance(head, Mapping) and isinstance(head.get("template"), Mapping):
+        yield PodTemplate(
+            "head", "head", f"{prefix}.headGroupSpec.template", head["template"], head
+        )
+    workers = cluster.get("workerGroupSpecs")
+    if isinstance(workers, Sequence) and not isinstance(workers, str):
+        for i, group in enumerate(workers):
+            if isinstance(group, Mapping) and isinstance(group.get("template"), Mapping):
+                yield PodTemplate(
+                    "worker",
+                    str(group.get("groupName", i)),
+                    f"{prefix}.workerGroupSpecs[{i}].template",
+                    group["template"],
+                    group,
+                )
+    submitter = spec.get("submitterPodTemplate") if kind == "RayJob" else None
+    if isinstance(submitter, Mapping):
+        yield PodTemplate("submitter", "submitter", "spec.submitterPodTemplate", submitter, {})
+
+
+# Core kinds and where their pod template sits (a bare Pod is its own template).
+_CORE_TEMPLATE_PATHS = {
+    "Deployment": ("template",),
+    "StatefulSet": ("template",),
+    "DaemonSet": ("template",),
+    "ReplicaSet": ("template",),
+    "Job": ("template",),
+    "CronJob": ("jobTemplate", "spec", "template"),
+}
+
+
+def workload_pod_templates(kind: str, body: Mapping[str, Any]) -> Iterator[PodTemplate]:
+    """Pod templates of any workload manifest: Ray's kinds as above, core kinds (Pod,
+    Deployment, Job, ...) as their single template; nothing for other kinds."""
+    spec = body.get("spec")
+    if kind in RAY_KINDS:
+        yield from pod_templates(kind, spec)
+        return
+    if not isinstance(spec, Mapping):
+        return
+    if kind == "Pod":
+        template = {"metadata": body.get("metadata") or {}, "spec": spec}
+        yield PodTemplate("workload", kind, "spec", template, {})
+        return
+    path = _CORE_TEMPLATE_PATHS.get(kind)
+    node: Any = spec
+    for part in path or ():
+        node = node.get(part) if isinstance(node, Mapping) else None
+    if path and isinstance(node, Mapping):
+        yield PodTemplate("workload", kind, "spec." + ".".join(path), node, {})
+
+
+def containers(template: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Init containers and containers of a pod template."""
+    pod_spec = template.get("spec") or {}
+    out: list[Mapping[str, Any]] = []
+    for key in ("initContainers", "containers"):
+        items = pod_spec.get(key) or []
+        out += [c for c in items if isinstance(c, Mapping)]
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A deep, mutable copy made of dicts and lists (Pulumi hands out read-only mappings)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_plain(v) for v in value]
+    return value
+
+
+def derived_pods(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Pod documents for each template of a Ray manifest, named `<cr>-<role>[-<group>]`.
+
+    Only what our manifest declares: what KubeRay adds at run time (the `ray start` command,
+    probes, its own env) is not invented here, so a finding is about our spec.
+    """
+    kind = str(manifest.get("kind", ""))
+    metadata = manifest.get("metadata") or {}
+    name = str(metadata.get("name", kind.lower()))
+    pods = []
+    for ref in pod_templates(kind, manifest.get("spec")):
+        template_meta = _plain(ref.template.get("metadata") or {})
+        suffix = ref.role if ref.role != "worker" else f"worker-{ref.group}"
+        pod_meta: dict[str, Any] = {
+            **template_meta,
+            "name": f"{name}-{suffix}",
+            "namespace": metadata.get("namespace", "default"),
+        }
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": pod_meta,
+                "spec": _plain(ref.template.get("spec") or {}),
+            }
+        )
+    return pods
