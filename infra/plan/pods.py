@@ -12,6 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 RAY_KINDS = ("RayJob", "RayService", "RayCluster")
+# Labels KubeRay puts on every head and worker pod (ray-operator/controllers/ray/utils/
+# constant.go); the Ray NetworkPolicy selects on the first.
+RAY_NODE_LABEL = "ray.io/is-ray-node"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+RAY_GROUP_LABEL = "ray.io/group"
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,9 @@ def _plain(value: Any) -> Any:
 def derived_pods(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Pod documents for each template of a Ray manifest, named `<cr>-<role>[-<group>]`.
 
-    Only what our manifest declares: what KubeRay adds at run time (the `ray start` command,
-    probes, its own env) is not invented here, so a finding is about our spec.
+    What our manifest declares, plus only the labels KubeRay puts on head and worker pods (so
+    a scanner can tell which NetworkPolicy covers them). Nothing else KubeRay adds at run time
+    (the `ray start` command, probes, its env) is invented here: a finding is about our spec.
     """
     kind = str(manifest.get("kind", ""))
     metadata = manifest.get("metadata") or {}
@@ -128,6 +134,13 @@ def derived_pods(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
             "name": f"{name}-{suffix}",
             "namespace": metadata.get("namespace", "default"),
         }
+        if ref.role in ("head", "worker"):
+            pod_meta["labels"] = {
+                **(template_meta.get("labels") or {}),
+                RAY_NODE_LABEL: "yes",
+                RAY_NODE_TYPE_LABEL: ref.role,
+                RAY_GROUP_LABEL: "headgroup" if ref.role == "head" else ref.group,
+            }
         pods.append(
             {
                 "apiVersion": "v1",

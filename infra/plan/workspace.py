@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.config import StackConfig
+from infra.plan.pods import RAY_NODE_LABEL
 from infra.plan.ray import (
     DASHBOARD_PORT,
     HF_SECRET_NAME,
@@ -95,7 +96,7 @@ def ray_network_policy(config: StackConfig) -> dict[str, Any]:
         "kind": "NetworkPolicy",
         "metadata": {"name": "ray-pods", "namespace": config.namespace, "labels": PART_OF},
         "spec": {
-            "podSelector": {"matchLabels": {"ray.io/is-ray-node": "yes"}},
+            "podSelector": {"matchLabels": {RAY_NODE_LABEL: "yes"}},
             "policyTypes": ["Ingress"],
             "ingress": ingress,
         },
