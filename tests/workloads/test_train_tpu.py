@@ -1,0 +1,166 @@
+"""The TPU path without a TPU: the torch_tpu bridge's plan and the ScalingConfig it builds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from ray.util.tpu import get_tpu_num_slices_for_workers
+
+from workloads.train.config import parse_args, resolve
+from workloads.train.scaling import build_scaling_config, build_torch_config
+from workloads.train.tpu_bridge import (
+    BridgeError,
+    TorchTPUConfig,
+    WorkerInfo,
+    plan_torch_tpu_env,
+)
+
+TPU_4X4 = ["--accelerator", "tpu", "--tpu-topology", "4x4", "--tpu-accelerator-type", "TPU-V6E",
+           "--torch-tpu-topology", "4,4,1", "--chips-per-host", "4"]
+
+
+def _slice_workers(hosts: int, chips_per_host: int, *, slice_name: str | None = None,
+                   first_rank: int = 0, host_prefix: str = "10.0.0",
+                   rng: random.Random | None = None) -> list[WorkerInfo]:
+    """Workers of one slice, with ranks dealt out in a shuffled (not host-major) order."""
+    placements = [(h, c) for h in range(hosts) for c in range(chips_per_host)]
+    if rng is not None:
+        rng.shuffle(placements)
+    local_counts: dict[int, int] = {}
+    workers = []
+    for offset, (host, chip) in enumerate(placements):
+        local_rank = local_counts.get(host, 0)
+        local_counts[host] = local_rank + 1
+        workers.append(WorkerInfo(rank=first_rank + offset, node_ip=f"{host_prefix}.{host + 1}",
+                                  local_rank=local_rank, chip=str(chip), slice_name=slice_name))
+    return workers
+
+
+def _own_address(env: dict[str, str], rank: int) -> str:
+    addresses = env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
+    return addresses[rank % len(addresses)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_shuffled_ranks_each_find_their_own_host_port(seed: int) -> None:
+    workers = _slice_workers(4, 4, rng=random.Random(seed))
+    plan = plan_torch_tpu_env(workers, torch_tpu_topology="4,4,1")
+
+    assert sorted(plan) == list(range(16))
+    lists = {env["TORCH_TPU_SLICEBUILDER_ADDRESSES"] for env in plan.values()}
+    assert len(lists) == 1, "every rank of a slice must see the same list"
+    for w in workers:
+        env = plan[w.rank]
+        assert _own_address(env, w.rank) == f"{w.node_ip}:{8070 + w.local_rank}"
+        assert env["TORCH_TPU_TOPOLOGY"] == "4,4,1"
+        assert env["TPU_VISIBLE_DEVICES"] == w.chip
+    # Ray's order is kept: the list follows ranks, not hosts.
+    hosts_in_list = [a.split(":")[0] for a in next(iter(lists)).split(",")]
+    assert hosts_in_list == [w.node_ip for w in sorted(workers, key=lambda w: w.rank)]
+
+
+def test_rank_order_of_the_input_does_not_matter() -> None:
+    workers = _slice_workers(2, 4, rng=random.Random(7))
+    shuffled = list(workers)
+    random.Random(1).shuffle(shuffled)
+    assert plan_torch_tpu_env(shuffled, torch_tpu_topology="2,4,1") == plan_torch_tpu_env(
+        workers, torch_tpu_topology="2,4,1")
+
+
+def test_multi_slice_gets_one_list_per_slice() -> None:
+    rng = random.Random(3)
+    workers = (_slice_workers(4, 4, slice_name="slice-a", rng=rng)
+               + _slice_workers(4, 4, slice_name="slice-b", first_rank=16, host_prefix="10.0.1",
+                                rng=rng))
+    plan = plan_torch_tpu_env(workers, torch_tpu_topology="4,4,1", num_slices=2,
+                              session_id="42")
+
+    first = plan[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
+    second = plan[16]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
+    assert len(first) == len(second) == 16
+    assert all(a.startswith("10.0.0.") for a in first)
+    assert all(a.startswith("10.0.1.") for a in second)
+    for w in workers:
+        assert _own_address(plan[w.rank], w.rank) == f"{w.node_ip}:{8070 + w.local_rank}"
+        assert plan[w.rank]["TORCH_TPU_XPROF_SESSION_ID"] == "42"
+
+
+def test_multi_slice_without_slice_names_splits_ranks_in_blocks() -> None:
+    workers = _slice_workers(1, 4) + _slice_workers(1, 4, first_rank=4, host_prefix="10.0.9")
+    plan = plan_torch_tpu_env(workers, torch_tpu_topology="2,2,1", num_slices=2)
+    assert plan[5]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].startswith("10.0.9.1:8070,")
+
+
+def test_interleaved_slices_are_refused() -> None:
+    a = _slice_workers(1, 4, slice_name="a")
+    b = _slice_workers(1, 4, slice_name="b", first_rank=4, host_prefix="10.0.1")
+    # Rank 3 sits on slice b's host and rank 4 on slice a's: Ray never numbers slices so.
+    a[3], b[0] = WorkerInfo(3, b[0].node_ip, 0, "0", "b"), WorkerInfo(4, a[3].node_ip, 3, "3", "a")
+    with pytest.raises(BridgeError, match="not contiguous"):
+        plan_torch_tpu_env(a + b, torch_tpu_topology="2,2,1", num_slices=2)
+
+
+@pytest.mark.parametrize(
+    ("workers", "message"),
+    [
+        (_slice_workers(1, 4)[:3], "4 chips but 3 workers"),
+        ([WorkerInfo(0, "h", 0), WorkerInfo(2, "h", 1)], "ranks must be"),
+        ([WorkerInfo(0, "h", 0, "0"), WorkerInfo(1, "h", 0, "1")], "share a host and local rank"),
+        ([WorkerInfo(0, "h", 0, "0"), WorkerInfo(1, "h", 1, "0")], "same chip"),
+    ],
+)
+def test_impossible_layouts_are_refused(workers: list[WorkerInfo], message: str) -> None:
+    topology = "2,2,1" if len(workers) != 2 else "2,1,1"
+    with pytest.raises(BridgeError, match=message):
+        plan_torch_tpu_env(workers, torch_tpu_topology=topology)
+
+
+def test_ipv6_addresses_are_bracketed() -> None:
+    plan = plan_torch_tpu_env([WorkerInfo(0, "fd00::1", 0, "0")], torch_tpu_topology="1,1,1")
+    assert plan[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == "[fd00::1]:8070"
+
+
+# ---- ScalingConfig and TorchConfig of the TPU path ------------------------------------------
+
+
+def test_4x4_is_one_slice_of_16_single_chip_workers() -> None:
+    cfg = resolve(parse_args(TPU_4X4), {})
+    scaling = build_scaling_config(cfg)
+
+    assert scaling.num_workers == 16
+    assert scaling.use_tpu is True
+    assert scaling.topology == "4x4"
+    assert scaling.accelerator_type == "TPU-V6E"
+    assert scaling.resources_per_worker == {"TPU": 1}
+    assert get_tpu_num_slices_for_workers(
+        topology="4x4", accelerator_type="TPU-V6E", num_workers=16,
+        resources_per_worker=scaling.resources_per_worker) == 1
+    # What the explicit resources prevent: Ray's default (a host per worker) asks for 4 slices.
+    assert get_tpu_num_slices_for_workers(
+        topology="4x4", accelerator_type="TPU-V6E", num_workers=16) == 4
+
+
+def test_two_slices_of_4x4() -> None:
+    cfg = resolve(parse_args([*TPU_4X4, "--num-slices", "2"]), {})
+    scaling = build_scaling_config(cfg)
+    assert scaling.num_workers == 32
+    assert get_tpu_num_slices_for_workers(
+        topology="4x4", accelerator_type="TPU-V6E", num_workers=32,
+        resources_per_worker=scaling.resources_per_worker) == 2
+    torch_config = build_torch_config(cfg)
+    assert isinstance(torch_config, TorchTPUConfig)
+    assert (torch_config.num_slices, torch_config.torch_tpu_topology) == (2, "4,4,1")
+
+
+def test_torch_configs_per_accelerator() -> None:
+    tpu = build_torch_config(resolve(parse_args(TPU_4X4), {}))
+    assert isinstance(tpu, TorchTPUConfig) and tpu.backend == "tpu_dist"
+    gpu = build_torch_config(resolve(parse_args(["--accelerator", "gpu"]), {"GPU": 2}))
+    assert gpu.backend == "nccl" and not isinstance(gpu, TorchTPUConfig)
+    cpu_cfg = resolve(parse_args(["--accelerator", "cpu", "--num-workers", "3",
+                                  "--global-batch-size", "6"]), {})
+    assert build_torch_config(cpu_cfg).backend == "gloo"
+    cpu = build_scaling_config(cpu_cfg)
+    assert (cpu.num_workers, cpu.use_gpu, cpu.use_tpu) == (3, False, False)
+    assert build_scaling_config(resolve(parse_args(["--accelerator", "gpu"]), {"GPU": 2})).use_gpu

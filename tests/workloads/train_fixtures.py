@@ -1,0 +1,111 @@
+"""Fixtures for the training tests: a one-process gloo group and a real local Ray cluster.
+
+The Ray cluster is started with ``ray start --head --block`` on ports picked at run time (the
+machine may run other Ray clusters), and stopped by terminating that one process, which takes
+down only the Ray processes it started (never ``ray stop``, which would stop everyone's).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def gloo_world1() -> Iterator[None]:
+    """A default process group of one CPU rank, as the loop expects."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class LocalRay:
+    gcs_address: str
+    dashboard_url: str
+    temp_dir: Path
+
+
+def _wait_for(url: str, deadline: float) -> None:
+    """Until the server answers at all (401 counts: Ray 2.60 enables token auth by default)."""
+    import urllib.error
+    import urllib.request
+
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"Ray dashboard did not answer at {url}")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[LocalRay]:
+    """A 2-CPU Ray head with a dashboard (for the Jobs API); this process is connected to it.
+
+    Ray 2.60 turns token auth on for a new head when ~/.ray/auth_token exists, but a client
+    reads its auth mode once, when Ray is imported, so this process (imported long before)
+    could not present a token. The head is therefore started with auth disabled: it lives
+    for one test module and listens on ports nobody else was told about.
+    """
+    import ray
+
+    ports = {name: free_port() for name in (
+        "port", "dashboard-port", "ray-client-server-port", "node-manager-port",
+        "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+        "runtime-env-agent-port", "metrics-export-port")}
+    temp_dir = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths
+    env = dict(os.environ) | {"RAY_AUTH_MODE": "disabled"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("RAY_ADDRESS", None)
+    command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
+               "--num-cpus=2", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+               f"--temp-dir={temp_dir}",
+               "--object-store-memory=300000000", "--disable-usage-stats",
+               *(f"--{name}={port}" for name, port in ports.items())]
+    head = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    dashboard_url = f"http://127.0.0.1:{ports['dashboard-port']}"
+    try:
+        # Slow on a busy 2-core machine: the head can take minutes to come up.
+        _wait_for(dashboard_url + "/api/version", time.time() + 300)
+        # Ray binds the GCS to the node's own IP, which it writes here once the head is up.
+        address_file = temp_dir / "ray_current_cluster"
+        deadline = time.time() + 120
+        while not address_file.exists() and time.time() < deadline:
+            time.sleep(0.5)
+        gcs_address = address_file.read_text().strip()
+        ray.init(address=gcs_address, log_to_driver=True)
+        yield LocalRay(gcs_address=gcs_address, dashboard_url=dashboard_url, temp_dir=temp_dir)
+    finally:
+        ray.shutdown()
+        head.terminate()
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -1,0 +1,335 @@
+"""The training run's configuration: one dataclass, its CLI, its config file, its validation.
+
+The RayJob renders ``python -m workloads.train --flag value ...``; the flag names are a contract
+with the infra side, so they are derived from the field names here (``num_workers`` →
+``--num-workers``) and :func:`to_entrypoint` renders them back from the same table. Precedence:
+dataclass defaults < ``--config FILE`` (YAML or JSON) < CLI flags.
+
+Nothing here imports torch or Ray: the driver validates a run before it touches a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
+STRATEGIES = ("ddp", "fsdp2")
+MODEL_SIZES = ("tiny", "small", "gpt2-small", "gpt2-medium", "1b")
+PRECISIONS = ("auto", "bf16", "fp32")
+DATA_SUFFIXES = (".txt", ".bin", ".npy")
+ENTRYPOINT = "python -m workloads.train"
+DEFAULT_BATCH_PER_WORKER = 4
+
+
+class ConfigError(ValueError):
+    """A flag combination that cannot run; the message says which flag to change."""
+
+
+def _opt(default: Any, help: str, *, type: Any = str, choices: Sequence[str] | None = None) -> Any:
+    """A dataclass field that also describes its CLI flag."""
+    return field(default=default, metadata={"help": help, "type": type, "choices": choices})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs; every field is a ``--flag`` of the entrypoint."""
+
+    # Where and how wide.
+    accelerator: str = _opt("auto", "tpu, gpu, cpu, or auto (detect from the Ray cluster)",
+                            choices=ACCELERATORS)
+    num_workers: int | None = _opt(None, "training workers; TPU: chips across all slices "
+                                   "(default: all chips; GPU: all GPUs; CPU: 2)", type=int)
+    tpu_topology: str | None = _opt(None, "slice topology, e.g. 4x4 (required on TPU)")
+    tpu_accelerator_type: str = _opt("TPU-V6E", "Ray accelerator type of the TPU slice")
+    torch_tpu_topology: str | None = _opt(None, "TORCH_TPU_TOPOLOGY, e.g. 4,4,1 (from the "
+                                          "catalog; default: --tpu-topology padded to 3 dims)")
+    chips_per_host: int | None = _opt(None, "TPU chips per host (checks --num-workers)", type=int)
+    num_slices: int = _opt(1, "TPU slices (multi-slice: HSDP across slices)", type=int)
+    peak_tflops_per_device: float | None = _opt(None, "peak bf16 TFLOP/s of one device, for MFU "
+                                                "(default: built-in table)", type=float)
+    # What to train.
+    strategy: str = _opt("ddp", "data parallelism: ddp or fsdp2", choices=STRATEGIES)
+    model_size: str = _opt("tiny", "model preset", choices=MODEL_SIZES)
+    vocab_size: int | None = _opt(None, "override the preset's vocabulary size", type=int)
+    precision: str = _opt("auto", "bf16 on TPU/GPU, fp32 on CPU when auto", choices=PRECISIONS)
+    compile: bool = _opt(False, "torch.compile the model (backend 'tpu' on TPU)", type=bool)
+    # How long and how fast.
+    steps: int = _opt(100, "optimizer steps in total (a resumed run continues to this)", type=int)
+    global_batch_size: int | None = _opt(None, "sequences per step across all workers "
+                                         "(default: 4 per worker)", type=int)
+    seq_len: int | None = _opt(None, "tokens per sequence (default: the preset's context)",
+                               type=int)
+    lr: float = _opt(3e-4, "peak learning rate (AdamW)", type=float)
+    warmup_steps: int = _opt(10, "linear warmup steps, then cosine decay to 10%", type=int)
+    weight_decay: float = _opt(0.1, "AdamW weight decay on matrices", type=float)
+    grad_clip: float = _opt(1.0, "max global gradient norm (0: off)", type=float)
+    seed: int = _opt(0, "seed for weights and data order", type=int)
+    # Data.
+    data: str = _opt("synthetic", "synthetic, a .txt/.bin/.npy file or folder, or gs://...")
+    # Checkpoints, fault tolerance, reporting.
+    checkpoint_every: int = _opt(50, "checkpoint every N steps (0: never)", type=int)
+    keep_checkpoints: int = _opt(2, "checkpoints kept in storage", type=int)
+    storage_path: str = _opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
+    run_name: str = _opt("park-train", "run name; rerunning a name resumes its last checkpoint")
+    max_failures: int = _opt(3, "worker failures to recover from (-1: forever)", type=int)
+    report_every: int = _opt(10, "print and report metrics every N steps", type=int)
+
+    # ---- derived values -------------------------------------------------------------------
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.accelerator == "tpu"
+
+    @property
+    def workers(self) -> int:
+        """The worker count, once :func:`resolve` has filled it in."""
+        if self.num_workers is None:
+            raise ConfigError("num_workers is unresolved; call resolve() first")
+        return self.num_workers
+
+    @property
+    def batch(self) -> int:
+        """The global batch size, once :func:`resolve` has filled it in."""
+        if self.global_batch_size is None:
+            raise ConfigError("global_batch_size is unresolved; call resolve() first")
+        return self.global_batch_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        """Build from a mapping whose keys are field names, with dashes or underscores."""
+        known = {f.name for f in fields(cls)}
+        normalized = {str(k).replace("-", "_"): v for k, v in values.items()}
+        unknown = sorted(set(normalized) - known)
+        if unknown:
+            raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
+        return cls(**{k: _coerce(k, v) for k, v in normalized.items()})
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Convert a config-file value to the field's type (YAML may give '1e-3' or 4 for 4.0)."""
+    if value is None:
+        return None
+    kind = _FIELDS[name].metadata["type"]
+    try:
+        if kind is bool:
+            if isinstance(value, str):
+                return value.strip().lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        return kind(value)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{_flag(name)}: cannot read {value!r} as {kind.__name__}") from err
+
+
+_FIELDS = {f.name: f for f in fields(TrainConfig)}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+# ---- CLI and config file ----------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The entrypoint's parser; every default is None so that only given flags override."""
+    parser = argparse.ArgumentParser(
+        prog=ENTRYPOINT,
+        description="Train a decoder-only LM with Ray Train (TPU, GPU or CPU).",
+    )
+    parser.add_argument("--config", help="YAML or JSON file whose keys are flag names")
+    for f in fields(TrainConfig):
+        meta = f.metadata
+        default = f.default if f.default is not MISSING else None
+        help_text = f"{meta['help']} (default: {default})"
+        if meta["type"] is bool:
+            parser.add_argument(_flag(f.name), dest=f.name, default=None, help=help_text,
+                                action=argparse.BooleanOptionalAction)
+        else:
+            parser.add_argument(_flag(f.name), dest=f.name, default=None, help=help_text,
+                                type=meta["type"], choices=meta["choices"])
+    return parser
+
+
+def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML or JSON mapping (JSON is YAML, but JSON needs no PyYAML)."""
+    text = Path(path).read_text()
+    if str(path).endswith(".json"):
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of flag names to values")
+    return data
+
+
+def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    """CLI flags over the config file over the defaults; checks what needs no cluster."""
+    args = vars(build_parser().parse_args(argv))
+    config_path = args.pop("config")
+    merged: dict[str, Any] = load_config_file(config_path) if config_path else {}
+    merged = {str(k).replace("-", "_"): v for k, v in merged.items()}
+    merged.update({k: v for k, v in args.items() if v is not None})
+    cfg = TrainConfig.from_dict(merged)
+    validate(cfg)
+    return cfg
+
+
+def to_entrypoint(cfg: TrainConfig | Mapping[str, Any]) -> str:
+    """Render the RayJob entrypoint for a config: only the values that differ from defaults.
+
+    ``parse_args(shlex.split(to_entrypoint(c))[3:]) == c`` for any valid config ``c``.
+    """
+    if not isinstance(cfg, TrainConfig):
+        cfg = TrainConfig.from_dict(cfg)
+    values = cfg.to_dict()
+    parts = [ENTRYPOINT]
+    for f in fields(TrainConfig):
+        value = values[f.name]
+        if value == f.default:
+            continue
+        if f.metadata["type"] is bool:
+            parts.append(_flag(f.name) if value else "--no-" + f.name.replace("_", "-"))
+        elif value is not None:
+            parts += [_flag(f.name), shlex.quote(str(value))]
+    return " ".join(parts)
+
+
+# ---- validation -------------------------------------------------------------------------
+
+
+def topology_chips(topology: str) -> int:
+    """Chips in a topology string: ``4x4`` → 16, ``4,4,1`` → 16."""
+    parts = topology.lower().replace(",", "x").split("x")
+    if not 1 <= len(parts) <= 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ConfigError(f"topology {topology!r} is not of the form AxB, AxBxC or A,B,C")
+    return math.prod(int(p) for p in parts)
+
+
+def default_torch_tpu_topology(tpu_topology: str) -> str:
+    """``4x4`` → ``4,4,1``: torch_tpu's own reading of a 2-D topology (missing dims are 1)."""
+    dims = tpu_topology.lower().split("x")
+    return ",".join([*dims, "1", "1"][:3])
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Raise ConfigError naming the flag to fix; accepts an unresolved (auto) config."""
+    for name, allowed in (("accelerator", ACCELERATORS), ("strategy", STRATEGIES),
+                          ("model_size", MODEL_SIZES), ("precision", PRECISIONS)):
+        if getattr(cfg, name) not in allowed:
+            raise ConfigError(f"{_flag(name)} must be one of {', '.join(allowed)}, "
+                              f"got {getattr(cfg, name)!r}")
+    _check_positive(cfg, "steps", "report_every", "keep_checkpoints", "num_slices")
+    _check_positive(cfg, "num_workers", "global_batch_size", "seq_len", "vocab_size",
+                    "chips_per_host", "peak_tflops_per_device", optional=True)
+    for name in ("checkpoint_every", "warmup_steps", "grad_clip", "weight_decay"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.lr <= 0:
+        raise ConfigError(f"--lr must be > 0, got {cfg.lr}")
+    if cfg.max_failures < -1:
+        raise ConfigError(f"--max-failures must be >= -1, got {cfg.max_failures}")
+    if not cfg.run_name or "/" in cfg.run_name:
+        raise ConfigError(f"--run-name must be a non-empty name without '/', got {cfg.run_name!r}")
+    _validate_data(cfg.data)
+    if cfg.is_tpu:
+        _validate_tpu(cfg)
+    if cfg.num_workers and cfg.global_batch_size and cfg.global_batch_size % cfg.num_workers:
+        raise ConfigError(f"--global-batch-size ({cfg.global_batch_size}) must be a multiple of "
+                          f"--num-workers ({cfg.num_workers})")
+
+
+def _check_positive(cfg: TrainConfig, *names: str, optional: bool = False) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if value is None and optional:
+            continue
+        if value is None or value <= 0:
+            raise ConfigError(f"{_flag(name)} must be > 0, got {value}")
+
+
+def _validate_data(data: str) -> None:
+    if data == "synthetic" or data.startswith("gs://"):
+        return
+    path = Path(data)
+    if path.suffix and path.suffix not in DATA_SUFFIXES:
+        raise ConfigError(f"--data {data!r}: expected 'synthetic', gs://..., a folder, or a "
+                          f"file ending in {', '.join(DATA_SUFFIXES)}")
+
+
+def _validate_tpu(cfg: TrainConfig) -> None:
+    if not cfg.tpu_topology:
+        raise ConfigError("--accelerator tpu needs --tpu-topology (e.g. 4x4); the RayJob passes "
+                          "it from the TPU catalog")
+    if not cfg.tpu_accelerator_type.upper().startswith("TPU-"):
+        raise ConfigError(f"--tpu-accelerator-type must be a Ray TPU type such as TPU-V6E, "
+                          f"got {cfg.tpu_accelerator_type!r}")
+    slice_chips = topology_chips(cfg.tpu_topology)
+    if cfg.torch_tpu_topology and topology_chips(cfg.torch_tpu_topology) != slice_chips:
+        raise ConfigError(f"--torch-tpu-topology {cfg.torch_tpu_topology} has "
+                          f"{topology_chips(cfg.torch_tpu_topology)} chips but --tpu-topology "
+                          f"{cfg.tpu_topology} has {slice_chips}")
+    if cfg.chips_per_host and slice_chips % cfg.chips_per_host:
+        raise ConfigError(f"--tpu-topology {cfg.tpu_topology} ({slice_chips} chips) is not a "
+                          f"whole number of hosts of --chips-per-host {cfg.chips_per_host}")
+    if cfg.num_workers is None:
+        return
+    if cfg.chips_per_host and cfg.num_workers % cfg.chips_per_host:
+        raise ConfigError(f"--num-workers ({cfg.num_workers}) must be a multiple of "
+                          f"--chips-per-host ({cfg.chips_per_host}) on TPU: one worker per chip, "
+                          f"whole hosts")
+    expected = slice_chips * cfg.num_slices
+    if cfg.num_workers != expected:
+        raise ConfigError(f"--num-workers ({cfg.num_workers}) must equal the chips of "
+                          f"--num-slices {cfg.num_slices} times --tpu-topology {cfg.tpu_topology} "
+                          f"({expected}): one worker per chip")
+
+
+def detect_accelerator(cluster_resources: Mapping[str, float]) -> str:
+    """What ``--accelerator auto`` means on a cluster: TPU, then GPU, else CPU."""
+    if cluster_resources.get("TPU", 0) > 0:
+        return "tpu"
+    if cluster_resources.get("GPU", 0) > 0:
+        return "gpu"
+    return "cpu"
+
+
+def resolve(cfg: TrainConfig, cluster_resources: Mapping[str, float]) -> TrainConfig:
+    """Fill what depends on the cluster (accelerator, worker count) and validate the result."""
+    accelerator = cfg.accelerator
+    if accelerator == "auto":
+        accelerator = detect_accelerator(cluster_resources)
+    cfg = replace(cfg, accelerator=accelerator)
+    num_workers = cfg.num_workers
+    torch_tpu_topology = cfg.torch_tpu_topology
+    if accelerator == "tpu":
+        validate(cfg)  # says what is missing before we compute with it
+        assert cfg.tpu_topology is not None
+        if num_workers is None:
+            num_workers = topology_chips(cfg.tpu_topology) * cfg.num_slices
+        torch_tpu_topology = torch_tpu_topology or default_torch_tpu_topology(cfg.tpu_topology)
+    elif num_workers is None:
+        gpus = int(cluster_resources.get("GPU", 0))
+        num_workers = max(gpus, 1) if accelerator == "gpu" else 2
+    storage_path = cfg.storage_path
+    if "://" not in storage_path:
+        storage_path = os.path.abspath(os.path.expanduser(storage_path))
+    cfg = replace(cfg, num_workers=num_workers, torch_tpu_topology=torch_tpu_topology,
+                  storage_path=storage_path,
+                  global_batch_size=cfg.global_batch_size or DEFAULT_BATCH_PER_WORKER * num_workers)
+    validate(cfg)
+    return cfg

@@ -1,0 +1,64 @@
+"""The driver: resolve the config against the cluster, run the TorchTrainer, print the result.
+
+On GKE this runs on the Ray head as the RayJob's entrypoint (``RAY_ADDRESS`` is set, so
+``ray.init()`` attaches); on a laptop ``ray.init()`` starts a local Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.train import CheckpointConfig, FailureConfig, RunConfig
+from ray.train.torch import TorchTrainer
+
+from workloads.train.config import TrainConfig, resolve
+from workloads.train.loop import train_loop_per_worker
+from workloads.train.metrics import RESULT_PREFIX, format_line
+from workloads.train.scaling import build_scaling_config, build_torch_config
+
+
+def build_trainer(cfg: TrainConfig) -> TorchTrainer:
+    """A TorchTrainer for a resolved config: checkpoints in storage_path, restarts on failure."""
+    worker_env: dict[str, Any] = {}
+    if cfg.accelerator == "tpu":
+        # Known before workers start; the bridge sets it again with the per-rank variables.
+        worker_env = {"env_vars": {"TORCH_TPU_TOPOLOGY": str(cfg.torch_tpu_topology)}}
+    run_config = RunConfig(
+        name=cfg.run_name,
+        storage_path=cfg.storage_path,
+        failure_config=FailureConfig(max_failures=cfg.max_failures),
+        checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+        worker_runtime_env=worker_env,
+    )
+    return TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=cfg.to_dict(),
+        torch_config=build_torch_config(cfg),
+        scaling_config=build_scaling_config(cfg),
+        run_config=run_config,
+    )
+
+
+def run(cfg: TrainConfig) -> dict[str, Any]:
+    """Train and return the ``PARK_RESULT`` summary (also printed)."""
+    if not ray.is_initialized():
+        ray.init()
+    cfg = resolve(cfg, ray.cluster_resources())
+    result = build_trainer(cfg).fit()
+    metrics = result.metrics or {}
+    summary = {
+        "status": "succeeded" if result.error is None else "failed",
+        "final_step": metrics.get("step"),
+        "final_loss": metrics.get("loss"),
+        "checkpoint_path": result.checkpoint.path if result.checkpoint else None,
+        "run_path": result.path,
+        "resumes": metrics.get("resumes"),
+        "accelerator": cfg.accelerator,
+        "num_workers": cfg.num_workers,
+        "strategy": cfg.strategy,
+    }
+    if result.error is not None:
+        summary["error"] = str(result.error)
+    print(format_line(RESULT_PREFIX, summary), flush=True)
+    return summary

@@ -1,0 +1,124 @@
+"""Throughput and MFU, and the ``PARK_METRICS`` / ``PARK_RESULT`` lines the CLI streams.
+
+MFU = achieved model FLOP/s / (devices * peak FLOP/s per device). The RayJob passes the TPU
+peak from the infra catalog (``--peak-tflops-per-device 918`` on v6e); the table below is the
+fallback, keyed by the device this worker actually has.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+METRICS_PREFIX = "PARK_METRICS "
+RESULT_PREFIX = "PARK_RESULT "
+
+# Dense bf16 TFLOP/s per device from vendors' data sheets (no sparsity). Keys are matched as
+# substrings of the lower-cased device name, first match wins (so "h100 pcie" before "h100").
+PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("tpu-v6e", 918.0),
+    ("tpu-v5p", 459.0),
+    ("tpu-v5e", 197.0),
+    ("tpu-v5litepod", 197.0),
+    ("tpu-v4", 275.0),
+    ("h200", 989.0),
+    ("h100 pcie", 756.0),
+    ("h100", 989.0),
+    ("a100", 312.0),
+    ("l40s", 362.0),
+    ("l4", 121.0),
+)
+
+
+def peak_tflops(device_name: str) -> float | None:
+    """Peak bf16 TFLOP/s for a device name such as ``TPU-V6E`` or ``NVIDIA H100 80GB HBM3``."""
+    lowered = device_name.lower()
+    for key, value in PEAK_BF16_TFLOPS:
+        if key in lowered:
+            return value
+    return None
+
+
+def device_name(device: torch.device, tpu_accelerator_type: str | None = None) -> str:
+    """A name :func:`peak_tflops` understands, for the device this worker trains on."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "tpu":
+        return tpu_accelerator_type or "tpu"
+    return device.type
+
+
+def mfu(flops_per_token: float, tokens_per_s: float, num_devices: int,
+        peak_tflops_per_device: float | None) -> float | None:
+    """Model FLOPs utilization in [0, 1], or None when the peak is unknown (e.g. CPU)."""
+    if not peak_tflops_per_device or num_devices <= 0:
+        return None
+    return flops_per_token * tokens_per_s / (num_devices * peak_tflops_per_device * 1e12)
+
+
+class ThroughputMeter:
+    """Accumulates loss on the device between reports; one sync per report, none per step."""
+
+    def __init__(self, *, tokens_per_step: int, world_size: int, flops_per_token: float,
+                 peak_tflops_per_device: float | None) -> None:
+        self.tokens_per_step = tokens_per_step
+        self.world_size = world_size
+        self.flops_per_token = flops_per_token
+        self.peak = peak_tflops_per_device
+        self._loss_sum: torch.Tensor | None = None
+        self._steps = 0
+        self._start = time.perf_counter()
+
+    def add(self, loss: torch.Tensor) -> None:
+        detached = loss.detach().float()
+        self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
+        self._steps += 1
+
+    def flush(self, step: int) -> dict[str, Any]:
+        """Metrics over the steps since the last flush; the loss is averaged over all ranks."""
+        assert self._loss_sum is not None, "flush() before any add()"
+        loss = self._loss_sum / self._steps
+        if dist.is_initialized() and self.world_size > 1:
+            dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+            loss = loss / self.world_size
+        loss_value = float(loss.item())  # waits for the device: the window's time is real
+        elapsed = time.perf_counter() - self._start
+        tokens_per_s = self.tokens_per_step * self._steps / elapsed
+        result = {
+            "step": step,
+            "loss": loss_value,
+            "tokens_per_s": tokens_per_s,
+            "tokens_per_s_per_worker": tokens_per_s / self.world_size,
+            "mfu": mfu(self.flops_per_token, tokens_per_s, self.world_size, self.peak),
+            "step_time_s": elapsed / self._steps,
+        }
+        self._loss_sum, self._steps, self._start = None, 0, time.perf_counter()
+        return result
+
+
+def format_line(prefix: str, payload: Mapping[str, Any]) -> str:
+    return prefix + json.dumps(dict(payload), sort_keys=True)
+
+
+_LINE = re.compile(r"(PARK_METRICS|PARK_RESULT) (\{.*\})\s*$")
+
+
+def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
+    """``("PARK_METRICS", {...})`` for a progress line, also behind Ray's ``(pid=...)`` prefix.
+
+    Ray forwards a worker's stdout as ``(RayTrainWorker pid=12, ip=10.0.0.1) PARK_METRICS {...}``,
+    so a reader must look for the marker anywhere in the line, not only at its start.
+    """
+    match = _LINE.search(line)
+    if match is None:
+        return None
+    try:
+        return match.group(1), json.loads(match.group(2))
+    except json.JSONDecodeError:
+        return None
