@@ -8,8 +8,9 @@ problem names the config key, the value, and what is allowed; all of them are re
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -214,6 +215,13 @@ class PolicyConfig(_Model):
     enforcement: dict[PolicyRule, Literal["mandatory", "advisory", "disabled"]] = {}
     prod_like: bool | None = None  # default: the stack name starts with "prod"
 
+    def is_prod_like(self, stack: str) -> bool:
+        """Prod-like stacks keep deletion protection (config rules and the policy pack)."""
+        return self.prod_like if self.prod_like is not None else stack.startswith("prod")
+
+    def level(self, rule: PolicyRule, default: str = "mandatory") -> str:
+        return self.enforcement.get(rule, default)
+
 
 class StackConfig(_Model):
     """Everything one stack declares, validated."""
@@ -322,13 +330,20 @@ def _key_from_loc(loc: tuple[int | str, ...]) -> str:
 # Loading
 
 
-def parse_stack_config(values: Mapping[str, Any], stack: str) -> StackConfig:
+def parse_stack_config(
+    values: Mapping[str, Any], stack: str, secret_keys: Collection[str] | None = None
+) -> StackConfig:
     """Build a StackConfig from `{"gcp:project": ..., "park:tpuPools": [...]}` or raise ConfigError.
 
     Keys outside `gcp:` / `park:` namespaces belong to providers and are ignored here.
+    With `secret_keys` (the keys stored as secrets), a credential in plain text is a problem;
+    credentials never enter the StackConfig (the program reads them as Pulumi secrets).
     """
     raw: dict[str, Any] = {"stack": stack}
     problems: list[ConfigProblem] = []
+    if secret_keys is not None:
+        problems += secret_problems(values, secret_keys)
+    values = _without_secrets(values)
     known = {v: k for k, v in _KEY_OF_FIELD.items()}
     for key, value in values.items():
         if key in known:
@@ -395,6 +410,7 @@ def check_rules(config: StackConfig) -> list[ConfigProblem]:
     problems += _check_gpu_pools(config)
     problems += _check_training(config)
     problems += _check_serving(config)
+    problems += _check_platform(config)
     return problems
 
 
@@ -651,4 +667,225 @@ def _check_serving(config: StackConfig) -> list[ConfigProblem]:
                     f"set it with its own key ({to_camel(key)}), not engineKwargs",
                 )
             )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Secrets, names, ranges and lifecycle: what GCP or Kubernetes would reject at `pulumi up`, or a
+# guardrail of the policy pack (policy/) caught before anything runs.
+
+# Config fields that hold credentials: `pulumi config set --secret --path <key>.<field>`.
+SECRET_FIELDS = {"park:serving": ("hfToken",)}
+_HIDDEN = "<plain text, not shown>"
+
+
+def _without_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for key, fields in SECRET_FIELDS.items():
+        section = out.get(key)
+        if isinstance(section, Mapping):
+            out[key] = {k: v for k, v in section.items() if k not in fields}
+    return out
+
+
+def secret_problems(values: Mapping[str, Any], secret_keys: Collection[str]) -> list[ConfigProblem]:
+    """A credential is stored encrypted (a secret key, or masked as SECRET_PLACEHOLDER by the
+    offline reader), never in plain text in a stack file that is committed."""
+    problems = []
+    for key, fields in SECRET_FIELDS.items():
+        section = values.get(key)
+        if not isinstance(section, Mapping) or key in secret_keys:
+            continue
+        for name in fields:
+            value = section.get(name)
+            if value not in (None, "", SECRET_PLACEHOLDER):
+                problems.append(
+                    ConfigProblem(
+                        f"{key}.{name}",
+                        _HIDDEN,
+                        "a credential in plain text; store it encrypted: "
+                        f"pulumi config set --secret --path '{key}.{name}' <value>",
+                    )
+                )
+    return problems
+
+
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_CLUSTER_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+_BUCKET_RE = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
+_REPOSITORY_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Where every Ray pod already mounts something (infra/plan/ray.py): not for the bucket.
+_RESERVED_MOUNTS = ("/", "/tmp", "/dev/shm", "/var/run/secrets/huggingface")
+
+
+def _cidr(key: str, value: str, problems: list[ConfigProblem]) -> ipaddress.IPv4Network | None:
+    try:
+        return ipaddress.IPv4Network(value)
+    except ValueError as err:
+        problems.append(ConfigProblem(key, value, f"not an IPv4 CIDR range: {err}"))
+        return None
+
+
+def _check_platform(config: StackConfig) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    problems += _check_names(config)
+    problems += _check_ranges(config)
+    problems += _check_lifecycle(config)
+    return problems
+
+
+def _check_names(config: StackConfig) -> list[ConfigProblem]:
+    """Names GKE, GCS, Artifact Registry and Kubernetes accept."""
+    problems = []
+    if not _DNS_LABEL_RE.match(config.namespace) or config.namespace.startswith("kube-"):
+        problems.append(
+            ConfigProblem(
+                "park:namespace",
+                config.namespace,
+                "a Kubernetes namespace: lowercase letters, digits and '-', ≤ 63 chars, not kube-*",
+            )
+        )
+    if not _CLUSTER_NAME_RE.match(config.cluster.name):
+        problems.append(
+            ConfigProblem(
+                "park:cluster.name",
+                config.cluster.name,
+                "a GKE cluster name: lowercase letters, digits and '-', starts with a letter, "
+                "≤ 40 chars",
+            )
+        )
+    bucket = config.bucket_name
+    if not _BUCKET_RE.match(bucket) or bucket.startswith("goog") or ".." in bucket:
+        how = "" if config.storage.bucket else f" (derived from the project and stack: {bucket})"
+        problems.append(
+            ConfigProblem(
+                "park:storage.bucket",
+                config.storage.bucket or bucket,
+                f"a bucket name: 3-63 lowercase letters, digits, '-', '_' or '.'{how}",
+            )
+        )
+    mount = config.storage.mount_path
+    if not mount.startswith("/") or mount.rstrip("/") in ("", *_RESERVED_MOUNTS):
+        problems.append(
+            ConfigProblem(
+                "park:storage.mountPath",
+                mount,
+                f"an absolute path other than {', '.join(_RESERVED_MOUNTS)} (Ray pods mount "
+                "those already)",
+            )
+        )
+    if not _REPOSITORY_RE.match(config.registry.repository):
+        problems.append(
+            ConfigProblem(
+                "park:registry.repository",
+                config.registry.repository,
+                "an Artifact Registry repository id: lowercase letters, digits and '-', starts "
+                "with a letter",
+            )
+        )
+    for i, zone in enumerate(config.extra_tpu_zones):
+        if not zone.startswith(config.region + "-"):
+            problems.append(
+                ConfigProblem(
+                    f"park:extraTpuZones[{i}]",
+                    zone,
+                    f"must be a zone of gcp:region {config.region}",
+                )
+            )
+    if config.cpu_pool.min_nodes > config.cpu_pool.max_nodes:
+        problems.append(
+            ConfigProblem(
+                "park:cpuPool.minNodes",
+                config.cpu_pool.min_nodes,
+                f"must not exceed park:cpuPool.maxNodes ({config.cpu_pool.max_nodes})",
+            )
+        )
+    if config.kuberay.tpu_webhook_chart and config.kuberay.install != "helm":
+        problems.append(
+            ConfigProblem(
+                "park:kuberay.tpuWebhookChart",
+                config.kuberay.tpu_webhook_chart,
+                "only used with install: helm (GKE's Ray add-on brings its own TPU webhook)",
+            )
+        )
+    return problems
+
+
+def _check_ranges(config: StackConfig) -> list[ConfigProblem]:
+    """Valid, non-overlapping ranges; the control plane not open to the whole internet."""
+    problems: list[ConfigProblem] = []
+    net = config.network
+    if net.existing_subnetwork and not net.existing_network:
+        problems.append(
+            ConfigProblem(
+                "park:network.existingSubnetwork",
+                net.existing_subnetwork,
+                "needs park:network.existingNetwork (the network it belongs to)",
+            )
+        )
+    fields = {"masterCidr": net.master_cidr}
+    if not net.existing_network:  # an existing network brings its own subnet ranges
+        fields |= {
+            "subnetCidr": net.subnet_cidr,
+            "podsCidr": net.pods_cidr,
+            "servicesCidr": net.services_cidr,
+        }
+    ranges = {}
+    for name, value in fields.items():
+        parsed = _cidr(f"park:network.{name}", value, problems)
+        if parsed is not None:
+            ranges[name] = parsed
+    master = ranges.get("masterCidr")
+    if master is not None and master.prefixlen != 28:
+        problems.append(
+            ConfigProblem("park:network.masterCidr", net.master_cidr, "GKE needs a /28 range")
+        )
+    names = list(ranges)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            if ranges[first].overlaps(ranges[second]):
+                problems.append(
+                    ConfigProblem(
+                        f"park:network.{second}",
+                        str(ranges[second]),
+                        f"overlaps park:network.{first} ({ranges[first]})",
+                    )
+                )
+    for i, authorized in enumerate(config.cluster.master_authorized_networks):
+        key = f"park:cluster.masterAuthorizedNetworks[{i}].cidr"
+        parsed = _cidr(key, authorized.cidr, problems)
+        if parsed is not None and parsed.prefixlen == 0:
+            problems.append(
+                ConfigProblem(
+                    key, authorized.cidr, "opens the control plane to everyone; list your ranges"
+                )
+            )
+    return problems
+
+
+def _check_lifecycle(config: StackConfig) -> list[ConfigProblem]:
+    """Prod-like stacks (park:policy.prodLike, default: the stack is prod*) keep the cluster
+    and the bucket through a stray destroy, unless their policy makes that rule advisory."""
+    policy = config.policy
+    if not policy.is_prod_like(config.stack):
+        return []
+    if policy.level("deletion-protection-prod") != "mandatory":
+        return []
+    why = (
+        f"stack {config.stack} is prod-like; set park:policy.enforcement."
+        "deletion-protection-prod to advisory to allow it"
+    )
+    problems = []
+    if not config.cluster.deletion_protection:
+        problems.append(
+            ConfigProblem("park:cluster.deletionProtection", False, f"must be true: {why}")
+        )
+    if config.storage.force_destroy:
+        problems.append(
+            ConfigProblem(
+                "park:storage.forceDestroy",
+                True,
+                f"would delete every checkpoint and model on destroy: {why}",
+            )
+        )
     return problems

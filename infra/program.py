@@ -17,9 +17,12 @@ from infra.plan import ray as ray_plan
 
 
 def read_pulumi_config() -> tuple[dict[str, Any], pulumi.Output[str] | None]:
-    """Every known key from Pulumi config; the HF token split off as a Pulumi secret."""
+    """Every park:* and known key from Pulumi config (an unknown park:* key is a typo the
+    config reports, not a setting to ignore); the HF token split off as a Pulumi secret."""
     values: dict[str, Any] = {}
-    for key in config_keys():
+    known = config_keys()
+    typos = [k for k in pulumi.runtime.config.CONFIG.get() if k.startswith("park:")]
+    for key in [*known, *(k for k in typos if k not in known)]:
         raw = pulumi.runtime.get_config(key)
         if raw is None:
             continue
@@ -30,14 +33,16 @@ def read_pulumi_config() -> tuple[dict[str, Any], pulumi.Output[str] | None]:
     hf_token = None
     serving = values.get("park:serving")
     if isinstance(serving, dict) and serving.get("hfToken") is not None:
-        hf_token = pulumi.Output.secret(str(serving.pop("hfToken")))
+        hf_token = pulumi.Output.secret(str(serving["hfToken"]))  # the config drops it
     return values, hf_token
 
 
 def load_config() -> tuple[StackConfig, pulumi.Output[str] | None]:
     values, hf_token = read_pulumi_config()
+    # A credential set without --secret sits in plain text in the stack file: refuse it.
+    secret_keys = [key for key in values if pulumi.runtime.is_config_secret(key)]
     try:
-        return parse_stack_config(values, pulumi.get_stack()), hf_token
+        return parse_stack_config(values, pulumi.get_stack(), secret_keys), hf_token
     except ConfigError as err:
         # Fails the preview before any resource is registered.
         raise pulumi.RunError(str(err)) from None

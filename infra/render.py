@@ -8,6 +8,7 @@ registration; we keep its type, name, parent and inputs (secrets masked). This i
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,14 +104,10 @@ def stack_name_of(path: Path) -> str:
 
 
 def load_stack(path: Path, stack: str | None = None) -> StackConfig:
-    """Parse and validate a stack file offline (no Pulumi runtime)."""
-    values, _ = read_stack_file(path)
-    serving = values.get("park:serving")
-    if isinstance(serving, dict):
-        serving = dict(serving)
-        serving.pop("hfToken", None)
-        values["park:serving"] = serving
-    return parse_stack_config(values, stack or stack_name_of(path))
+    """Parse and validate a stack file offline (no Pulumi runtime); a credential stored in
+    plain text is a problem (parse_stack_config drops credentials from the config)."""
+    values, secrets = read_stack_file(path)
+    return parse_stack_config(values, stack or stack_name_of(path), secret_keys=secrets)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,7 +190,7 @@ def run_program(
     from infra import program
 
     # Validate first: a bad config registers nothing (the program validates again itself).
-    parsed = load_values(values, stack) if prevalidate else None
+    parsed = load_values(values, stack, secret_keys or ()) if prevalidate else None
     project_id = str(values.get("gcp:project", "project"))
     recorded: list[Resource] = []
     outputs: dict[str, Any] = {}
@@ -235,7 +232,7 @@ def run_program(
         _sync_await(run_pulumi_func(program.main))
     except Exception as err:
         raise ProgramError(str(err), recorded) from err
-    parsed = parsed or load_values(values, stack)
+    parsed = parsed or load_values(values, stack, secret_keys or ())
     exported = settings.get_root_resource().outputs  # type: ignore[union-attr]
     resolved = _sync_await(pulumi.Output.secret(exported).future()) if exported else {}
     outputs.update(_mask_outputs(exported, resolved or {}))
@@ -244,12 +241,10 @@ def run_program(
     return Rendered(config=parsed, resources=recorded, outputs=outputs)
 
 
-def load_values(values: dict[str, Any], stack: str) -> StackConfig:
-    clean = dict(values)
-    serving = clean.get("park:serving")
-    if isinstance(serving, dict):
-        clean["park:serving"] = {k: v for k, v in serving.items() if k != "hfToken"}
-    return parse_stack_config(clean, stack)
+def load_values(
+    values: dict[str, Any], stack: str, secret_keys: Collection[str] | None = None
+) -> StackConfig:
+    return parse_stack_config(values, stack, secret_keys=secret_keys)
 
 
 def render_stack_file(path: Path, stack: str | None = None) -> Rendered:

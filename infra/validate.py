@@ -10,6 +10,7 @@ CEL rules (`x-kubernetes-validations`) are not run.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -34,20 +35,38 @@ class ManifestProblem:
         return f"{self.manifest}: {self.path or '(root)'}: {self.message}"
 
 
+_COMBINATORS = ("oneOf", "anyOf", "allOf", "not")
+_GO_LEADING_FLAGS = re.compile(r"^\^\(\?([a-z]+)\)")
+
+
+def _python_pattern(pattern: str) -> str:
+    """Go's RE2 takes `^(?i)...` (Kueue's CRDs use it); Python wants the flags first."""
+    return _GO_LEADING_FLAGS.sub(r"(?\1)^", pattern)
+
+
 def _strict(schema: dict[str, Any]) -> dict[str, Any]:
     """Forbid undeclared fields wherever the schema declares its fields (as pruning does)."""
     schema = copy.deepcopy(schema)
 
-    def walk(node: Any) -> None:
+    def walk(node: Any, branch: bool = False) -> None:
+        # A oneOf/anyOf/allOf/not branch only adds constraints to fields its parent declares
+        # (Gateway API's addresses): pruning follows the parent, so the branch stays open.
         if isinstance(node, dict):
             if (
                 "properties" in node
                 and "additionalProperties" not in node
                 and not node.get("x-kubernetes-preserve-unknown-fields")
+                and not branch
             ):
                 node["additionalProperties"] = False
-            for value in node.values():
-                walk(value)
+            if isinstance(node.get("pattern"), str):
+                node["pattern"] = _python_pattern(node["pattern"])
+            for key, value in node.items():
+                if key in _COMBINATORS:
+                    for sub in value if isinstance(value, list) else [value]:
+                        walk(sub, branch=True)
+                else:
+                    walk(value)
         elif isinstance(node, list):
             for value in node:
                 walk(value)

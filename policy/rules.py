@@ -185,8 +185,7 @@ class Settings:
 def settings_from(policy: PolicyConfig, stack: str) -> Settings:
     levels: dict[str, Level] = {r.name: r.level for r in RULES}
     levels.update(policy.enforcement)
-    prod = policy.prod_like if policy.prod_like is not None else stack.startswith("prod")
-    return Settings(levels=levels, prod_like=prod)
+    return Settings(levels=levels, prod_like=policy.is_prod_like(stack))
 
 
 def settings_for_stack(stack: str, stacks_dir: Path) -> Settings:

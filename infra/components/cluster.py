@@ -132,6 +132,10 @@ class Cluster(pulumi.ComponentResource):
                 "enable_components": ["SYSTEM_COMPONENTS"],
             },
             logging_config={"enable_components": ["SYSTEM_COMPONENTS", "WORKLOADS"]},
+            # The Gateway controller serves the IAP-protected Ray dashboard (opt-in only).
+            gateway_api_config=(
+                {"channel": "CHANNEL_STANDARD"} if config.observability.expose_dashboard else None
+            ),
             enable_shielded_nodes=True,
             security_posture_config={"mode": "BASIC", "vulnerability_mode": "VULNERABILITY_BASIC"},
             opts=child,

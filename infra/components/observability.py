@@ -1,0 +1,151 @@
+"""Metrics (PodMonitorings, training log metrics, a Grafana dashboard) and the opt-in IAP access
+to the Ray dashboard. Provider submodules load only when a stack uses them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+from pulumi_kubernetes import Provider
+from pulumi_kubernetes.apiextensions import CustomResource
+
+from infra.config import StackConfig
+from infra.plan import observability as plan
+
+
+def _custom(manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> CustomResource:
+    return CustomResource(
+        f"{manifest['kind'].lower()}-{manifest['metadata']['name']}",
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=manifest["metadata"],
+        spec=manifest["spec"],
+        opts=opts,
+    )
+
+
+class RayMetrics(pulumi.ComponentResource):
+    """Managed Prometheus scrapes of the Ray pods, training loss and tokens/s from the logs, and
+    the Grafana dashboard ConfigMap when asked for."""
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        provider: Provider,
+        depends_on: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("park:observability:RayMetrics", name, None, opts)
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
+        monitorings = plan.pod_monitorings(config)
+        for manifest in monitorings:
+            _custom(manifest, in_cluster)
+
+        log_metrics = plan.training_log_metrics(config)
+        if log_metrics:
+            from pulumi_gcp.logging import Metric
+
+            log_filter = plan.training_log_filter(config)
+            for metric in log_metrics:
+                Metric(
+                    metric.name,
+                    name=metric.name,
+                    project=config.project,
+                    description=metric.description,
+                    filter=log_filter,
+                    value_extractor=plan.value_extractor(metric.field),
+                    metric_descriptor={
+                        "metric_kind": "DELTA",
+                        "value_type": "DISTRIBUTION",
+                        "unit": metric.unit,
+                        "display_name": metric.description,
+                    },
+                    bucket_options={
+                        "exponential_buckets": {
+                            "num_finite_buckets": 64,
+                            "growth_factor": metric.growth_factor,
+                            "scale": metric.scale,
+                        }
+                    },
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+
+        configmap = plan.grafana_configmap(config)
+        if configmap is not None:
+            from pulumi_kubernetes.core.v1 import ConfigMap
+
+            ConfigMap(
+                configmap["metadata"]["name"],
+                metadata=configmap["metadata"],
+                data=configmap["data"],
+                opts=in_cluster,
+            )
+        self.register_outputs(
+            {
+                "pod_monitorings": [m["metadata"]["name"] for m in monitorings],
+                "log_metrics": [m.promql for m in log_metrics],
+                "grafana": configmap is not None,
+            }
+        )
+
+
+class DashboardAccess(pulumi.ComponentResource):
+    """The RayService's dashboard on https://<dashboardDomain>, behind IAP: a static IP and a
+    Google-managed certificate, the Gateway, its route and the IAP backend policy, and the IAM
+    grant that lets `iapMembers` through. Exists only with park:observability.exposeDashboard."""
+
+    url: pulumi.Output[str]
+    ip_address: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        access: plan.DashboardAccess,
+        provider: Provider,
+        depends_on: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("park:observability:DashboardAccess", name, None, opts)
+        from pulumi_gcp.compute import GlobalAddress, ManagedSslCertificate
+        from pulumi_gcp.iap import WebIamMember
+
+        child = pulumi.ResourceOptions(parent=self)
+        address = GlobalAddress(
+            access.address_name, name=access.address_name, project=config.project, opts=child
+        )
+        certificate = ManagedSslCertificate(
+            access.certificate_name,
+            name=access.certificate_name,
+            project=config.project,
+            managed={"domains": [access.domain]},
+            opts=child,
+        )
+        # Project-wide: GKE names the backend service, so a per-backend grant cannot be declared.
+        for member in access.iap_members:
+            WebIamMember(
+                f"iap-{member.replace(':', '-').replace('@', '-at-')}",
+                project=config.project,
+                role=plan.IAP_ROLE,
+                member=member,
+                opts=child,
+            )
+        in_cluster = pulumi.ResourceOptions(
+            parent=self, provider=provider, depends_on=[*depends_on, address, certificate]
+        )
+        for manifest in access.manifests:
+            if manifest["kind"] == "Service":
+                from pulumi_kubernetes.core.v1 import Service
+
+                Service(
+                    manifest["metadata"]["name"],
+                    metadata=manifest["metadata"],
+                    spec=manifest["spec"],
+                    opts=in_cluster,
+                )
+            else:
+                _custom(manifest, in_cluster)
+        self.url = pulumi.Output.from_input(f"https://{access.domain}")
+        self.ip_address = address.address
+        self.register_outputs({"url": self.url, "ip_address": self.ip_address})

@@ -1,0 +1,324 @@
+"""Queued TPU capacity (DWS through Kueue): config rules, the Kueue objects, the RayJob that
+waits in its queue, and the rendered stacks with and without queued pools."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+
+from infra import catalog
+from infra.config import ConfigError, parse_stack_config
+from infra.plan import kueue, node_pools
+from infra.plan import ray as ray_plan
+from infra.render import read_stack_file
+from infra.validate import validate_manifests
+from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
+
+QUEUED = "queued"
+
+
+def _values(stack: str = QUEUED) -> dict:
+    values, _ = read_stack_file(STACKS_DIR / f"Pulumi.{stack}.yaml")
+    values = copy.deepcopy(values)
+    values.get("park:serving", {}).pop("hfToken", None)
+    return values
+
+
+def _config(values: dict | None = None, stack: str = QUEUED):
+    return parse_stack_config(values or _values(stack), stack)
+
+
+def _problems(values: dict) -> dict[str, str]:
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config(values, QUEUED)
+    return {p.key: p.message for p in err.value.problems}
+
+
+def _queued_pool(values: dict) -> dict:
+    return next(p for p in values["park:tpuPools"] if p["capacity"] == "queued")
+
+
+# ---------------------------------------------------------------------------------------------
+# Config rules
+
+
+def test_queued_stack_is_valid_and_queued():
+    config = _config()
+    assert config.any_queued
+    assert [p.name for p in kueue.queued_pools(config)] == ["train-v6e-16"]
+
+
+def test_queued_pool_must_start_at_zero_nodes():
+    values = _values()
+    _queued_pool(values)["autoscaling"] = False
+    problems = _problems(values)
+    assert "needs autoscaling" in problems["park:tpuPools[0].autoscaling"]
+
+
+def test_queued_pool_takes_no_reservation():
+    values = _values()
+    _queued_pool(values)["reservation"] = "my-reservation"
+    problems = _problems(values)
+    assert "not 'queued'" in problems["park:tpuPools[0].reservation"]
+
+
+def test_serving_from_a_queued_pool_is_rejected():
+    values = _values()
+    values["park:serving"]["pool"] = "train-v6e-16"
+    values["park:training"]["enabled"] = False
+    problems = _problems(values)
+    assert "queued pool" in problems["park:serving.pool"]
+
+
+def test_kueue_version_is_a_chart_version():
+    values = _values()
+    values["park:kueue"] = {"version": "v0.19.2"}
+    assert "no leading 'v'" in _problems(values)["park:kueue.version"]
+
+
+def test_queued_gpu_pool_is_still_rejected():
+    values = _values()
+    values["park:gpuPools"] = [
+        {
+            "name": "h100",
+            "machineType": "a3-highgpu-8g",
+            "acceleratorType": "nvidia-h100-80gb",
+            "capacity": "queued",
+        }
+    ]
+    assert "park:gpuPools[0].capacity" in _problems(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+
+
+def test_no_queued_pool_means_no_kueue():
+    for stack in SHIPPED_STACKS:
+        config = _config(_values(stack), stack)
+        if config.any_queued:
+            continue
+        assert kueue.manifests(config) == []
+        assert kueue.helm_release(config) is None
+        assert kueue.training_queue_name(config) is None
+        assert "suspend" not in ray_plan.rayjob(config)["spec"]
+
+
+def test_helm_release_is_pinned_oci_chart():
+    release = kueue.helm_release(_config())
+    assert release is not None
+    assert release.chart == "oci://registry.k8s.io/kueue/charts/kueue"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", release.version or "")
+    assert release.repo is None
+
+
+def test_flavor_matches_the_node_pools_it_stands_for():
+    """Kueue injects the flavor's labels as a nodeSelector and admits only pods tolerating its
+    taints: both must be exactly what GKE puts on the queued pool's nodes."""
+    config = _config()
+    pool = kueue.queued_pools(config)[0]
+    flavor = kueue.resource_flavor(pool)["spec"]
+    for plan in node_pools.tpu_slice_pools(config, pool):
+        node_labels = {**plan.args["node_config"]["labels"], **pool.slice.node_labels()}
+        for key, value in flavor["nodeLabels"].items():
+            assert node_labels[key] == value
+        gke_taints = {(t["key"], t["value"]) for t in plan.taints}
+        assert {(t["key"], t["value"]) for t in flavor["nodeTaints"]} == gke_taints
+        assert {t["effect"] for t in flavor["nodeTaints"]} == {"NoSchedule"}
+
+
+def test_cluster_queue_tpu_quota_is_slices_times_chips():
+    config = _config()
+    pool = kueue.queued_pools(config)[0]
+    queue = kueue.cluster_queue(config, pool)["spec"]
+    tpu_group = queue["resourceGroups"][0]
+    assert tpu_group["coveredResources"] == [catalog.TPU_RESOURCE]
+    (quota,) = tpu_group["flavors"][0]["resources"]
+    assert quota["nominalQuota"] == str(pool.slices * pool.slice.chips) == "32"
+    assert queue["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": config.namespace
+    }
+
+
+def _quantity(value: str) -> float:
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", value)
+    assert match, value
+    return float(match.group(1)) * units.get(match.group(2), 1)
+
+
+def _pod_requests(rayjob: dict) -> dict[str, float]:
+    """What Kueue charges for the job: every pod of every pod set (head, workers, submitter)."""
+    cluster = rayjob["spec"]["rayClusterSpec"]
+    pod_sets = [(cluster["headGroupSpec"]["template"], 1)]
+    for group in cluster["workerGroupSpecs"]:
+        pod_sets.append((group["template"], group["replicas"] * group.get("numOfHosts", 1)))
+    pod_sets.append((rayjob["spec"]["submitterPodTemplate"], 1))
+    total: dict[str, float] = {}
+    for template, count in pod_sets:
+        for container in template["spec"]["containers"]:
+            for name, value in container["resources"]["requests"].items():
+                total[name] = total.get(name, 0) + count * _quantity(str(value))
+    return total
+
+
+def test_cluster_queue_covers_everything_the_training_job_requests():
+    """A resource the queue does not cover, or a quota below one job, leaves the job pending
+    forever: every request of the rendered RayJob must fit."""
+    config = _config()
+    pool = config.tpu_pool(config.training.pool)
+    job = ray_plan.rayjob(config, queue_name=kueue.training_queue_name(config))
+    quota: dict[str, float] = {}
+    for group in kueue.cluster_queue(config, pool)["spec"]["resourceGroups"]:
+        for flavor in group["flavors"]:
+            for resource in flavor["resources"]:
+                quota[resource["name"]] = _quantity(resource["nominalQuota"])
+    for name, needed in _pod_requests(job).items():
+        assert name in quota, f"{name} is not covered by the ClusterQueue"
+        assert needed <= quota[name], f"{name}: job needs {needed}, quota {quota[name]}"
+
+
+def test_objects_reference_each_other():
+    config = _config()
+    objects = {(m["kind"], m["metadata"]["name"]): m for m in kueue.manifests(config)}
+    pool = kueue.queued_pools(config)[0]
+    local = objects[("LocalQueue", kueue.local_queue_name(pool))]
+    assert local["metadata"]["namespace"] == config.namespace
+    cq = objects[("ClusterQueue", local["spec"]["clusterQueue"])]
+    flavors = {f["name"] for g in cq["spec"]["resourceGroups"] for f in g["flavors"]}
+    assert all(("ResourceFlavor", f) in objects for f in flavors)
+    (check,) = cq["spec"]["admissionChecksStrategy"]["admissionChecks"]
+    admission = objects[("AdmissionCheck", check["name"])]
+    assert set(check["onFlavors"]) <= flavors
+    assert admission["spec"]["controllerName"] == "kueue.x-k8s.io/provisioning-request"
+    params = admission["spec"]["parameters"]
+    prc = objects[(params["kind"], params["name"])]
+    assert prc["spec"]["provisioningClassName"] == "queued-provisioning.gke.io"
+    assert prc["spec"]["managedResources"] == [catalog.TPU_RESOURCE]
+
+
+def test_training_rayjob_waits_in_its_pools_queue():
+    config = _config()
+    job = ray_plan.rayjob(config, queue_name=kueue.training_queue_name(config))
+    pool = config.tpu_pool(config.training.pool)
+    assert job["metadata"]["labels"][ray_plan.QUEUE_NAME_LABEL] == kueue.local_queue_name(pool)
+    assert job["spec"]["suspend"] is True
+    assert job["spec"]["shutdownAfterJobFinishes"] is True  # Kueue rejects a job without it
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert {"key": node_pools.QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in (
+        worker["tolerations"]
+    )
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert "tolerations" not in head  # the head stays on the CPU pool
+
+
+def test_kueue_manifests_validate_against_vendored_crds():
+    config = _config()
+    manifests = kueue.manifests(config)
+    assert {m["kind"] for m in manifests} == {
+        "ResourceFlavor",
+        "ClusterQueue",
+        "LocalQueue",
+        "AdmissionCheck",
+        "ProvisioningRequestConfig",
+    }
+    assert validate_manifests(manifests) == []
+    broken = copy.deepcopy(kueue.cluster_queue(config, kueue.queued_pools(config)[0]))
+    broken["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "lots"
+    assert validate_manifests([broken]), "the ClusterQueue schema must reject a bad quantity"
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendered under mocks
+
+
+def test_queued_stack_renders_kueue_and_a_suspended_rayjob():
+    rendered = render_stack(QUEUED)
+    release = rendered.one("kubernetes:helm.sh/v3:Release", "kueue")
+    assert release.parent == "kueue"
+    assert release.inputs["chart"] == kueue.CHART
+    assert release.inputs["version"] == rendered.config.kueue.version
+    by_kind: dict[str, list[str]] = {}
+    for manifest in rendered.manifests():
+        by_kind.setdefault(manifest["kind"], []).append(manifest["metadata"]["name"])
+    assert by_kind["ResourceFlavor"] == ["park-host", "park-train-v6e-16"]
+    assert by_kind["ClusterQueue"] == ["park-train-v6e-16"]
+    assert by_kind["LocalQueue"] == ["train-v6e-16"]
+    assert by_kind["AdmissionCheck"] == by_kind["ProvisioningRequestConfig"] == ["park-dws"]
+    job = next(m for m in rendered.manifests() if m["kind"] == "RayJob")
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"][ray_plan.QUEUE_NAME_LABEL] == "train-v6e-16"
+    pools = {r.name: r.inputs for r in rendered.of_type("gcp:container/nodePool:NodePool")}
+    assert pools["train-v6e-16-s0"]["queuedProvisioning"] == {"enabled": True}
+
+
+@pytest.mark.parametrize("stack", [s for s in SHIPPED_STACKS if s != QUEUED])
+def test_stacks_without_queued_pools_have_no_kueue(stack):
+    rendered = render_stack(stack)
+    assert not [r for r in rendered.resources if "kueue.x-k8s.io" in r.type]
+    assert not [r for r in rendered.of_type("kubernetes:helm.sh/v3:Release") if r.name == "kueue"]
+    assert not [m for m in rendered.manifests() if m["apiVersion"].startswith("kueue.x-k8s.io")]
+    job = next((m for m in rendered.manifests() if m["kind"] == "RayJob"), None)
+    if job is not None:
+        assert ray_plan.QUEUE_NAME_LABEL not in job["metadata"]["labels"]
+        assert "suspend" not in job["spec"]
+
+
+def test_every_rendered_manifest_of_the_queued_stack_validates():
+    manifests = render_stack(QUEUED).manifests()
+    assert len(manifests) > 10
+    assert validate_manifests(manifests) == []
+
+
+def test_kueue_objects_wait_for_the_release(monkeypatch):
+    """Kueue's CRDs come with its Helm release: every Kueue object must depend on it, and the
+    LocalQueue on the namespace it lives in."""
+    import pulumi
+    from pulumi.runtime import settings
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    from infra.components import kueue as component
+
+    seen: dict[str, list] = {}
+    real = component.CustomResource
+
+    def spy(name, **kwargs):
+        seen[name] = list(kwargs["opts"].depends_on or [])
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(component, "CustomResource", spy)
+
+    class Mocks(pulumi.runtime.Mocks):
+        def new_resource(self, args):
+            return f"{args.name}-id", dict(args.inputs)
+
+        def call(self, args):
+            return {}
+
+    config = _config()
+    marker: list = []
+
+    def program():
+        from pulumi_kubernetes import Provider
+
+        provider = Provider("k8s", kubeconfig="{}")
+        namespace = pulumi.CustomResource("test:index:Namespace", "ns")
+        marker.append(namespace)
+        built = component.Kueue(
+            "kueue", config, provider, depends_on=[], namespace_ready=[namespace]
+        )
+        marker.append(built)
+
+    settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(Mocks(), project="t", stack="t", preview=False)
+    _sync_await(run_pulumi_func(program))
+    namespace, built = marker
+    release = built.ready[0]
+    assert type(release).__name__ == "Release"
+    assert len(seen) == len(kueue.manifests(config))
+    for name, deps in seen.items():
+        assert release in deps, name
+        assert namespace in deps, name
