@@ -219,9 +219,14 @@ print("\\n".join(a["name"] for a in ray.util.list_named_actors(all_namespaces=Tr
 
 
 def ray_driver(script: str, address: str) -> str:
-    """Run a short Ray driver against the server's cluster (keeps Ray out of pytest's process)."""
+    """Run a short Ray driver against the server's cluster (keeps Ray out of pytest's process).
+
+    ``RAY_AUTH_MODE=token``: Ray 2.60 starts local clusters with token auth (~/.ray/auth_token),
+    and a driver attaching by address sends the token only in token mode.
+    """
     done = subprocess.run(
         [sys.executable, "-c", script, address],
+        env={**os.environ, "RAY_AUTH_MODE": "token"},
         capture_output=True,
         text=True,
         timeout=120,
