@@ -21,6 +21,7 @@ from infra import catalog
 
 RAY_VERSION = "2.60.0"  # the Ray the images and manifests pin
 KUBERAY_VERSION = "1.7.0"
+KUEUE_VERSION = "0.19.2"  # Helm chart oci://registry.k8s.io/kueue/charts/kueue (no "v")
 IMAGE_TAG = "0.1.0"  # the workload images' tag: the package version
 # Multi-slice PyTorch training: Ray 2.59.0 raised, 2.60.0 sets MEGASCALE_* (FACTS.md).
 RAY_MULTISLICE_TORCH_MIN = (2, 60, 0)
@@ -78,6 +79,12 @@ class KubeRayConfig(_Model):
     logging: bool = False  # GKE Ray add-on: Ray logs to Cloud Logging
     monitoring: bool = False  # GKE Ray add-on: Ray metrics to Managed Prometheus
     tpu_webhook_chart: str | None = None  # helm only: path of ai-on-gke's kuberay-tpu-webhook chart
+
+
+class KueueConfig(_Model):
+    """Kueue, installed by Helm only when a TPU pool has `capacity: queued` (DWS)."""
+
+    version: str = KUEUE_VERSION
 
 
 class TpuPoolConfig(_Model):
@@ -179,7 +186,13 @@ class ObservabilityConfig(_Model):
     expose_dashboard: bool = False  # opt-in: the Ray dashboard behind IAP
     iap_members: list[str] = []  # who IAP lets in, e.g. "group:ml@example.com"
     dashboard_domain: str | None = None  # host name for the IAP ingress certificate
+    # IAP's OAuth client: its id, and the name of a Secret in the workload namespace whose key
+    # "key" holds the client secret (created out of band: the secret never enters the stack).
+    iap_oauth_client_id: str | None = None
+    iap_oauth_secret: str | None = None
     grafana: bool = False  # Grafana dashboards for Ray as ConfigMaps
+    training_metrics: bool = True  # loss and tokens/s from the training logs (log-based metrics)
+    scrape_interval: str = Field("30s", pattern=r"^[0-9]+(ms|s|m|h)$")
 
 
 # The policy pack's rules (policy/rules.py asserts it has exactly these, in this order): a typo
@@ -236,6 +249,7 @@ class StackConfig(_Model):
     cluster: ClusterConfig = ClusterConfig()
     cpu_pool: CpuPoolConfig = CpuPoolConfig()
     kuberay: KubeRayConfig = KubeRayConfig()
+    kueue: KueueConfig = KueueConfig()
     tpu_pools: list[TpuPoolConfig] = []
     gpu_pools: list[GpuPoolConfig] = []
     storage: StorageConfig = StorageConfig()
@@ -411,6 +425,8 @@ def check_rules(config: StackConfig) -> list[ConfigProblem]:
     problems += _check_training(config)
     problems += _check_serving(config)
     problems += _check_platform(config)
+    problems += _check_queued(config)
+    problems += _check_observability(config)
     return problems
 
 
@@ -667,6 +683,82 @@ def _check_serving(config: StackConfig) -> list[ConfigProblem]:
                     f"set it with its own key ({to_camel(key)}), not engineKwargs",
                 )
             )
+    return problems
+
+
+_CHART_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+
+
+def _check_queued(config: StackConfig) -> list[ConfigProblem]:
+    """`capacity: queued` (DWS through Kueue) is for jobs that run to completion; the pool-level
+    rules (autoscaling from 0, no reservation) are in _capacity_problems."""
+    problems: list[ConfigProblem] = []
+    serving = config.serving
+    queued = {p.name for p in config.tpu_pools if p.capacity == "queued"}
+    if serving.enabled and serving.pool in queued:
+        problems.append(
+            ConfigProblem(
+                "park:serving.pool",
+                serving.pool,
+                "a queued pool only gets nodes for an admitted job that runs to completion; "
+                "serve from an on-demand, spot, reservation or flex-start pool",
+            )
+        )
+    if config.any_queued and not _CHART_VERSION_RE.match(config.kueue.version):
+        problems.append(
+            ConfigProblem(
+                "park:kueue.version",
+                config.kueue.version,
+                f"a Kueue Helm chart version, e.g. {KUEUE_VERSION} (no leading 'v')",
+            )
+        )
+    return problems
+
+
+_IAP_MEMBER_RE = re.compile(r"^(user|group|serviceAccount|domain):[^\s]+$")
+
+
+def _check_observability(config: StackConfig) -> list[ConfigProblem]:
+    """The dashboard leaves the cluster only behind IAP, and only with all that IAP needs."""
+    obs = config.observability
+    problems: list[ConfigProblem] = []
+    for i, member in enumerate(obs.iap_members):
+        if not _IAP_MEMBER_RE.match(member):
+            problems.append(
+                ConfigProblem(
+                    f"park:observability.iapMembers[{i}]",
+                    member,
+                    "an IAM member: user:, group:, serviceAccount: or domain: followed by a name",
+                )
+            )
+    if not obs.expose_dashboard:
+        return problems
+    why = "needed when park:observability.exposeDashboard is true"
+    if not obs.iap_members:
+        problems.append(
+            ConfigProblem(
+                "park:observability.iapMembers",
+                obs.iap_members,
+                f"{why}: who IAP lets in (e.g. group:ml@example.com); without it nobody could",
+            )
+        )
+    required = {
+        "dashboardDomain": (obs.dashboard_domain, "the host name the certificate is issued for"),
+        "iapOauthClientId": (obs.iap_oauth_client_id, "the OAuth client IAP signs users in with"),
+        "iapOauthSecret": (obs.iap_oauth_secret, "the Secret holding that client's secret"),
+    }
+    for key, (value, what) in required.items():
+        if not value:
+            problems.append(ConfigProblem(f"park:observability.{key}", value, f"{why}: {what}"))
+    if not config.serving.enabled:
+        problems.append(
+            ConfigProblem(
+                "park:observability.exposeDashboard",
+                True,
+                "the exposed dashboard is the RayService's (park:serving.enabled is false); a "
+                "training job's dashboard is reached with kubectl port-forward",
+            )
+        )
     return problems
 
 

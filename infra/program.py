@@ -12,7 +12,9 @@ import pulumi
 import pulumi.runtime
 
 from infra.config import ConfigError, StackConfig, config_keys, parse_stack_config
+from infra.plan import kueue as kueue_plan
 from infra.plan import node_pools
+from infra.plan import observability as observability_plan
 from infra.plan import ray as ray_plan
 
 
@@ -57,8 +59,10 @@ def build(config: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         Workspace,
         kubernetes_provider,
     )
+    from infra.components.kueue import Kueue
     from infra.components.network import Network
     from infra.components.node_pools import GpuPool, TpuSlicePool
+    from infra.components.observability import DashboardAccess, RayMetrics
     from infra.components.storage import Storage
 
     network = Network("network", config)
@@ -93,10 +97,14 @@ def build(config: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     kuberay = KubeRayOperator("kuberay", config, provider, depends_on=after_cluster)
     space = Workspace("workspace", config, provider, hf_token, depends_on=after_cluster)
     ready = [*kuberay.ready, *space.ready]
+    if config.any_queued:
+        # Kueue and its queues; the training RayJob waits in its pool's LocalQueue.
+        queues = Kueue("kueue", config, provider, after_cluster, namespace_ready=space.ready)
+        ready += queues.ready
     if config.training.enabled:
         RayWorkload(
             "TrainingJob",
-            ray_plan.rayjob(config),
+            ray_plan.rayjob(config, queue_name=kueue_plan.training_queue_name(config)),
             provider,
             depends_on=[*ready, *tpu_pools[config.training.pool].node_pools],
         )
@@ -107,6 +115,13 @@ def build(config: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
             provider,
             depends_on=[*ready, *tpu_pools[config.serving.pool].node_pools],
         )
+
+    RayMetrics("metrics", config, provider, depends_on=space.ready)
+    access = observability_plan.dashboard_access(config)
+    if access is not None:
+        dashboard = DashboardAccess("dashboard", config, access, provider, depends_on=space.ready)
+        pulumi.export("dashboard_url", dashboard.url)
+        pulumi.export("dashboard_ip", dashboard.ip_address)
 
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("cluster_endpoint", cluster.endpoint)
