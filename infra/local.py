@@ -611,7 +611,8 @@ def _summary(
         table.add_row("checkpoint", str(result.get("checkpoint_path")))
     if outcome.endpoint is not None:
         table.add_row("endpoint", f"{outcome.endpoint} (OpenAI API)")
-        table.add_row("chat completion", (outcome.smoke or "").removeprefix("smoke: "))
+        reply = (outcome.smoke or "").removeprefix("smoke: chat completion ")
+        table.add_row("chat completion", f"{reply} (tiny model, random weights)")
         if outcome.serve_seconds is not None:
             table.add_row("serving ready", f"in {outcome.serve_seconds:.0f}s")
     table.add_row("changed for CPU", f"{len(outcome.changes)} change(s), listed above")

@@ -1,0 +1,86 @@
+"""`park local dev` as a user runs it: the installed `park` command, in an empty directory.
+
+One test, several minutes (Ray start, 30 CPU training steps, vLLM's cold start of ~1.5 min and
+~7 GB): it trains the dev stack's RayJob, serves its RayService, answers a chat completion, and
+stops everything. Run it with `pytest -m e2e tests/e2e`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def _park_command() -> list[str]:
+    park = shutil.which("park") or str(Path(sys.executable).with_name("park"))
+    if not Path(park).exists():
+        pytest.skip("the park command is not installed (pip install -e '.[local]')")
+    return [park]
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=5)
+    except urllib.error.HTTPError:
+        return True  # something answered
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.timeout(2700)
+def test_park_local_dev(tmp_path):
+    pytest.importorskip("ray")
+    pytest.importorskip("vllm")
+    workdir = tmp_path / "empty"
+    workdir.mkdir()
+    env = {**os.environ, "PARK_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [*_park_command(), "local", "dev"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2600,
+    )
+    seconds = time.monotonic() - started
+    out = done.stdout
+    assert done.returncode == 0, f"exit {done.returncode}\n{out[-6000:]}\n{done.stderr[-3000:]}"
+    print(f"park local dev took {seconds:.0f}s")
+
+    # 1. training: the CPU changes are listed, progress streamed, the job succeeded
+    assert "changed for CPU (infra/local.py TRAIN_CPU_PROFILE):" in out
+    assert "--accelerator tpu -> cpu" in out
+    steps = [int(s) for s in re.findall(r"step (\d+)/30  loss \d", out)]
+    assert steps and steps[-1] == 30, out
+    match = re.search(r"training succeeded in \d+s: step 30, loss [\d.]+, checkpoint (\S+)", out)
+    assert match, out
+    checkpoint = Path(match.group(1))
+    assert checkpoint.is_dir() and any(checkpoint.iterdir())
+    assert str(tmp_path / "cache") in str(checkpoint)
+
+    # 2. serving: the serve config's CPU changes, the endpoint, one chat completion
+    assert "changed for CPU (workloads/serve/cpu_profile.py):" in out
+    endpoint = re.search(r"PARK_ENDPOINT (http://127\.0\.0\.1:\d+/v1)", out)
+    assert endpoint, out
+    assert "smoke: chat completion from 'qwen2.5-1.5b-instruct'" in out
+
+    # 3. summary, then everything stopped: neither the endpoint nor the dashboard answers
+    assert "3. summary" in out and "checkpoint" in out
+    assert "Ray stopped." in out
+    dashboard = re.search(r"dashboard (http://127\.0\.0\.1:\d+)", out)
+    assert dashboard, out
+    assert not _answers(f"{endpoint.group(1)}/models")
+    assert not _answers(f"{dashboard.group(1)}/api/version")
