@@ -21,6 +21,7 @@ from typing import Any
 from infra.config import StackConfig
 from infra.plan.ray import (
     DASHBOARD_PORT,
+    EXPOSE_DASHBOARD_ANNOTATION,
     SERVICE_NAME,
     TRAINING_JOB_NAME,
     WORKLOAD_LABEL,
@@ -40,9 +41,6 @@ DASHBOARD_NAME = "ray-dashboard"
 GATEWAY_CLASS = "gke-l7-global-external-managed"
 PRE_SHARED_CERT_OPTION = "networking.gke.io/pre-shared-certs"
 IAP_ROLE = "roles/iap.httpsResourceAccessor"
-# Set on every object that opens the dashboard to the outside; the policy pack looks for it
-# (kept equal to ray.py's EXPOSE_DASHBOARD_ANNOTATION).
-EXPOSE_DASHBOARD_ANNOTATION = "park-gke/expose-dashboard"
 GRAFANA_LABEL = "grafana_dashboard"  # what Grafana's dashboard sidecar watches for
 QUANTILES = (0.5, 0.95, 0.99)  # serve latency percentiles on the dashboard
 
@@ -283,6 +281,7 @@ class DashboardAccess:
 
 
 def _exposed(name: str, config: StackConfig) -> dict[str, Any]:
+    """Metadata of an object that opens the dashboard: the annotation the policy pack wants."""
     return {
         "name": name,
         "namespace": config.namespace,

@@ -294,14 +294,8 @@ def test_iap_dashboard_objects_fit_together():
     assert gateway["spec"]["addresses"] == [{"type": "NamedAddress", "value": access.address_name}]
     assert route["spec"]["hostnames"] == [config.observability.dashboard_domain]
     for manifest in (service, gateway, route):
-        assert manifest["metadata"]["annotations"][obs.EXPOSE_DASHBOARD_ANNOTATION] == "true"
+        assert manifest["metadata"]["annotations"][ray_plan.EXPOSE_DASHBOARD_ANNOTATION] == "true"
     assert validate_manifests(list(access.manifests)) == []
-
-
-def test_expose_annotation_is_the_one_policy_looks_for():
-    if not hasattr(ray_plan, "EXPOSE_DASHBOARD_ANNOTATION"):
-        pytest.skip("ray.py declares no expose annotation")
-    assert ray_plan.EXPOSE_DASHBOARD_ANNOTATION == obs.EXPOSE_DASHBOARD_ANNOTATION
 
 
 def test_rendered_iap_dashboard():
