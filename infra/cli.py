@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -29,20 +30,20 @@ OVERVIEW = """\
 park-gke: PyTorch training and LLM serving on Cloud TPU v6e, through Ray on GKE.
 
 \b
-  park render STACK     what the stack declares: resources.json, manifests/ (offline)
-  park validate STACK   config, plan and every manifest against KubeRay's and Kubernetes' schemas
-  park cost STACK       chips, hosts, $/hour per pool and capacity type, idle, one training run
-  park local STACK      run the stack's RayJob and RayService on a local Ray, on CPU
+  park render STACK    resources.json + Kubernetes manifests, offline
+  park validate STACK  config, plan, manifests vs KubeRay + Kubernetes schemas
+  park cost STACK      $/hour per pool and capacity type, idle, per run
+  park local STACK     the stack's RayJob + RayService on a local Ray (CPU)
 
-STACK is the name in stacks/Pulumi.STACK.yaml (looked up in ./stacks, then beside the
-installed package); --config-file reads any stack file. Nothing here needs a cloud account.
-Exit codes: 0 ok, 1 problems found, 2 usage errors.
+STACK names stacks/Pulumi.STACK.yaml, looked up in ./stacks and then beside the installed
+package; --config-file reads any stack file. Nothing here needs a cloud account. Exit codes:
+0 ok, 1 problems found, 2 usage errors.
 """
 
 app = typer.Typer(
     name="park",
     add_completion=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
     help=OVERVIEW,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -59,11 +60,22 @@ def _park(ctx: typer.Context) -> None:
         raise typer.Exit(0)
 
 
-StackArg = Annotated[str, typer.Argument(help="Stack name: stacks/Pulumi.<STACK>.yaml.")]
+StackArg = Annotated[
+    str, typer.Argument(metavar="STACK", help="Stack name: stacks/Pulumi.STACK.yaml.")
+]
 ConfigFileOpt = Annotated[
     Path | None,
-    typer.Option("--config-file", help="Read this stack file instead of the named stack's."),
+    typer.Option(
+        "--config-file", metavar="PATH", help="Read this stack file instead of the named stack's."
+    ),
 ]
+
+
+class Only(StrEnum):
+    """What `park local --only` runs."""
+
+    train = "train"
+    serve = "serve"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,11 +152,12 @@ def render_or_exit(path: Path, stack: str) -> Rendered:
 # park render
 
 
-@app.command()
+@app.command(short_help="What the stack declares, offline: resources and manifests.")
 def render(
     stack: StackArg,
     out: Annotated[
-        Path | None, typer.Option(help="Write resources.json and manifests/ here.")
+        Path | None,
+        typer.Option(metavar="DIR", help="Write resources.json and manifests/ here."),
     ] = None,
     config_file: ConfigFileOpt = None,
 ) -> None:
@@ -221,7 +234,7 @@ def load_manifest_dir(directory: Path) -> list[dict[str, Any]]:
     return manifests
 
 
-@app.command()
+@app.command(short_help="Check config, plan and manifests; exit 1 on any problem.")
 def validate(
     stack: StackArg,
     config_file: ConfigFileOpt = None,
@@ -229,6 +242,7 @@ def validate(
         Path | None,
         typer.Option(
             "--manifests",
+            metavar="DIR",
             help="Check these manifests (a `park render --out` manifests/ folder, maybe edited "
             "by hand) instead of rendering the stack's.",
         ),
@@ -340,7 +354,7 @@ def _money(value: float | None) -> str:
     return f"${value:,.2f}" if value >= 0.995 or value == 0 else f"${value:,.3f}"
 
 
-@app.command()
+@app.command(short_help="Chips, hosts, $/hour by capacity type, idle, one run.")
 def cost(
     stack: StackArg,
     config_file: ConfigFileOpt = None,
@@ -446,16 +460,27 @@ def print_cost(result: StackCost) -> None:
     sheet = result.prices
     used = used_sources(result)
     console.print("prices used:", highlight=False)
+    for generation in sorted({p.generation for p in tpu}):
+        caps = sheet.tpu.get(generation, {})
+        figures = ", ".join(
+            f"{cap} ${caps[cap].value:g}" for cap in SHOWN_CAPACITY_TYPES if cap in caps
+        )
+        console.print(f"  {generation} per chip-hour in {sheet.region}: {figures}", highlight=False)
+        for cap in SHOWN_CAPACITY_TYPES:
+            price = caps.get(cap)
+            if price is not None:
+                basis = price.basis or f"from {price.source}"
+                console.print(f"    {cap}: {escape(basis)}", highlight=False, soft_wrap=True)
     if sheet.override_source:
         console.print(
-            f"  - park:prices ({escape(sheet.override_source)}) where the stack sets a figure",
+            f"  park:prices ({escape(sheet.override_source)}): the figures the stack sets",
             highlight=False,
             soft_wrap=True,
         )
     for key in sorted(used - {"park:prices"}):
         source = sheet.sources.get(key, {})
         console.print(
-            f"  - infra/data/prices.yaml [{escape(key)}]: {source.get('url', '?')} "
+            f"  infra/data/prices.yaml \\[{escape(key)}]: {source.get('url', '?')} "
             f"({source.get('date', '?')})",
             highlight=False,
             soft_wrap=True,
@@ -479,12 +504,12 @@ def print_cost(result: StackCost) -> None:
 # park local
 
 
-@app.command()
+@app.command(short_help="Run the RayJob and RayService on a local Ray, on CPU.")
 def local(
     stack: StackArg,
     only: Annotated[
-        str | None,
-        typer.Option(help="Run only `train` (the RayJob) or only `serve` (the RayService)."),
+        Only | None,
+        typer.Option(help="Run only the RayJob (train) or only the RayService (serve)."),
     ] = None,
     keep: Annotated[
         bool, typer.Option(help="Keep serving (and Ray up) until Ctrl-C instead of stopping.")
@@ -501,13 +526,10 @@ def local(
     """
     from infra.local import LocalRunError, run_local
 
-    if only not in (None, "train", "serve"):
-        err_console.print(f"[red]error:[/] --only must be train or serve, not {escape(only)!r}")
-        raise typer.Exit(2)
     path = resolve_stack_file(stack, config_file)
     rendered = render_or_exit(path, stack)
     try:
-        run_local(rendered, only=only, keep=keep, console=console)
+        run_local(rendered, only=only.value if only else None, keep=keep, console=console)
     except LocalRunError as err:
         console.print(f"[red]park local failed:[/] {escape(str(err))}", soft_wrap=True)
         raise typer.Exit(1) from None

@@ -40,6 +40,7 @@ class Price:
     value: float
     source: str  # "park:prices" or a source key of prices.yaml, e.g. "trillium-ga"
     basis: str = ""  # how the figure was derived, if it was
+    derived_from: tuple[str, ...] = ()  # further prices.yaml sources the figure relies on
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,9 @@ def load_prices(config: StackConfig, path: Path = PRICES_FILE) -> PriceSheet:
         row = rows.get(region) or rows.get("*") or {}
         matched[generation] = region in rows
         basis = row.get("basis") or {}
+        derived = row.get("derived_from") or {}
         tpu[generation] = {
-            cap: Price(float(v), row["source"], basis.get(cap, ""))
+            cap: Price(float(v), row["source"], basis.get(cap, ""), tuple(derived.get(cap, ())))
             for cap, v in (row.get("chip_hour") or {}).items()
         }
     machine_rows = data.get("machines") or {}
@@ -410,5 +412,5 @@ def used_sources(cost: StackCost) -> set[str]:
         for cap in SHOWN_CAPACITY_TYPES if pool.kind == "tpu" else ():
             price = cost.prices.chip_hour(pool.generation, cap)
             if price is not None:
-                used.add(price.source)
+                used |= {price.source, *price.derived_from}
     return used
