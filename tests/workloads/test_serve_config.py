@@ -281,6 +281,30 @@ def test_validation_reports_problems(config: str | dict[str, Any], expected: str
     assert expected in "\n".join(problems)
 
 
+def test_local_deploy_refuses_an_invalid_config_before_starting_ray(tmp_path: Path) -> None:
+    import ray
+
+    from workloads.serve import local
+
+    bad = tpu_serve_config()
+    _llm(bad)["engine_kwargs"]["no_such_knob"] = 1
+    with pytest.raises(ValueError, match="no_such_knob"):
+        local.deploy(bad, model_path=str(tmp_path))
+    assert not ray.is_initialized()
+
+
+def test_load_serve_config_reads_the_rendered_yaml(tmp_path: Path) -> None:
+    from workloads.serve import local
+
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(tpu_serve_config()))
+    config = local.load_serve_config(path)
+    assert local.served_models(config) == ["llama-3.1-8b-instruct"]
+    path.write_text("- not a mapping")
+    with pytest.raises(ValueError, match="mapping"):
+        local.load_serve_config(path)
+
+
 # --- tiny model -----------------------------------------------------------------------------
 
 

@@ -125,6 +125,10 @@ def _start_ray(address: str | None, dashboard: bool) -> bool:
     import ray
 
     if address:
+        # Ray 2.60 starts clusters with token auth (~/.ray/auth_token); a driver attaching by
+        # address only sends the token in token mode.
+        if (Path.home() / ".ray" / "auth_token").is_file():
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
         ray.init(address=address, namespace="serve", log_to_driver=False)
         return False
     options: dict[str, Any] = {"include_dashboard": dashboard, "log_to_driver": False}
