@@ -70,3 +70,8 @@ def test_a_finished_run_reports_where_it_stands(tmp_path: Path) -> None:
     state = train(_config(), again)
     assert state.step == 16
     assert [(r["step"], r["loss"]) for r in again.reports] == [(16, env.reports[-1]["loss"])]
+
+
+def test_checkpoint_every_zero_still_keeps_the_final_model(tmp_path: Path) -> None:
+    train(_config(steps=4, checkpoint_every=0, report_every=2), LocalEnv(tmp_path))
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_00000004"]

@@ -164,3 +164,11 @@ def test_torch_configs_per_accelerator() -> None:
     cpu = build_scaling_config(cpu_cfg)
     assert (cpu.num_workers, cpu.use_gpu, cpu.use_tpu) == (3, False, False)
     assert build_scaling_config(resolve(parse_args(["--accelerator", "gpu"]), {"GPU": 2})).use_gpu
+
+
+def test_base_port_follows_the_rayjobs_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_TPU_BASE_PORT", "9100")
+    config = build_torch_config(resolve(parse_args(TPU_4X4), {}))
+    assert config.base_port == 9100
+    monkeypatch.delenv("TORCH_TPU_BASE_PORT")
+    assert build_torch_config(resolve(parse_args(TPU_4X4), {})).base_port == 8070

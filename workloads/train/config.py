@@ -75,7 +75,8 @@ class TrainConfig:
     # Data.
     data: str = _opt("synthetic", "synthetic, a .txt/.bin/.npy file or folder, or gs://...")
     # Checkpoints, fault tolerance, reporting.
-    checkpoint_every: int = _opt(50, "checkpoint every N steps (0: never)", type=int)
+    checkpoint_every: int = _opt(50, "checkpoint every N steps and at the end (0: only at the "
+                                 "end)", type=int)
     keep_checkpoints: int = _opt(2, "checkpoints kept in storage", type=int)
     storage_path: str = _opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
     run_name: str = _opt("park-train", "run name; rerunning a name resumes its last checkpoint")

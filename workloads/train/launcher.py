@@ -54,6 +54,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         "checkpoint_path": result.checkpoint.path if result.checkpoint else None,
         "run_path": result.path,
         "resumes": metrics.get("resumes"),
+        "resumed_from_step": metrics.get("resumed_from_step"),
         "accelerator": cfg.accelerator,
         "num_workers": cfg.num_workers,
         "strategy": cfg.strategy,

@@ -2,7 +2,7 @@
 
 It restores the latest checkpoint if there is one (a restart after a lost worker, or a rerun
 of the same run name), trains to ``--steps``, reports every ``--report-every`` steps and
-checkpoints every ``--checkpoint-every`` steps and at the end. Rank 0 prints each report as a
+checkpoints every ``--checkpoint-every`` steps and always at the end. Rank 0 prints each report as a
 ``PARK_METRICS {json}`` line.
 """
 
@@ -89,7 +89,8 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
         state.tokens_seen += tokens_per_step
 
         last = step == cfg.steps
-        save = cfg.checkpoint_every > 0 and (step % cfg.checkpoint_every == 0 or last)
+        # Always at the end: the trained model, and Ray keeps a run's metrics with checkpoints.
+        save = last or (cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0)
         if not (save or last or step % cfg.report_every == 0):
             continue
         metrics = meter.flush(step) | extra(lr)
@@ -102,6 +103,7 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
                 env.report(metrics, directory, step)
         else:
             env.report(metrics, None, step)
+        meter.restart_clock()
 
     if resumed_from >= cfg.steps:  # nothing left to do: say where the run stands
         env.report({"step": state.step, "loss": state.loss, "tokens_per_s": None,

@@ -98,8 +98,13 @@ class ThroughputMeter:
             "mfu": mfu(self.flops_per_token, tokens_per_s, self.world_size, self.peak),
             "step_time_s": elapsed / self._steps,
         }
-        self._loss_sum, self._steps, self._start = None, 0, time.perf_counter()
+        self._loss_sum, self._steps = None, 0
+        self.restart_clock()
         return result
+
+    def restart_clock(self) -> None:
+        """Start the next window now (after a report or checkpoint, which are not step time)."""
+        self._start = time.perf_counter()
 
 
 def format_line(prefix: str, payload: Mapping[str, Any]) -> str:

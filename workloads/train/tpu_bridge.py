@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -148,7 +148,9 @@ class TorchTPUConfig(TorchConfig):
     backend: str | None = "tpu_dist"
     torch_tpu_topology: str = "1,1,1"
     num_slices: int = 1
-    base_port: int = DEFAULT_BASE_PORT
+    # The RayJob's runtime env may set TORCH_TPU_BASE_PORT; torch_tpu's own default otherwise.
+    base_port: int = field(default_factory=lambda: int(
+        os.environ.get("TORCH_TPU_BASE_PORT", DEFAULT_BASE_PORT)))
 
     @property
     def backend_cls(self) -> type[_TorchBackend]:
