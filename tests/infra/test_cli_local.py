@@ -1,0 +1,85 @@
+"""`park local`'s pure parts: the CPU profile of the RayJob entrypoint, progress parsing.
+
+The whole run (Ray, training, vLLM) is tests/e2e/test_park_local.py.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from infra.local import (
+    TRAIN_CPU_PROFILE,
+    LocalRunError,
+    cpu_entrypoint,
+    metrics_line,
+    parse_progress,
+    runtime_env_of,
+)
+from tests.conftest import SHIPPED_STACKS, render_stack
+
+
+def _rayjob(stack: str) -> dict:
+    return next(m for m in render_stack(stack).manifests() if m["kind"] == "RayJob")
+
+
+def _flags(entrypoint: str) -> dict[str, str]:
+    words = shlex.split(entrypoint)[3:]
+    return dict(zip(words[::2], words[1::2], strict=True))
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_cpu_profile_applies_to_every_shipped_rayjob(stack):
+    rendered = _rayjob(stack)["spec"]["entrypoint"]
+    entrypoint, changes = cpu_entrypoint(rendered, "/tmp/run/checkpoints")
+    assert entrypoint.startswith("python -m workloads.train ")
+    flags = _flags(entrypoint)
+    for flag, (value, _why) in TRAIN_CPU_PROFILE.items():
+        if value is None:
+            assert flag not in flags
+        else:
+            assert flags[flag] == value.format(storage="/tmp/run/checkpoints")
+    # everything the profile does not name is kept as rendered
+    for flag, value in _flags(rendered).items():
+        if flag not in TRAIN_CPU_PROFILE:
+            assert flags[flag] == value
+    # every change is said, with its reason
+    assert any(c.startswith("--accelerator tpu -> cpu (") for c in changes)
+    assert any(c.startswith("--tpu-topology ") and "dropped" in c for c in changes)
+
+
+def test_values_with_spaces_survive():
+    entrypoint, _ = cpu_entrypoint(
+        "python -m workloads.train --data '/data/my corpus.txt' --steps 9", "/tmp/a b"
+    )
+    flags = _flags(entrypoint)
+    assert flags["--data"] == "/data/my corpus.txt"
+    assert flags["--storage-path"] == "/tmp/a b"
+
+
+def test_other_entrypoints_are_refused():
+    with pytest.raises(LocalRunError, match=r"does not run workloads\.train"):
+        cpu_entrypoint("python train.py --steps 3", "/tmp")
+
+
+def test_runtime_env_passes_unchanged():
+    rayjob = _rayjob("dev")
+    env = runtime_env_of(rayjob)
+    assert isinstance(env, dict) and "env_vars" in env
+
+
+def test_progress_lines_behind_rays_prefix():
+    line = '\x1b[36m(RayTrainWorker pid=1)\x1b[0m PARK_METRICS {"step": 5, "loss": 5.5}'
+    assert parse_progress(line) == ("PARK_METRICS", {"step": 5, "loss": 5.5})
+    assert parse_progress('PARK_RESULT {"final_step": 30}') == ("PARK_RESULT", {"final_step": 30})
+    assert parse_progress("PARK_METRICS {not json") is None
+    assert parse_progress("(pid=3) INFO starting") is None
+
+
+def test_metrics_line_reads_well():
+    line = metrics_line(
+        {"step": 10, "loss": 5.4563, "tokens_per_s": 2059.1, "tokens_per_s_per_worker": 1029.5},
+        30,
+    )
+    assert line == "step 10/30  loss 5.4563  tokens/s 2,059.1 (1,029.5/worker)  mfu n/a"
