@@ -184,7 +184,8 @@ class Settings:
 
 def settings_from(policy: PolicyConfig, stack: str) -> Settings:
     levels: dict[str, Level] = {r.name: r.level for r in RULES}
-    levels.update(policy.enforcement)
+    for name, level in policy.enforcement.items():
+        levels[name] = level
     return Settings(levels=levels, prod_like=policy.is_prod_like(stack))
 
 
