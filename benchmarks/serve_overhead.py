@@ -166,6 +166,7 @@ def load(endpoint: str, texts: list[str], concurrency: int, max_tokens: int) -> 
             temperature=0.0,
             extra_body={"ignore_eos": True},
         )
+        assert reply.usage is not None
         return time.perf_counter() - start, reply.usage.completion_tokens
 
     with ThreadPoolExecutor(concurrency) as pool:

@@ -144,7 +144,7 @@ KNOBS = (
 def _strip(llm: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(llm)
     for path in KNOBS:
-        node = out
+        node: Any = out
         for key in path[:-1]:
             node = node.get(key) if isinstance(node, dict) else None
         if isinstance(node, dict):
@@ -234,6 +234,7 @@ def test_tpu_config_resolves_to_one_bundle_of_4_chips_per_v6e_host() -> None:
 
     llm = LLMConfig.model_validate(_llm(tpu_serve_config()))
     engine = llm.get_engine_config()
+    assert engine is not None
     assert [b["TPU"] for b in engine.placement_bundles] == [4, 4, 4, 4]
     assert engine.accelerator.requires_deferred_placement_group  # slice PG made in the replica
     assert engine.mirror_config is not None  # gs:// source becomes a bucket mirror
