@@ -349,17 +349,27 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
         + f" on a local Ray (CPU); run folder {run_dir}",
         highlight=False,
     )
-    with _local_ray(run_dir, console) as ray:
-        try:
-            if rayjob is not None:
-                _train(rayjob, ray, run_dir, console, outcome)
-            if rayservice is not None:
-                _serve(rayservice, ray, run_dir, console, outcome, keep=keep, stack=stack)
-            else:
-                _summary(console, outcome, ray, run_dir, keep=False)
-        except KeyboardInterrupt:
-            console.print("interrupted: stopping", highlight=False)
+    # SIGTERM (kill, a supervisor) stops the run as Ctrl-C does: Ray goes down in order.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with _local_ray(run_dir, console) as ray:
+            try:
+                if rayjob is not None:
+                    _train(rayjob, ray, run_dir, console, outcome)
+                if rayservice is not None:
+                    _serve(rayservice, ray, run_dir, console, outcome, keep=keep, stack=stack)
+                else:
+                    _summary(console, outcome, ray, run_dir, keep=False)
+            except KeyboardInterrupt:
+                console.print("interrupted: stopping", highlight=False)
+                raise LocalRunError("interrupted before the run finished") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return outcome
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @contextmanager
