@@ -9,7 +9,8 @@ throughput.
 
     python benchmarks/serve_overhead.py [--requests 96] [--concurrency 4] [--max-tokens 64]
 
-Not a test: numbers on a shared 2-core machine are noisy; run it when the machine is quiet.
+Not a test: numbers on a shared 2-core machine are noisy (each side reports its best of
+``--trials`` passes); run it when the machine is quiet.
 """
 
 from __future__ import annotations
@@ -153,8 +154,33 @@ def ray_serve_llm(serve_config: dict[str, Any], work: Path) -> Iterator[str]:
         _stop(proc)
 
 
-def load(endpoint: str, texts: list[str], concurrency: int, max_tokens: int) -> dict[str, Any]:
-    """Send every prompt (``concurrency`` at a time), after a short warm-up; summarize."""
+def _trial(one: Any, pool: ThreadPoolExecutor, texts: list[str]) -> dict[str, Any]:
+    started = time.perf_counter()
+    results = list(pool.map(one, texts))
+    wall = time.perf_counter() - started
+    latencies = sorted(r[0] for r in results)
+    tokens = sum(r[1] for r in results)
+    return {
+        "load_average_1m": round(os.getloadavg()[0], 1),  # noise: others share the machine
+        "requests": len(results),
+        "wall_s": round(wall, 2),
+        "requests_per_s": round(len(results) / wall, 3),
+        "output_tokens_per_s": round(tokens / wall, 1),
+        "latency_p50_s": round(statistics.median(latencies), 3),
+        "latency_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3),
+        "output_tokens": tokens,
+    }
+
+
+def load(
+    endpoint: str, texts: list[str], concurrency: int, max_tokens: int, trials: int
+) -> dict[str, Any]:
+    """Send every prompt (``concurrency`` at a time) ``trials`` times after a warm-up.
+
+    Reports the best trial: load from other jobs on a shared machine only ever slows a trial
+    down, so the fastest one is the closest to the server's own speed. Every trial's output
+    tokens/s is listed beside it.
+    """
     client = openai.OpenAI(base_url=endpoint, api_key="unused", timeout=300, max_retries=0)
 
     def one(prompt: str) -> tuple[float, int]:
@@ -171,21 +197,9 @@ def load(endpoint: str, texts: list[str], concurrency: int, max_tokens: int) -> 
 
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, texts[: concurrency * 2]))  # warm-up, not measured
-        started = time.perf_counter()
-        results = list(pool.map(one, texts))
-        wall = time.perf_counter() - started
-    latencies = sorted(r[0] for r in results)
-    tokens = sum(r[1] for r in results)
-    return {
-        "load_average_1m": round(os.getloadavg()[0], 1),  # noise: others share the machine
-        "requests": len(results),
-        "wall_s": round(wall, 2),
-        "requests_per_s": round(len(results) / wall, 3),
-        "output_tokens_per_s": round(tokens / wall, 1),
-        "latency_p50_s": round(statistics.median(latencies), 3),
-        "latency_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3),
-        "output_tokens": tokens,
-    }
+        runs = [_trial(one, pool, texts) for _ in range(trials)]
+    best = max(runs, key=lambda r: r["output_tokens_per_s"])
+    return {**best, "trials_output_tokens_per_s": [r["output_tokens_per_s"] for r in runs]}
 
 
 def main() -> int:
@@ -193,6 +207,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=96)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--trials", type=int, default=3, help="measured passes; best reported")
     args = parser.parse_args()
 
     model = str(build_tiny_model())
@@ -204,9 +219,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
         work = Path(tmp)
         with bare_vllm(model, engine_kwargs, work) as endpoint:
-            results["vllm"] = load(endpoint, texts, args.concurrency, args.max_tokens)
+            results["vllm"] = load(endpoint, texts, args.concurrency, args.max_tokens, args.trials)
         with ray_serve_llm(serve_config, work) as endpoint:
-            results["ray_serve_llm"] = load(endpoint, texts, args.concurrency, args.max_tokens)
+            results["ray_serve_llm"] = load(
+                endpoint, texts, args.concurrency, args.max_tokens, args.trials
+            )
     bare, ray_ = results["vllm"], results["ray_serve_llm"]
     ratio = {k: round(ray_[k] / bare[k], 3) for k in ("requests_per_s", "output_tokens_per_s")}
     report = {
@@ -215,6 +232,7 @@ def main() -> int:
         "requests": args.requests,
         "concurrency": args.concurrency,
         "max_tokens": args.max_tokens,
+        "trials": args.trials,
         **results,
         "ratio_ray_over_vllm": ratio,
         "goal": GOAL,
