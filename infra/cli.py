@@ -31,7 +31,7 @@ park-gke: PyTorch training and LLM serving on Cloud TPU v6e, through Ray on GKE.
 
 \b
   park render STACK    resources.json + Kubernetes manifests, offline
-  park validate STACK  config, plan, manifests vs KubeRay + Kubernetes schemas
+  park validate STACK  config, plan, manifests vs CRD + Kubernetes schemas
   park cost STACK      $/hour per pool and capacity type, idle, per run
   park local STACK     the stack's RayJob + RayService on a local Ray (CPU)
 
@@ -259,7 +259,7 @@ def validate(
 
     Config problems name the stack key (park:tpuPools[0].topology); manifest problems name the
     manifest and the path inside it (RayJob/park-train: spec.rayClusterSpec...). Manifests are
-    checked against the vendored KubeRay CRDs (strict: unknown fields are errors) and the
+    checked against the vendored CRDs (KubeRay, Kueue...; strict: unknown fields are errors), the
     Kubernetes schemas, then against the TPU catalog (hosts x chips = topology, flags = pods).
     """
     from infra.checks import check_manifests, ray_serve_check
@@ -295,7 +295,7 @@ def validate(
     problems: list[ManifestProblem] = validate_manifests(docs)
     custom = sum(1 for d in docs if (d.get("apiVersion"), d.get("kind")) in crd_schemas())
     schema_line = (
-        f"{len(docs)} {where} manifests: {custom} against KubeRay CRD schemas, "
+        f"{len(docs)} {where} manifests: {custom} against vendored CRD schemas, "
         f"{len(docs) - custom} against Kubernetes {KUBERNETES_VERSION}"
     )
     plan_problems = check_manifests(docs, config)
