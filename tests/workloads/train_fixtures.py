@@ -79,7 +79,15 @@ def local_ray() -> Iterator[LocalRay]:
         "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
         "runtime-env-agent-port", "metrics-export-port")}
     temp_dir = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths
-    env = dict(os.environ) | {"RAY_AUTH_MODE": "disabled"}
+    env = dict(os.environ) | {
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # Stop at once at the end (no 30 s drain), and be patient at the start on a busy
+        # machine, where the dashboard agent can take over a minute to register.
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        "RAY_agent_register_timeout_ms": "600000",
+        "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "600",
+    }
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("RAY_ADDRESS", None)
     command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
