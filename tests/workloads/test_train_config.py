@@ -43,6 +43,14 @@ def test_every_contract_flag_exists() -> None:
     assert set(CONTRACT_FLAGS) <= known
 
 
+def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert all(flag in text for flag in CONTRACT_FLAGS)
+
+
 def test_defaults_need_no_flags() -> None:
     cfg = parse_args([])
     assert (cfg.accelerator, cfg.strategy, cfg.model_size, cfg.data) == (

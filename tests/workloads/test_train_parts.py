@@ -120,6 +120,26 @@ def test_token_files_bin_npy_txt_and_folders(tmp_path: Path) -> None:
     assert set(text.flatten().tolist()) <= set(b"helo wrd")
 
 
+def test_remote_files_are_copied_once_per_node(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gs:// path, through pyarrow's local filesystem (same code, another URI scheme)."""
+    from workloads.train import data
+
+    remote = tmp_path / "bucket" / "tokens"
+    remote.mkdir(parents=True)
+    np.arange(500, dtype=np.uint16).tofile(remote / "part-0.bin")
+    np.arange(500, 900, dtype=np.uint16).tofile(remote / "part-1.bin")
+    (remote / "README.md").write_text("not tokens")
+    monkeypatch.setattr(data, "CACHE_DIR", tmp_path / "cache")
+
+    first = data._cache_gcs(f"file://{remote}")
+    assert [p.name for p in first] == ["00000-part-0.bin", "00001-part-1.bin"]
+    assert np.array_equal(np.fromfile(first[1], dtype=np.uint16), np.arange(500, 900))
+    stamp = first[0].stat().st_mtime_ns
+    assert data._cache_gcs(f"file://{remote}") == first
+    assert first[0].stat().st_mtime_ns == stamp, "copied again"
+
+
 def test_data_errors_are_clear(tmp_path: Path) -> None:
     np.arange(70_000, 70_100, dtype=np.int64).astype(np.uint16).tofile(tmp_path / "big.bin")
     with pytest.raises(DataError, match="beyond the model's vocabulary"):

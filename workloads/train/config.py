@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     for f in fields(TrainConfig):
         meta = f.metadata
         default = f.default if f.default is not MISSING else None
-        help_text = f"{meta['help']} (default: {default})"
+        help_text = meta["help"] if default is None else f"{meta['help']} (default: {default})"
+        help_text = help_text.replace("%", "%%")  # argparse formats help with %
         if meta["type"] is bool:
             parser.add_argument(_flag(f.name), dest=f.name, default=None, help=help_text,
                                 action=argparse.BooleanOptionalAction)

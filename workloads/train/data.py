@@ -22,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-SUFFIXES = (".bin", ".npy", ".txt")
+from workloads.train.config import DATA_SUFFIXES
+
+SUFFIXES = DATA_SUFFIXES
 CACHE_DIR = Path(os.environ.get("PARK_DATA_CACHE", "/tmp/park-data-cache"))
 
 
