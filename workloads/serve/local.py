@@ -238,7 +238,11 @@ def _serve_until_signalled() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workloads.serve.local", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m workloads.serve.local",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--serve-config", required=True, help="rendered serveConfigV2 YAML, or -")
     parser.add_argument("--port", type=int, default=None, help="Serve HTTP port (default: free)")
     parser.add_argument("--keep", action="store_true", help="keep serving until interrupted")
