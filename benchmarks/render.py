@@ -9,6 +9,8 @@ Two questions, answered in one run, printed as JSON:
    own code and the mock run add little to what the providers cost to import anyway.
 2. scaling: a warm render (imports done) of the prod stack with its training pool at 1, 4, 16
    and 64 TPU slices (one GKE node pool per slice). Goal: linear, 64 slices < 3 x 1 slice.
+   A diagnostic repeat pauses Python's cyclic GC during each render: most of the growth is
+   collections walking the heap the provider modules leave, not the program.
 
 Medians of several runs; interpreter start-up is not counted (times are taken inside the
 process). Not a test: timings on a shared machine are noisy, so it reports rather than asserts.
@@ -19,6 +21,7 @@ process). Not a test: timings on a shared machine are noisy, so it reports rathe
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -98,8 +101,12 @@ def prod_vs_imports(repeats: int) -> dict:
     }
 
 
-def scaling(repeats: int) -> dict:
-    """Warm renders of prod with 1..64 training slices, in this process."""
+def scaling(repeats: int, *, gc_off: bool = False) -> dict:
+    """Warm renders of prod with 1..64 training slices, in this process.
+
+    `gc_off`: the same with Python's cyclic GC paused during each render, to show how much of
+    the per-slice cost is collections scanning the provider modules' large heap.
+    """
     sys.path.insert(0, str(ROOT))
     from infra.render import read_stack_file, run_program
 
@@ -112,9 +119,12 @@ def scaling(repeats: int) -> dict:
         variant = {**values, "park:tpuPools": pools}
         times, count = [], 0
         for _ in range(repeats):
+            if gc_off:
+                gc.disable()
             t0 = time.perf_counter()
             rendered = run_program(variant, "prod", secrets)
             times.append(time.perf_counter() - t0)
+            gc.enable()
             count = len(rendered.resources)
         out[str(slices)] = {"render_s": round(statistics.median(times), 4), "resources": count}
     base, top = out[str(SLICES[0])]["render_s"], out[str(SLICES[-1])]["render_s"]
@@ -147,6 +157,7 @@ def main() -> None:
         "repeats": args.repeats,
         "prod_vs_imports": prod_vs_imports(args.repeats),
         "scaling": scaling(args.repeats),
+        "scaling_gc_paused_diagnostic": scaling(args.repeats, gc_off=True),
     }
     result["wall_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result, indent=2))
