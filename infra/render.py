@@ -7,6 +7,7 @@ registration; we keep its type, name, parent and inputs (secrets masked). This i
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -228,10 +229,16 @@ def run_program(
     )
     config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     pulumi.runtime.set_all_config(config, secret_keys or [])
+    # The provider modules leave a large heap; the collector rescanning it made render time
+    # grow faster than the resource count (benchmarks/render.py). Nothing here forms cycles
+    # worth collecting mid-run.
+    gc.disable()
     try:
         _sync_await(run_pulumi_func(program.main))
     except Exception as err:
         raise ProgramError(str(err), recorded) from err
+    finally:
+        gc.enable()
     parsed = parsed or load_values(values, stack, secret_keys or ())
     exported = settings.get_root_resource().outputs  # type: ignore[union-attr]
     resolved = _sync_await(pulumi.Output.secret(exported).future()) if exported else {}
