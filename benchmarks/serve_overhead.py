@@ -16,6 +16,7 @@ Not a test: numbers on a shared 2-core machine are noisy (each side reports its 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import psutil
 import yaml
 
 from workloads.serve import local
@@ -104,8 +106,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def bare_vllm(model: str, engine_kwargs: dict[str, Any], work: Path) -> Iterator[str]:
-    """vLLM's own OpenAI server with the CPU profile's engine knobs; yields the /v1 endpoint."""
+def bare_vllm(model: str, engine_kwargs: dict[str, Any], work: Path) -> Iterator[tuple[str, int]]:
+    """vLLM's own OpenAI server with the CPU profile's engine knobs; yields (endpoint, pid)."""
     port = local.free_port()
     cmd = [
         *(sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model),
@@ -122,14 +124,14 @@ def bare_vllm(model: str, engine_kwargs: dict[str, Any], work: Path) -> Iterator
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"vLLM server did not come up; see {log}")
             time.sleep(2)
-        yield endpoint
+        yield endpoint, proc.pid
     finally:
         _stop(proc)
 
 
 @contextmanager
-def ray_serve_llm(serve_config: dict[str, Any], work: Path) -> Iterator[str]:
-    """``python -m workloads.serve.local --keep`` on the contract config; yields the endpoint."""
+def ray_serve_llm(serve_config: dict[str, Any], work: Path) -> Iterator[tuple[str, int]]:
+    """``python -m workloads.serve.local --keep`` on the contract config; yields (endpoint, pid)."""
     config = work / "serveConfigV2.yaml"
     config.write_text(yaml.safe_dump(serve_config))
     log = work / "ray.log"
@@ -149,15 +151,32 @@ def ray_serve_llm(serve_config: dict[str, Any], work: Path) -> Iterator[str]:
             start_new_session=True,
         )
     try:
-        yield _wait_line(proc, log, "PARK_ENDPOINT ", 900)
+        yield _wait_line(proc, log, "PARK_ENDPOINT ", 900), proc.pid
     finally:
         _stop(proc)
 
 
-def _trial(one: Any, pool: ThreadPoolExecutor, texts: list[str]) -> dict[str, Any]:
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by a process and its live descendants."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def _trial(one: Any, pool: ThreadPoolExecutor, texts: list[str], pid: int) -> dict[str, Any]:
+    cpu = tree_cpu_s(pid)
     started = time.perf_counter()
     results = list(pool.map(one, texts))
     wall = time.perf_counter() - started
+    cpu = tree_cpu_s(pid) - cpu
     latencies = sorted(r[0] for r in results)
     tokens = sum(r[1] for r in results)
     return {
@@ -169,11 +188,13 @@ def _trial(one: Any, pool: ThreadPoolExecutor, texts: list[str]) -> dict[str, An
         "latency_p50_s": round(statistics.median(latencies), 3),
         "latency_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3),
         "output_tokens": tokens,
+        # Less sensitive to other jobs than wall time: the serving stack's own CPU work.
+        "server_cpu_s_per_1k_tokens": round(1000 * cpu / tokens, 2),
     }
 
 
 def load(
-    endpoint: str, texts: list[str], concurrency: int, max_tokens: int, trials: int
+    server: tuple[str, int], texts: list[str], concurrency: int, max_tokens: int, trials: int
 ) -> dict[str, Any]:
     """Send every prompt (``concurrency`` at a time) ``trials`` times after a warm-up.
 
@@ -181,6 +202,7 @@ def load(
     down, so the fastest one is the closest to the server's own speed. Every trial's output
     tokens/s is listed beside it.
     """
+    endpoint, pid = server
     client = openai.OpenAI(base_url=endpoint, api_key="unused", timeout=300, max_retries=0)
 
     def one(prompt: str) -> tuple[float, int]:
@@ -197,9 +219,13 @@ def load(
 
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, texts[: concurrency * 2]))  # warm-up, not measured
-        runs = [_trial(one, pool, texts) for _ in range(trials)]
+        runs = [_trial(one, pool, texts, pid) for _ in range(trials)]
     best = max(runs, key=lambda r: r["output_tokens_per_s"])
-    return {**best, "trials_output_tokens_per_s": [r["output_tokens_per_s"] for r in runs]}
+    return {
+        **best,
+        "trials_output_tokens_per_s": [r["output_tokens_per_s"] for r in runs],
+        "trials_server_cpu_s_per_1k_tokens": [r["server_cpu_s_per_1k_tokens"] for r in runs],
+    }
 
 
 def main() -> int:
@@ -218,14 +244,15 @@ def main() -> int:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
         work = Path(tmp)
-        with bare_vllm(model, engine_kwargs, work) as endpoint:
-            results["vllm"] = load(endpoint, texts, args.concurrency, args.max_tokens, args.trials)
-        with ray_serve_llm(serve_config, work) as endpoint:
+        with bare_vllm(model, engine_kwargs, work) as server:
+            results["vllm"] = load(server, texts, args.concurrency, args.max_tokens, args.trials)
+        with ray_serve_llm(serve_config, work) as server:
             results["ray_serve_llm"] = load(
-                endpoint, texts, args.concurrency, args.max_tokens, args.trials
+                server, texts, args.concurrency, args.max_tokens, args.trials
             )
     bare, ray_ = results["vllm"], results["ray_serve_llm"]
-    ratio = {k: round(ray_[k] / bare[k], 3) for k in ("requests_per_s", "output_tokens_per_s")}
+    keys = ("requests_per_s", "output_tokens_per_s", "server_cpu_s_per_1k_tokens")
+    ratio = {k: round(ray_[k] / bare[k], 3) for k in keys}
     report = {
         "model": "tiny-llama (local, random weights)",
         "engine_kwargs": engine_kwargs,
