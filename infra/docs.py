@@ -252,8 +252,43 @@ def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
     return "\n".join(out).rstrip()
 
 
+def _money(value: float | None) -> str:
+    return "n/a" if value is None else f"${value:,.2f}"
+
+
+def cost_table() -> str:
+    """`park cost` of every shipped stack, at the shipped list prices."""
+    from infra.cost import estimate
+    from infra.render import load_stack
+
+    lines = [
+        "| stack | TPU pools (chips / hosts) | everything up | idle | serving floor "
+        "| one training run |",
+        "|---|---|---|---|---|---|",
+    ]
+    for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml")):
+        cost = estimate(load_stack(path))
+        tpu = [p for p in cost.pools if p.kind == "tpu"]
+        pools = "; ".join(
+            f"{p.name}: {p.slices} x {p.topology} {p.capacity} ({p.chips} / {p.hosts})"
+            for p in tpu
+        )
+        run = cost.training_run
+        run_text = "—" if run is None else f"{_money(run.cost)} ({run.steps:,} steps)"
+        lines.append(
+            f"| {cost.stack} | {pools} | {_money(cost.full_per_hour)}/h | "
+            f"{_money(cost.idle_per_hour)}/h | {_money(cost.serving_floor_per_hour)}/h | "
+            f"{run_text} |"
+        )
+    return "\n".join(lines)
+
+
 def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, str]:
-    return {"config-reference": config_reference(), "stacks-summary": stacks_summary(render)}
+    return {
+        "config-reference": config_reference(),
+        "stacks-summary": stacks_summary(render),
+        "cost": cost_table(),
+    }
 
 
 def render_readme(text: str, render: Callable[[str], Any] | None = None) -> str:
