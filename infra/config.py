@@ -25,6 +25,10 @@ KUEUE_VERSION = "0.19.2"  # Helm chart oci://registry.k8s.io/kueue/charts/kueue 
 IMAGE_TAG = "0.1.0"  # the workload images' tag: the package version
 # Multi-slice PyTorch training: Ray 2.59.0 raised, 2.60.0 sets MEGASCALE_* (FACTS.md).
 RAY_MULTISLICE_TORCH_MIN = (2, 60, 0)
+# Where the pinned Ray's TPU serving maths disagrees with GKE: (generation, topology) → hosts
+# Ray assumes: ray/util/tpu.py takes v6e 2x4 as one 8-chip VM unless told chips_per_vm,
+# which Serve LLM does not pass.
+RAY_SERVE_HOSTS_BY_TOPOLOGY = {("v6e", "2x4"): 1}
 
 Capacity = Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
 SECRET_PLACEHOLDER = "[secret]"
@@ -638,6 +642,18 @@ def _check_serving(config: StackConfig) -> list[ConfigProblem]:
     if problems or _slice_or_none(config.tpu_pool(serving.pool)) is None:
         return problems
     tpu = config.tpu_pool(serving.pool).slice
+    ray_hosts = RAY_SERVE_HOSTS_BY_TOPOLOGY.get((tpu.generation.name, tpu.topology))
+    if ray_hosts is not None and ray_hosts != tpu.hosts:
+        # Ray Serve LLM sizes a slice's placement group from the topology alone.
+        problems.append(
+            ConfigProblem(
+                "park:serving.pool",
+                serving.pool,
+                f"Ray {RAY_VERSION} Serve LLM assumes {tpu.topology} is {ray_hosts} host(s), but "
+                f"on {tpu.machine_type} it is {tpu.hosts}: the placement group would be "
+                f"misshaped; serve from a pool of another machine type or topology",
+            )
+        )
     allowed = allowed_tensor_parallel(tpu)
     names: set[str] = set()
     for i, model in enumerate(serving.models):

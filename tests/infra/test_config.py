@@ -234,3 +234,14 @@ def test_default_images_follow_the_engine():
     custom = config_with(park__training={**BASE["park:training"], "image": "ghcr.io/me/t:1"})
     config = parse_stack_config(custom, "dev")
     assert config.image_for(config.training) == "ghcr.io/me/t:1"
+
+
+def test_serving_refuses_a_slice_the_pinned_ray_misshapes():
+    values = config_with(
+        park__tpuPools=[
+            BASE["park:tpuPools"][0],
+            {"name": "serve", "machineType": "ct6e-standard-4t", "topology": "2x4"},
+        ]
+    )
+    message = problems_of(values)["park:serving.pool"]
+    assert "1 host(s)" in message and "ct6e-standard-4t it is 2" in message
