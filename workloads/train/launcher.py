@@ -14,7 +14,7 @@ from ray.train.torch import TorchTrainer
 
 from workloads.train.config import TrainConfig, resolve
 from workloads.train.loop import train_loop_per_worker
-from workloads.train.metrics import RESULT_PREFIX, format_line
+from workloads.train.metrics import RESULT_PREFIX, emit
 from workloads.train.scaling import build_scaling_config, build_torch_config
 
 
@@ -61,5 +61,5 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     }
     if result.error is not None:
         summary["error"] = str(result.error)
-    print(format_line(RESULT_PREFIX, summary), flush=True)
+    emit(RESULT_PREFIX, summary)
     return summary

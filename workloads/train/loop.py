@@ -21,7 +21,7 @@ from workloads.train.metrics import (
     METRICS_PREFIX,
     ThroughputMeter,
     device_name,
-    format_line,
+    emit,
     peak_tflops,
 )
 from workloads.train.model import model_config, train_flops_per_token
@@ -96,7 +96,7 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
         metrics = meter.flush(step) | extra(lr)
         state.loss = metrics["loss"]
         if env.rank == 0:
-            print(format_line(METRICS_PREFIX, metrics), flush=True)
+            emit(METRICS_PREFIX, metrics)
         if save:
             with tempfile.TemporaryDirectory(prefix="park-ckpt-") as directory:
                 checkpointing.save(directory, model, optimizer, state, group)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -109,6 +110,16 @@ class ThroughputMeter:
 
 def format_line(prefix: str, payload: Mapping[str, Any]) -> str:
     return prefix + json.dumps(dict(payload), sort_keys=True)
+
+
+def emit(prefix: str, payload: Mapping[str, Any]) -> None:
+    """Write one progress line to stdout, once.
+
+    Not ``print``: Ray Train patches ``print`` on its workers into a logger whose line reaches
+    the driver on both stdout and stderr, so a reader of the merged job log saw it twice.
+    """
+    sys.stdout.write(format_line(prefix, payload) + "\n")
+    sys.stdout.flush()
 
 
 _LINE = re.compile(r"(PARK_METRICS|PARK_RESULT) (\{.*\})\s*$")
