@@ -55,8 +55,9 @@ def steady_step_time(reports: list[dict[str, Any]]) -> float:
 def steady_cpu_per_step(reports: list[dict[str, Any]]) -> float:
     """Median CPU seconds per step of rank 0 over the windows after the first."""
     timed = [r for r in reports if "cpu_s" in r and r.get("step_time_s")]
-    per_step = [(b["cpu_s"] - a["cpu_s"]) / (b["step"] - a["step"])
-                for a, b in itertools.pairwise(timed)]
+    per_step = [
+        (b["cpu_s"] - a["cpu_s"]) / (b["step"] - a["step"]) for a, b in itertools.pairwise(timed)
+    ]
     return statistics.median(per_step)
 
 
@@ -89,15 +90,20 @@ class _Silent(LocalEnv):
         pass
 
 
-def _plain_worker(rank: int, world: int, port: int, cfg: dict[str, Any], threads: int,
-                  out: str) -> None:
+def _plain_worker(
+    rank: int, world: int, port: int, cfg: dict[str, Any], threads: int, out: str
+) -> None:
     torch.set_num_threads(threads)
     gpu = cfg["accelerator"] == "gpu"
     device = torch.device("cuda", rank) if gpu else torch.device("cpu")
     if gpu:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=world)
+    dist.init_process_group(
+        "nccl" if gpu else "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+    )
     env = _Recording(_Silent(tempfile.mkdtemp(), rank=rank, world_size=world, device=device), out)
     train(TrainConfig.from_dict(cfg), env)
     env.save()
@@ -117,8 +123,12 @@ def run_plain(cfg: TrainConfig, threads: int, out: Path) -> float:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     start = time.perf_counter()
     try:
-        mp.spawn(_plain_worker, args=(cfg.workers, _free_port(), cfg.to_dict(), threads,
-                                      str(out)), nprocs=cfg.workers, join=True)
+        mp.spawn(
+            _plain_worker,
+            args=(cfg.workers, _free_port(), cfg.to_dict(), threads, str(out)),
+            nprocs=cfg.workers,
+            join=True,
+        )
     finally:
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS")
@@ -149,14 +159,23 @@ def run_ray(cfg: TrainConfig, threads: int, out: Path) -> float:
 
 def run_gpu(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     """One GPU, the plain loop, bf16: tokens/s and MFU of the cuda path."""
-    mp.spawn(_plain_worker, args=(1, _free_port(), cfg.to_dict(), torch.get_num_threads(),
-                                  str(out)), nprocs=1, join=True)
+    mp.spawn(
+        _plain_worker,
+        args=(1, _free_port(), cfg.to_dict(), torch.get_num_threads(), str(out)),
+        nprocs=1,
+        join=True,
+    )
     reports = json.loads(out.read_text())
     last = reports[-1]
-    return {"device": torch.cuda.get_device_name(0), "model_size": cfg.model_size,
-            "seq_len": cfg.seq_len, "global_batch_size": cfg.global_batch_size,
-            "step_time_s": steady_step_time(reports), "tokens_per_s": last["tokens_per_s"],
-            "mfu": last["mfu"]}
+    return {
+        "device": torch.cuda.get_device_name(0),
+        "model_size": cfg.model_size,
+        "seq_len": cfg.seq_len,
+        "global_batch_size": cfg.global_batch_size,
+        "step_time_s": steady_step_time(reports),
+        "tokens_per_s": last["tokens_per_s"],
+        "mfu": last["mfu"],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -173,18 +192,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="park-overhead-"))
-    cfg = TrainConfig(accelerator="cpu", num_workers=2, strategy=args.strategy,
-                      model_size=args.model_size, steps=args.steps,
-                      report_every=args.report_every, seq_len=args.seq_len,
-                      global_batch_size=args.global_batch_size, checkpoint_every=0,
-                      storage_path=str(work / "ray"))
+    cfg = TrainConfig(
+        accelerator="cpu",
+        num_workers=2,
+        strategy=args.strategy,
+        model_size=args.model_size,
+        steps=args.steps,
+        report_every=args.report_every,
+        seq_len=args.seq_len,
+        global_batch_size=args.global_batch_size,
+        checkpoint_every=0,
+        storage_path=str(work / "ray"),
+    )
 
     # A private Ray head on free ports (others may run Ray here), as `park local` starts it;
     # its auth token must be in this process's environment before Ray is imported.
     from infra.local import LocalRay, ray_auth_env
 
-    head = LocalRay(temp_dir=Path(tempfile.mkdtemp(prefix="rt", dir="/tmp")),
-                    log_path=work / "ray-head.log")
+    head = LocalRay(
+        temp_dir=Path(tempfile.mkdtemp(prefix="rt", dir="/tmp")), log_path=work / "ray-head.log"
+    )
     head.start()
     samples: dict[str, list[float]] = {"plain": [], "ray": []}
     cpu: dict[str, list[float]] = {"plain": [], "ray": []}
@@ -210,24 +237,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model = model_config(cfg.model_size, seq_len=cfg.seq_len)
     tokens_per_step = cfg.batch * model.block_size
     result: dict[str, Any] = {
-        "model_size": cfg.model_size, "strategy": cfg.strategy, "workers": cfg.workers,
-        "steps": cfg.steps, "global_batch_size": cfg.batch, "seq_len": model.block_size,
+        "model_size": cfg.model_size,
+        "strategy": cfg.strategy,
+        "workers": cfg.workers,
+        "steps": cfg.steps,
+        "global_batch_size": cfg.batch,
+        "seq_len": model.block_size,
         "threads_per_worker": args.threads_per_worker,
         "flops_per_token": train_flops_per_token(model, model.block_size),
-        "plain_step_time_s": plain, "ray_train_step_time_s": via_ray,
+        "plain_step_time_s": plain,
+        "ray_train_step_time_s": via_ray,
         "ray_over_plain": via_ray / plain,
         "plain_tokens_per_s": tokens_per_step / plain,
         "ray_train_tokens_per_s": tokens_per_step / via_ray,
-        "plain_cpu_s_per_step": min(cpu["plain"]), "ray_train_cpu_s_per_step": min(cpu["ray"]),
+        "plain_cpu_s_per_step": min(cpu["plain"]),
+        "ray_train_cpu_s_per_step": min(cpu["ray"]),
         "ray_over_plain_cpu": min(cpu["ray"]) / min(cpu["plain"]),
-        "plain_step_time_samples_s": samples["plain"], "ray_train_step_time_samples_s":
-        samples["ray"], "plain_wall_s": walls["plain"], "ray_train_wall_s": walls["ray"],
+        "plain_step_time_samples_s": samples["plain"],
+        "ray_train_step_time_samples_s": samples["ray"],
+        "plain_wall_s": walls["plain"],
+        "ray_train_wall_s": walls["ray"],
         "goal": "ray_over_plain <= 1.05",
     }
     if torch.cuda.is_available():
-        gpu_cfg = replace(cfg, accelerator="gpu", num_workers=1,
-                          model_size=args.gpu_model_size, seq_len=1024, global_batch_size=16,
-                          steps=40)
+        gpu_cfg = replace(
+            cfg,
+            accelerator="gpu",
+            num_workers=1,
+            model_size=args.gpu_model_size,
+            seq_len=1024,
+            global_batch_size=16,
+            steps=40,
+        )
         result["gpu"] = run_gpu(gpu_cfg, work / "gpu.json")
     print(json.dumps(result, indent=2))
     return result

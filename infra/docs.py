@@ -270,8 +270,7 @@ def cost_table() -> str:
         cost = estimate(load_stack(path))
         tpu = [p for p in cost.pools if p.kind == "tpu"]
         pools = "; ".join(
-            f"{p.name}: {p.slices} x {p.topology} {p.capacity} ({p.chips} / {p.hosts})"
-            for p in tpu
+            f"{p.name}: {p.slices} x {p.topology} {p.capacity} ({p.chips} / {p.hosts})" for p in tpu
         )
         run = cost.training_run
         run_text = "—" if run is None else f"{_money(run.cost)} ({run.steps:,} steps)"

@@ -26,11 +26,27 @@ from workloads.train.config import (
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 CONTRACT_FLAGS = [
-    "--accelerator", "--num-workers", "--tpu-topology", "--tpu-accelerator-type",
-    "--torch-tpu-topology", "--chips-per-host", "--num-slices", "--peak-tflops-per-device",
-    "--strategy", "--model-size", "--steps", "--global-batch-size", "--seq-len", "--lr",
-    "--warmup-steps", "--checkpoint-every", "--storage-path", "--run-name", "--max-failures",
-    "--data", "--report-every",
+    "--accelerator",
+    "--num-workers",
+    "--tpu-topology",
+    "--tpu-accelerator-type",
+    "--torch-tpu-topology",
+    "--chips-per-host",
+    "--num-slices",
+    "--peak-tflops-per-device",
+    "--strategy",
+    "--model-size",
+    "--steps",
+    "--global-batch-size",
+    "--seq-len",
+    "--lr",
+    "--warmup-steps",
+    "--checkpoint-every",
+    "--storage-path",
+    "--run-name",
+    "--max-failures",
+    "--data",
+    "--report-every",
 ]
 
 TPU_4X4 = ["--accelerator", "tpu", "--tpu-topology", "4x4", "--chips-per-host", "4"]
@@ -54,13 +70,18 @@ def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
 def test_defaults_need_no_flags() -> None:
     cfg = parse_args([])
     assert (cfg.accelerator, cfg.strategy, cfg.model_size, cfg.data) == (
-        "auto", "ddp", "tiny", "synthetic")
+        "auto",
+        "ddp",
+        "tiny",
+        "synthetic",
+    )
 
 
 def test_cli_flags_win_over_config_file(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({"steps": 7, "model-size": "small", "global_batch_size": 16,
-                                    "lr": "1e-3"}))
+    path.write_text(
+        yaml.safe_dump({"steps": 7, "model-size": "small", "global_batch_size": 16, "lr": "1e-3"})
+    )
     cfg = parse_args(["--config", str(path), "--steps", "9"])
     assert cfg.steps == 9
     assert cfg.model_size == "small"
@@ -87,8 +108,10 @@ def test_json_config_and_unknown_keys(tmp_path: Path) -> None:
         ([*TPU_4X4, "--num-workers", "8"], "must equal the chips"),
         ([*TPU_4X4, "--num-slices", "2", "--num-workers", "16"], r"\(32\)"),
         ([*TPU_4X4, "--torch-tpu-topology", "2,2,1"], "has 4 chips"),
-        (["--accelerator", "tpu", "--tpu-topology", "4x4", "--chips-per-host", "3"],
-         "whole number of hosts"),
+        (
+            ["--accelerator", "tpu", "--tpu-topology", "4x4", "--chips-per-host", "3"],
+            "whole number of hosts",
+        ),
         (["--accelerator", "tpu", "--tpu-topology", "four"], "not of the form"),
         (["--global-batch-size", "9", "--num-workers", "2"], "multiple of --num-workers"),
         (["--steps", "0"], "--steps must be > 0"),

@@ -18,16 +18,26 @@ pytestmark = pytest.mark.usefixtures("gloo_world1")
 
 
 def _config(**overrides: Any) -> TrainConfig:
-    values: dict[str, Any] = dict(accelerator="cpu", num_workers=1, model_size="tiny", seq_len=64,
-                                  global_batch_size=16, lr=1e-2, warmup_steps=2, steps=16,
-                                  checkpoint_every=8, report_every=4)
+    values: dict[str, Any] = dict(
+        accelerator="cpu",
+        num_workers=1,
+        model_size="tiny",
+        seq_len=64,
+        global_batch_size=16,
+        lr=1e-2,
+        warmup_steps=2,
+        steps=16,
+        checkpoint_every=8,
+        report_every=4,
+    )
     values.update(overrides)
     return TrainConfig(**values)
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_loss_falls_and_reports_every_n_steps(tmp_path: Path, strategy: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_loss_falls_and_reports_every_n_steps(
+    tmp_path: Path, strategy: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     env = LocalEnv(tmp_path)
     state = train(_config(strategy=strategy), env)
 
@@ -36,10 +46,13 @@ def test_loss_falls_and_reports_every_n_steps(tmp_path: Path, strategy: str,
     losses = [r["loss"] for r in env.reports]
     assert losses[0] < math.log(256) + 0.1
     assert losses[-1] < 0.8 * losses[0]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_00000008",
-                                                          "checkpoint_00000016"]
-    printed = [line for line in capsys.readouterr().out.splitlines()
-               if line.startswith("PARK_METRICS ")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint_00000008",
+        "checkpoint_00000016",
+    ]
+    printed = [
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("PARK_METRICS ")
+    ]
     assert len(printed) == 4
     assert {"tokens_per_s", "tokens_per_s_per_worker", "mfu"} <= set(env.reports[0])
     assert env.reports[0]["tokens_per_s"] > 0

@@ -29,9 +29,10 @@ def test_tiny_is_a_few_hundred_thousand_parameters() -> None:
     assert 100_000 < count_params(PRESETS["tiny"]) < 500_000
 
 
-@pytest.mark.parametrize(("size", "low", "high"), [("gpt2-small", 120e6, 170e6),
-                                                     ("gpt2-medium", 350e6, 420e6),
-                                                     ("1b", 0.9e9, 1.2e9)])
+@pytest.mark.parametrize(
+    ("size", "low", "high"),
+    [("gpt2-small", 120e6, 170e6), ("gpt2-medium", 350e6, 420e6), ("1b", 0.9e9, 1.2e9)],
+)
 def test_presets_have_their_advertised_size(size: str, low: float, high: float) -> None:
     assert low < count_params(PRESETS[size]) < high
 
@@ -62,8 +63,10 @@ def test_init_is_deterministic_and_untrained_loss_is_ln_vocab() -> None:
     models = [GPT(cfg), GPT(cfg), GPT(cfg)]
     for model, seed in zip(models, (1, 1, 2), strict=True):
         init_weights(model, cfg, seed=seed)
-    same = [torch.equal(p, q) for p, q in zip(models[0].parameters(), models[1].parameters(),
-                                              strict=True)]
+    same = [
+        torch.equal(p, q)
+        for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True)
+    ]
     assert all(same)
     assert not torch.equal(models[0].tok_emb.weight, models[2].tok_emb.weight)
     assert torch.equal(models[0].norm_f.weight, torch.ones(cfg.d_model))
@@ -86,8 +89,9 @@ def test_model_config_overrides() -> None:
 
 def test_batches_are_a_pure_function_of_seed_step_rank() -> None:
     def make(rank: int) -> TokenBatches:
-        return make_batches("synthetic", vocab_size=256, seq_len=16, batch_size=3, seed=5,
-                            rank=rank)
+        return make_batches(
+            "synthetic", vocab_size=256, seq_len=16, batch_size=3, seed=5, rank=rank
+        )
 
     x1, y1 = make(0).batch(7)
     x2, y2 = make(0).batch(7)
@@ -99,8 +103,9 @@ def test_batches_are_a_pure_function_of_seed_step_rank() -> None:
 
 
 def test_synthetic_tokens_are_mostly_predictable() -> None:
-    x, y = make_batches("synthetic", vocab_size=256, seq_len=64, batch_size=32, seed=0,
-                        rank=0).batch(1)
+    x, y = make_batches(
+        "synthetic", vocab_size=256, seq_len=64, batch_size=32, seed=0, rank=0
+    ).batch(1)
     follows = (y == (x * 5 + 3) % 256).float().mean().item()
     assert 0.85 < follows < 0.95
     assert int(x.max()) < 256
@@ -112,16 +117,19 @@ def test_token_files_bin_npy_txt_and_folders(tmp_path: Path) -> None:
     (tmp_path / "c.txt").write_text("hello world " * 50)
 
     assert [len(s) for s in open_shards(str(tmp_path))] == [1000, 1000, 600]
-    x, y = make_batches(str(tmp_path / "a.bin"), vocab_size=1000, seq_len=8, batch_size=4,
-                        seed=0, rank=0).batch(3)
+    x, y = make_batches(
+        str(tmp_path / "a.bin"), vocab_size=1000, seq_len=8, batch_size=4, seed=0, rank=0
+    ).batch(3)
     assert torch.equal(y, x + 1), "windows of a counting sequence"
-    text = make_batches(str(tmp_path / "c.txt"), vocab_size=256, seq_len=8, batch_size=2,
-                        seed=0, rank=0).batch(1)[0]
+    text = make_batches(
+        str(tmp_path / "c.txt"), vocab_size=256, seq_len=8, batch_size=2, seed=0, rank=0
+    ).batch(1)[0]
     assert set(text.flatten().tolist()) <= set(b"helo wrd")
 
 
-def test_remote_files_are_copied_once_per_node(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_remote_files_are_copied_once_per_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The gs:// path, through pyarrow's local filesystem (same code, another URI scheme)."""
     from workloads.train import data
 
@@ -143,13 +151,15 @@ def test_remote_files_are_copied_once_per_node(tmp_path: Path,
 def test_data_errors_are_clear(tmp_path: Path) -> None:
     np.arange(70_000, 70_100, dtype=np.int64).astype(np.uint16).tofile(tmp_path / "big.bin")
     with pytest.raises(DataError, match="beyond the model's vocabulary"):
-        make_batches(str(tmp_path / "big.bin"), vocab_size=256, seq_len=8, batch_size=2, seed=0,
-                     rank=0).batch(1)
+        make_batches(
+            str(tmp_path / "big.bin"), vocab_size=256, seq_len=8, batch_size=2, seed=0, rank=0
+        ).batch(1)
     with pytest.raises(DataError, match="no such file"):
         open_shards(str(tmp_path / "missing.bin"))
     with pytest.raises(DataError, match="shorter than seq_len"):
-        make_batches(str(tmp_path / "big.bin"), vocab_size=70_000, seq_len=500, batch_size=2,
-                     seed=0, rank=0)
+        make_batches(
+            str(tmp_path / "big.bin"), vocab_size=70_000, seq_len=500, batch_size=2, seed=0, rank=0
+        )
 
 
 # ---- metrics ----------------------------------------------------------------------------------
@@ -171,7 +181,7 @@ def test_progress_lines_parse_behind_rays_prefix() -> None:
     assert line.startswith("PARK_METRICS {")
     assert parse_line(line) == ("PARK_METRICS", {"step": 3, "loss": 1.5, "mfu": None})
     assert parse_line(f"(RayTrainWorker pid=12, ip=10.0.0.1) {line}") == parse_line(line)
-    assert parse_line("PARK_RESULT {\"final_step\": 3}") == ("PARK_RESULT", {"final_step": 3})
+    assert parse_line('PARK_RESULT {"final_step": 3}') == ("PARK_RESULT", {"final_step": 3})
     assert parse_line("loss went down") is None
 
 

@@ -31,21 +31,38 @@ LN_VOCAB = math.log(256)  # the tiny model's loss before training
 
 def _config(storage: Path, run_name: str, **overrides: Any) -> TrainConfig:
     values: dict[str, Any] = dict(
-        accelerator="cpu", num_workers=2, model_size="tiny", seq_len=64, global_batch_size=16,
-        lr=1e-2, warmup_steps=3, steps=20, checkpoint_every=10, report_every=5,
-        storage_path=str(storage), run_name=run_name, max_failures=0)
+        accelerator="cpu",
+        num_workers=2,
+        model_size="tiny",
+        seq_len=64,
+        global_batch_size=16,
+        lr=1e-2,
+        warmup_steps=3,
+        steps=20,
+        checkpoint_every=10,
+        report_every=5,
+        storage_path=str(storage),
+        run_name=run_name,
+        max_failures=0,
+    )
     values.update(overrides)
     return resolve(TrainConfig(**values), ray.cluster_resources())
 
 
 def _checkpoint_steps(run_dir: Path) -> list[int]:
-    return sorted(int(p.name.split("_")[1]) for p in run_dir.glob("checkpoint_*")
-                  if (p / "train_state.json").exists())
+    return sorted(
+        int(p.name.split("_")[1])
+        for p in run_dir.glob("checkpoint_*")
+        if (p / "train_state.json").exists()
+    )
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_trains_checkpoints_and_resumes(local_ray: LocalRay, tmp_path: Path,  # noqa: F811
-                                        strategy: str) -> None:
+def test_trains_checkpoints_and_resumes(
+    local_ray: LocalRay,
+    tmp_path: Path,
+    strategy: str,
+) -> None:
     first = build_trainer(_config(tmp_path, f"resume-{strategy}", strategy=strategy)).fit()
 
     assert first.error is None
@@ -59,8 +76,9 @@ def test_trains_checkpoints_and_resumes(local_ray: LocalRay, tmp_path: Path,  # 
     shards = {p.name for p in Path(first.checkpoint.path).iterdir()}
     assert {".metadata", "train_state.json", "__0_0.distcp", "__1_0.distcp"} <= shards
 
-    second = build_trainer(_config(tmp_path, f"resume-{strategy}", strategy=strategy,
-                                   steps=30)).fit()
+    second = build_trainer(
+        _config(tmp_path, f"resume-{strategy}", strategy=strategy, steps=30)
+    ).fit()
 
     assert second.error is None
     assert second.metrics["resumed_from_step"] == 20
@@ -79,8 +97,9 @@ def _registered_checkpoints(run_dir: Path) -> list[int]:
     return sorted({int(step) for step in re.findall(r"checkpoint_(\d{8})", text)})
 
 
-def _kill_a_worker_after_first_checkpoint(dashboard_url: str, run_dir: Path,
-                                          seen: dict[str, Any]) -> None:
+def _kill_a_worker_after_first_checkpoint(
+    dashboard_url: str, run_dir: Path, seen: dict[str, Any]
+) -> None:
     """Wait for a registered checkpoint, then SIGKILL one training worker (as a preemption)."""
     from ray.util.state import list_actors
 
@@ -89,9 +108,11 @@ def _kill_a_worker_after_first_checkpoint(dashboard_url: str, run_dir: Path,
         while time.time() < deadline and not _registered_checkpoints(run_dir):
             time.sleep(0.05)
         # The cluster's address, explicitly: other Ray clusters may run on this machine.
-        workers = list_actors(address=dashboard_url, detail=True,
-                              filters=[("class_name", "=", "RayTrainWorker"),
-                                       ("state", "=", "ALIVE")])
+        workers = list_actors(
+            address=dashboard_url,
+            detail=True,
+            filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+        )
         seen["checkpoint_at_kill"] = max(_registered_checkpoints(run_dir), default=0)
         victim = max(workers, key=lambda a: a.pid)
         os.kill(victim.pid, signal.SIGKILL)
@@ -100,12 +121,22 @@ def _kill_a_worker_after_first_checkpoint(dashboard_url: str, run_dir: Path,
         seen["error"] = repr(err)
 
 
-def test_recovers_from_a_killed_worker(local_ray: LocalRay, tmp_path: Path) -> None:  # noqa: F811
-    cfg = _config(tmp_path, "fault", steps=80, seq_len=128, global_batch_size=16,
-                  checkpoint_every=10, report_every=10, max_failures=2)
+def test_recovers_from_a_killed_worker(local_ray: LocalRay, tmp_path: Path) -> None:
+    cfg = _config(
+        tmp_path,
+        "fault",
+        steps=80,
+        seq_len=128,
+        global_batch_size=16,
+        checkpoint_every=10,
+        report_every=10,
+        max_failures=2,
+    )
     seen: dict[str, Any] = {}
-    killer = threading.Thread(target=_kill_a_worker_after_first_checkpoint,
-                              args=(local_ray.dashboard_url, tmp_path / "fault", seen))
+    killer = threading.Thread(
+        target=_kill_a_worker_after_first_checkpoint,
+        args=(local_ray.dashboard_url, tmp_path / "fault", seen),
+    )
     killer.start()
     result = build_trainer(cfg).fit()
     killer.join()
@@ -121,7 +152,7 @@ def test_recovers_from_a_killed_worker(local_ray: LocalRay, tmp_path: Path) -> N
     assert resumed % 10 == 0
 
 
-def test_tpu_bridge_sets_env_before_process_group(local_ray: LocalRay) -> None:  # noqa: F811
+def test_tpu_bridge_sets_env_before_process_group(local_ray: LocalRay) -> None:
     """The bridge's Ray hook, run with gloo: every worker finds itself in the address list."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -136,15 +167,18 @@ def test_tpu_bridge_sets_env_before_process_group(local_ray: LocalRay) -> None: 
         import torch.distributed as dist
 
         context = ray.train.get_context()
-        seen = {"rank": int(os.environ["RANK"]), "local_rank": context.get_local_rank(),
-                "ip": ray.util.get_node_ip_address(), "group_up": dist.is_initialized(),
-                "addresses": os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(","),
-                "topology": os.environ["TORCH_TPU_TOPOLOGY"],
-                "visible": os.environ.get("TPU_VISIBLE_DEVICES")}
+        seen = {
+            "rank": int(os.environ["RANK"]),
+            "local_rank": context.get_local_rank(),
+            "ip": ray.util.get_node_ip_address(),
+            "group_up": dist.is_initialized(),
+            "addresses": os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(","),
+            "topology": os.environ["TORCH_TPU_TOPOLOGY"],
+            "visible": os.environ.get("TPU_VISIBLE_DEVICES"),
+        }
         with tempfile.TemporaryDirectory() as directory:
             Path(directory, f"rank{seen['rank']}.json").write_text(json.dumps(seen))
-            ray.train.report({"done": 1},
-                             checkpoint=ray.train.Checkpoint.from_directory(directory))
+            ray.train.report({"done": 1}, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
     trainer = TorchTrainer(
         check_env,
@@ -155,8 +189,9 @@ def test_tpu_bridge_sets_env_before_process_group(local_ray: LocalRay) -> None: 
     result = trainer.fit()
 
     assert result.error is None and result.checkpoint is not None
-    seen = [json.loads((Path(result.checkpoint.path) / f"rank{r}.json").read_text())
-            for r in (0, 1)]
+    seen = [
+        json.loads((Path(result.checkpoint.path) / f"rank{r}.json").read_text()) for r in (0, 1)
+    ]
     ip = seen[0]["ip"]
     for worker in seen:
         assert worker["addresses"] == [f"{ip}:8070", f"{ip}:8071"]
@@ -170,7 +205,7 @@ def test_tpu_bridge_sets_env_before_process_group(local_ray: LocalRay) -> None: 
 RAYJOB = Path(__file__).resolve().parents[1] / "golden/dev/manifests/rayjob-park-train.yaml"
 
 
-def test_entrypoint_through_jobs_api(local_ray: LocalRay, tmp_path: Path) -> None:  # noqa: F811
+def test_entrypoint_through_jobs_api(local_ray: LocalRay, tmp_path: Path) -> None:
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     """The RayJob manifest's entrypoint and runtime env with ``park local``'s CPU profile."""

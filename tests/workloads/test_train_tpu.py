@@ -16,13 +16,29 @@ from workloads.train.tpu_bridge import (
     plan_torch_tpu_env,
 )
 
-TPU_4X4 = ["--accelerator", "tpu", "--tpu-topology", "4x4", "--tpu-accelerator-type", "TPU-V6E",
-           "--torch-tpu-topology", "4,4,1", "--chips-per-host", "4"]
+TPU_4X4 = [
+    "--accelerator",
+    "tpu",
+    "--tpu-topology",
+    "4x4",
+    "--tpu-accelerator-type",
+    "TPU-V6E",
+    "--torch-tpu-topology",
+    "4,4,1",
+    "--chips-per-host",
+    "4",
+]
 
 
-def _slice_workers(hosts: int, chips_per_host: int, *, slice_name: str | None = None,
-                   first_rank: int = 0, host_prefix: str = "10.0.0",
-                   rng: random.Random | None = None) -> list[WorkerInfo]:
+def _slice_workers(
+    hosts: int,
+    chips_per_host: int,
+    *,
+    slice_name: str | None = None,
+    first_rank: int = 0,
+    host_prefix: str = "10.0.0",
+    rng: random.Random | None = None,
+) -> list[WorkerInfo]:
     """Workers of one slice, with ranks dealt out in a shuffled (not host-major) order."""
     placements = [(h, c) for h in range(hosts) for c in range(chips_per_host)]
     if rng is not None:
@@ -32,8 +48,15 @@ def _slice_workers(hosts: int, chips_per_host: int, *, slice_name: str | None = 
     for offset, (host, chip) in enumerate(placements):
         local_rank = local_counts.get(host, 0)
         local_counts[host] = local_rank + 1
-        workers.append(WorkerInfo(rank=first_rank + offset, node_ip=f"{host_prefix}.{host + 1}",
-                                  local_rank=local_rank, chip=str(chip), slice_name=slice_name))
+        workers.append(
+            WorkerInfo(
+                rank=first_rank + offset,
+                node_ip=f"{host_prefix}.{host + 1}",
+                local_rank=local_rank,
+                chip=str(chip),
+                slice_name=slice_name,
+            )
+        )
     return workers
 
 
@@ -65,16 +88,16 @@ def test_rank_order_of_the_input_does_not_matter() -> None:
     shuffled = list(workers)
     random.Random(1).shuffle(shuffled)
     assert plan_torch_tpu_env(shuffled, torch_tpu_topology="2,4,1") == plan_torch_tpu_env(
-        workers, torch_tpu_topology="2,4,1")
+        workers, torch_tpu_topology="2,4,1"
+    )
 
 
 def test_multi_slice_gets_one_list_per_slice() -> None:
     rng = random.Random(3)
-    workers = (_slice_workers(4, 4, slice_name="slice-a", rng=rng)
-               + _slice_workers(4, 4, slice_name="slice-b", first_rank=16, host_prefix="10.0.1",
-                                rng=rng))
-    plan = plan_torch_tpu_env(workers, torch_tpu_topology="4,4,1", num_slices=2,
-                              session_id="42")
+    workers = _slice_workers(4, 4, slice_name="slice-a", rng=rng) + _slice_workers(
+        4, 4, slice_name="slice-b", first_rank=16, host_prefix="10.0.1", rng=rng
+    )
+    plan = plan_torch_tpu_env(workers, torch_tpu_topology="4,4,1", num_slices=2, session_id="42")
 
     first = plan[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
     second = plan[16]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
@@ -133,21 +156,35 @@ def test_4x4_is_one_slice_of_16_single_chip_workers() -> None:
     assert scaling.topology == "4x4"
     assert scaling.accelerator_type == "TPU-V6E"
     assert scaling.resources_per_worker == {"TPU": 1}
-    assert get_tpu_num_slices_for_workers(
-        topology="4x4", accelerator_type="TPU-V6E", num_workers=16,
-        resources_per_worker=scaling.resources_per_worker) == 1
+    assert (
+        get_tpu_num_slices_for_workers(
+            topology="4x4",
+            accelerator_type="TPU-V6E",
+            num_workers=16,
+            resources_per_worker=scaling.resources_per_worker,
+        )
+        == 1
+    )
     # What the explicit resources prevent: Ray's default (a host per worker) asks for 4 slices.
-    assert get_tpu_num_slices_for_workers(
-        topology="4x4", accelerator_type="TPU-V6E", num_workers=16) == 4
+    assert (
+        get_tpu_num_slices_for_workers(topology="4x4", accelerator_type="TPU-V6E", num_workers=16)
+        == 4
+    )
 
 
 def test_two_slices_of_4x4() -> None:
     cfg = resolve(parse_args([*TPU_4X4, "--num-slices", "2"]), {})
     scaling = build_scaling_config(cfg)
     assert scaling.num_workers == 32
-    assert get_tpu_num_slices_for_workers(
-        topology="4x4", accelerator_type="TPU-V6E", num_workers=32,
-        resources_per_worker=scaling.resources_per_worker) == 2
+    assert (
+        get_tpu_num_slices_for_workers(
+            topology="4x4",
+            accelerator_type="TPU-V6E",
+            num_workers=32,
+            resources_per_worker=scaling.resources_per_worker,
+        )
+        == 2
+    )
     torch_config = build_torch_config(cfg)
     assert isinstance(torch_config, TorchTPUConfig)
     assert (torch_config.num_slices, torch_config.torch_tpu_topology) == (2, "4,4,1")
@@ -158,8 +195,9 @@ def test_torch_configs_per_accelerator() -> None:
     assert isinstance(tpu, TorchTPUConfig) and tpu.backend == "tpu_dist"
     gpu = build_torch_config(resolve(parse_args(["--accelerator", "gpu"]), {"GPU": 2}))
     assert gpu.backend == "nccl" and not isinstance(gpu, TorchTPUConfig)
-    cpu_cfg = resolve(parse_args(["--accelerator", "cpu", "--num-workers", "3",
-                                  "--global-batch-size", "6"]), {})
+    cpu_cfg = resolve(
+        parse_args(["--accelerator", "cpu", "--num-workers", "3", "--global-batch-size", "6"]), {}
+    )
     assert build_torch_config(cpu_cfg).backend == "gloo"
     cpu = build_scaling_config(cpu_cfg)
     assert (cpu.num_workers, cpu.use_gpu, cpu.use_tpu) == (3, False, False)

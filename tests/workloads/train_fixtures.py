@@ -32,8 +32,9 @@ def gloo_world1() -> Iterator[None]:
     """A default process group of one CPU rank, as the loop expects."""
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
     try:
         yield
     finally:
@@ -74,10 +75,20 @@ def local_ray() -> Iterator[LocalRay]:
     """
     import ray
 
-    ports = {name: free_port() for name in (
-        "port", "dashboard-port", "ray-client-server-port", "node-manager-port",
-        "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-        "runtime-env-agent-port", "metrics-export-port")}
+    ports = {
+        name: free_port()
+        for name in (
+            "port",
+            "dashboard-port",
+            "ray-client-server-port",
+            "node-manager-port",
+            "object-manager-port",
+            "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port",
+            "runtime-env-agent-port",
+            "metrics-export-port",
+        )
+    }
     temp_dir = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths
     env = dict(os.environ) | {
         "RAY_AUTH_MODE": "disabled",
@@ -90,13 +101,26 @@ def local_ray() -> Iterator[LocalRay]:
     }
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("RAY_ADDRESS", None)
-    command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
-               "--num-cpus=2", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-               f"--temp-dir={temp_dir}",
-               "--object-store-memory=300000000", "--disable-usage-stats",
-               *(f"--{name}={port}" for name, port in ports.items())]
-    head = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    command = [
+        str(Path(sys.executable).parent / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--num-cpus=2",
+        "--include-dashboard=true",
+        "--dashboard-host=127.0.0.1",
+        f"--temp-dir={temp_dir}",
+        "--object-store-memory=300000000",
+        "--disable-usage-stats",
+        *(f"--{name}={port}" for name, port in ports.items()),
+    ]
+    head = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     dashboard_url = f"http://127.0.0.1:{ports['dashboard-port']}"
     try:
         # Slow on a busy 2-core machine: the head can take minutes to come up.

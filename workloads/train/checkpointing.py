@@ -41,22 +41,35 @@ def coordination_group(device_type: str) -> dist.ProcessGroup | None:
     return dist.new_group(backend="gloo")
 
 
-def save(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-         state: TrainState, group: dist.ProcessGroup | None = None) -> None:
+def save(
+    directory: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: TrainState,
+    group: dist.ProcessGroup | None = None,
+) -> None:
     """Write this rank's shards (and, on rank 0, the metadata and train state) to ``directory``."""
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(directory),
-             process_group=group)
+    dcp.save(
+        {"model": model_state, "optim": optim_state},
+        checkpoint_id=str(directory),
+        process_group=group,
+    )
     if not dist.is_initialized() or dist.get_rank() == 0:
         (Path(directory) / STATE_FILE).write_text(json.dumps(asdict(state)))
 
 
-def load(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-         group: dist.ProcessGroup | None = None) -> TrainState:
+def load(
+    directory: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    group: dist.ProcessGroup | None = None,
+) -> TrainState:
     """Restore model and optimizer in place from a checkpoint folder; return its train state."""
     model_state, optim_state = get_state_dict(model, optimizer)
     combined = {"model": model_state, "optim": optim_state}
     dcp.load(combined, checkpoint_id=str(directory), process_group=group)
-    set_state_dict(model, optimizer, model_state_dict=combined["model"],
-                   optim_state_dict=combined["optim"])
+    set_state_dict(
+        model, optimizer, model_state_dict=combined["model"], optim_state_dict=combined["optim"]
+    )
     return TrainState(**json.loads((Path(directory) / STATE_FILE).read_text()))

@@ -43,18 +43,27 @@ class TrainConfig:
     """Everything a training run needs; every field is a ``--flag`` of the entrypoint."""
 
     # Where and how wide.
-    accelerator: str = _opt("auto", "tpu, gpu, cpu, or auto (detect from the Ray cluster)",
-                            choices=ACCELERATORS)
-    num_workers: int | None = _opt(None, "training workers; TPU: chips across all slices "
-                                   "(default: all chips; GPU: all GPUs; CPU: 2)", type=int)
+    accelerator: str = _opt(
+        "auto", "tpu, gpu, cpu, or auto (detect from the Ray cluster)", choices=ACCELERATORS
+    )
+    num_workers: int | None = _opt(
+        None,
+        "training workers; TPU: chips across all slices "
+        "(default: all chips; GPU: all GPUs; CPU: 2)",
+        type=int,
+    )
     tpu_topology: str | None = _opt(None, "slice topology, e.g. 4x4 (required on TPU)")
     tpu_accelerator_type: str = _opt("TPU-V6E", "Ray accelerator type of the TPU slice")
-    torch_tpu_topology: str | None = _opt(None, "TORCH_TPU_TOPOLOGY, e.g. 4,4,1 (from the "
-                                          "catalog; default: --tpu-topology padded to 3 dims)")
+    torch_tpu_topology: str | None = _opt(
+        None,
+        "TORCH_TPU_TOPOLOGY, e.g. 4,4,1 (from the "
+        "catalog; default: --tpu-topology padded to 3 dims)",
+    )
     chips_per_host: int | None = _opt(None, "TPU chips per host (checks --num-workers)", type=int)
     num_slices: int = _opt(1, "TPU slices (multi-slice: HSDP across slices)", type=int)
-    peak_tflops_per_device: float | None = _opt(None, "peak bf16 TFLOP/s of one device, for MFU "
-                                                "(default: built-in table)", type=float)
+    peak_tflops_per_device: float | None = _opt(
+        None, "peak bf16 TFLOP/s of one device, for MFU (default: built-in table)", type=float
+    )
     # What to train.
     strategy: str = _opt("ddp", "data parallelism: ddp or fsdp2", choices=STRATEGIES)
     model_size: str = _opt("tiny", "model preset", choices=MODEL_SIZES)
@@ -63,10 +72,12 @@ class TrainConfig:
     compile: bool = _opt(False, "torch.compile the model (backend 'tpu' on TPU)", type=bool)
     # How long and how fast.
     steps: int = _opt(100, "optimizer steps in total (a resumed run continues to this)", type=int)
-    global_batch_size: int | None = _opt(None, "sequences per step across all workers "
-                                         "(default: 4 per worker)", type=int)
-    seq_len: int | None = _opt(None, "tokens per sequence (default: the preset's context)",
-                               type=int)
+    global_batch_size: int | None = _opt(
+        None, "sequences per step across all workers (default: 4 per worker)", type=int
+    )
+    seq_len: int | None = _opt(
+        None, "tokens per sequence (default: the preset's context)", type=int
+    )
     lr: float = _opt(3e-4, "peak learning rate (AdamW)", type=float)
     warmup_steps: int = _opt(10, "linear warmup steps, then cosine decay to 10%", type=int)
     weight_decay: float = _opt(0.1, "AdamW weight decay on matrices", type=float)
@@ -75,8 +86,9 @@ class TrainConfig:
     # Data.
     data: str = _opt("synthetic", "synthetic, a .txt/.bin/.npy file or folder, or gs://...")
     # Checkpoints, fault tolerance, reporting.
-    checkpoint_every: int = _opt(50, "checkpoint every N steps and at the end (0: only at the "
-                                 "end)", type=int)
+    checkpoint_every: int = _opt(
+        50, "checkpoint every N steps and at the end (0: only at the end)", type=int
+    )
     keep_checkpoints: int = _opt(2, "checkpoints kept in storage", type=int)
     storage_path: str = _opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
     run_name: str = _opt("park-train", "run name; rerunning a name resumes its last checkpoint")
@@ -155,11 +167,22 @@ def build_parser() -> argparse.ArgumentParser:
         help_text = meta["help"] if default is None else f"{meta['help']} (default: {default})"
         help_text = help_text.replace("%", "%%")  # argparse formats help with %
         if meta["type"] is bool:
-            parser.add_argument(_flag(f.name), dest=f.name, default=None, help=help_text,
-                                action=argparse.BooleanOptionalAction)
+            parser.add_argument(
+                _flag(f.name),
+                dest=f.name,
+                default=None,
+                help=help_text,
+                action=argparse.BooleanOptionalAction,
+            )
         else:
-            parser.add_argument(_flag(f.name), dest=f.name, default=None, help=help_text,
-                                type=meta["type"], choices=meta["choices"])
+            parser.add_argument(
+                _flag(f.name),
+                dest=f.name,
+                default=None,
+                help=help_text,
+                type=meta["type"],
+                choices=meta["choices"],
+            )
     return parser
 
 
@@ -230,14 +253,27 @@ def default_torch_tpu_topology(tpu_topology: str) -> str:
 
 def validate(cfg: TrainConfig) -> None:
     """Raise ConfigError naming the flag to fix; accepts an unresolved (auto) config."""
-    for name, allowed in (("accelerator", ACCELERATORS), ("strategy", STRATEGIES),
-                          ("model_size", MODEL_SIZES), ("precision", PRECISIONS)):
+    for name, allowed in (
+        ("accelerator", ACCELERATORS),
+        ("strategy", STRATEGIES),
+        ("model_size", MODEL_SIZES),
+        ("precision", PRECISIONS),
+    ):
         if getattr(cfg, name) not in allowed:
-            raise ConfigError(f"{_flag(name)} must be one of {', '.join(allowed)}, "
-                              f"got {getattr(cfg, name)!r}")
+            raise ConfigError(
+                f"{_flag(name)} must be one of {', '.join(allowed)}, got {getattr(cfg, name)!r}"
+            )
     _check_positive(cfg, "steps", "report_every", "keep_checkpoints", "num_slices")
-    _check_positive(cfg, "num_workers", "global_batch_size", "seq_len", "vocab_size",
-                    "chips_per_host", "peak_tflops_per_device", optional=True)
+    _check_positive(
+        cfg,
+        "num_workers",
+        "global_batch_size",
+        "seq_len",
+        "vocab_size",
+        "chips_per_host",
+        "peak_tflops_per_device",
+        optional=True,
+    )
     for name in ("checkpoint_every", "warmup_steps", "grad_clip", "weight_decay"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(cfg, name)}")
@@ -251,8 +287,10 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.is_tpu:
         _validate_tpu(cfg)
     if cfg.num_workers and cfg.global_batch_size and cfg.global_batch_size % cfg.num_workers:
-        raise ConfigError(f"--global-batch-size ({cfg.global_batch_size}) must be a multiple of "
-                          f"--num-workers ({cfg.num_workers})")
+        raise ConfigError(
+            f"--global-batch-size ({cfg.global_batch_size}) must be a multiple of "
+            f"--num-workers ({cfg.num_workers})"
+        )
 
 
 def _check_positive(cfg: TrainConfig, *names: str, optional: bool = False) -> None:
@@ -269,36 +307,50 @@ def _validate_data(data: str) -> None:
         return
     path = Path(data)
     if path.suffix and path.suffix not in DATA_SUFFIXES:
-        raise ConfigError(f"--data {data!r}: expected 'synthetic', gs://..., a folder, or a "
-                          f"file ending in {', '.join(DATA_SUFFIXES)}")
+        raise ConfigError(
+            f"--data {data!r}: expected 'synthetic', gs://..., a folder, or a "
+            f"file ending in {', '.join(DATA_SUFFIXES)}"
+        )
 
 
 def _validate_tpu(cfg: TrainConfig) -> None:
     if not cfg.tpu_topology:
-        raise ConfigError("--accelerator tpu needs --tpu-topology (e.g. 4x4); the RayJob passes "
-                          "it from the TPU catalog")
+        raise ConfigError(
+            "--accelerator tpu needs --tpu-topology (e.g. 4x4); the RayJob passes "
+            "it from the TPU catalog"
+        )
     if not cfg.tpu_accelerator_type.upper().startswith("TPU-"):
-        raise ConfigError(f"--tpu-accelerator-type must be a Ray TPU type such as TPU-V6E, "
-                          f"got {cfg.tpu_accelerator_type!r}")
+        raise ConfigError(
+            f"--tpu-accelerator-type must be a Ray TPU type such as TPU-V6E, "
+            f"got {cfg.tpu_accelerator_type!r}"
+        )
     slice_chips = topology_chips(cfg.tpu_topology)
     if cfg.torch_tpu_topology and topology_chips(cfg.torch_tpu_topology) != slice_chips:
-        raise ConfigError(f"--torch-tpu-topology {cfg.torch_tpu_topology} has "
-                          f"{topology_chips(cfg.torch_tpu_topology)} chips but --tpu-topology "
-                          f"{cfg.tpu_topology} has {slice_chips}")
+        raise ConfigError(
+            f"--torch-tpu-topology {cfg.torch_tpu_topology} has "
+            f"{topology_chips(cfg.torch_tpu_topology)} chips but --tpu-topology "
+            f"{cfg.tpu_topology} has {slice_chips}"
+        )
     if cfg.chips_per_host and slice_chips % cfg.chips_per_host:
-        raise ConfigError(f"--tpu-topology {cfg.tpu_topology} ({slice_chips} chips) is not a "
-                          f"whole number of hosts of --chips-per-host {cfg.chips_per_host}")
+        raise ConfigError(
+            f"--tpu-topology {cfg.tpu_topology} ({slice_chips} chips) is not a "
+            f"whole number of hosts of --chips-per-host {cfg.chips_per_host}"
+        )
     if cfg.num_workers is None:
         return
     if cfg.chips_per_host and cfg.num_workers % cfg.chips_per_host:
-        raise ConfigError(f"--num-workers ({cfg.num_workers}) must be a multiple of "
-                          f"--chips-per-host ({cfg.chips_per_host}) on TPU: one worker per chip, "
-                          f"whole hosts")
+        raise ConfigError(
+            f"--num-workers ({cfg.num_workers}) must be a multiple of "
+            f"--chips-per-host ({cfg.chips_per_host}) on TPU: one worker per chip, "
+            f"whole hosts"
+        )
     expected = slice_chips * cfg.num_slices
     if cfg.num_workers != expected:
-        raise ConfigError(f"--num-workers ({cfg.num_workers}) must equal the chips of "
-                          f"--num-slices {cfg.num_slices} times --tpu-topology {cfg.tpu_topology} "
-                          f"({expected}): one worker per chip")
+        raise ConfigError(
+            f"--num-workers ({cfg.num_workers}) must equal the chips of "
+            f"--num-slices {cfg.num_slices} times --tpu-topology {cfg.tpu_topology} "
+            f"({expected}): one worker per chip"
+        )
 
 
 def detect_accelerator(cluster_resources: Mapping[str, float]) -> str:
@@ -330,8 +382,12 @@ def resolve(cfg: TrainConfig, cluster_resources: Mapping[str, float]) -> TrainCo
     storage_path = cfg.storage_path
     if "://" not in storage_path:
         storage_path = os.path.abspath(os.path.expanduser(storage_path))
-    cfg = replace(cfg, num_workers=num_workers, torch_tpu_topology=torch_tpu_topology,
-                  storage_path=storage_path,
-                  global_batch_size=cfg.global_batch_size or DEFAULT_BATCH_PER_WORKER * num_workers)
+    cfg = replace(
+        cfg,
+        num_workers=num_workers,
+        torch_tpu_topology=torch_tpu_topology,
+        storage_path=storage_path,
+        global_batch_size=cfg.global_batch_size or DEFAULT_BATCH_PER_WORKER * num_workers,
+    )
     validate(cfg)
     return cfg

@@ -65,8 +65,11 @@ def _cache_gcs(uri: str) -> list[Path]:
         remote = [root]
     else:
         selector = pafs.FileSelector(root, recursive=True)
-        remote = sorted(i.path for i in fs.get_file_info(selector)
-                        if i.type == pafs.FileType.File and Path(i.path).suffix in SUFFIXES)
+        remote = sorted(
+            i.path
+            for i in fs.get_file_info(selector)
+            if i.type == pafs.FileType.File and Path(i.path).suffix in SUFFIXES
+        )
     if not remote:
         raise DataError(f"--data {uri}: no {', '.join(SUFFIXES)} files there")
     local_root = CACHE_DIR / hashlib.sha256(uri.encode()).hexdigest()[:16]
@@ -78,8 +81,12 @@ def _cache_gcs(uri: str) -> list[Path]:
             local = local_root / f"{i:05d}-{Path(remote_path).name}"
             if not local.exists():
                 partial = local.with_name(local.name + ".partial")
-                pafs.copy_files(remote_path, str(partial), source_filesystem=fs,
-                                destination_filesystem=pafs.LocalFileSystem())
+                pafs.copy_files(
+                    remote_path,
+                    str(partial),
+                    source_filesystem=fs,
+                    destination_filesystem=pafs.LocalFileSystem(),
+                )
                 partial.rename(local)
             files.append(local)
     return files
@@ -99,8 +106,16 @@ class TokenBatches:
     ``ln V``) while costing nothing to produce.
     """
 
-    def __init__(self, shards: Sequence[np.ndarray] | None, *, vocab_size: int, seq_len: int,
-                 batch_size: int, seed: int, rank: int) -> None:
+    def __init__(
+        self,
+        shards: Sequence[np.ndarray] | None,
+        *,
+        vocab_size: int,
+        seq_len: int,
+        batch_size: int,
+        seed: int,
+        rank: int,
+    ) -> None:
         self.shards = list(shards) if shards is not None else None
         self.vocab_size = vocab_size
         self.seq_len = seq_len
@@ -110,8 +125,9 @@ class TokenBatches:
         if self.shards is not None:
             usable = np.array([max(len(s) - seq_len - 1, 0) for s in self.shards], dtype=np.float64)
             if usable.sum() <= 0:
-                raise DataError(f"every data file is shorter than seq_len + 1 = {seq_len + 1} "
-                                f"tokens")
+                raise DataError(
+                    f"every data file is shorter than seq_len + 1 = {seq_len + 1} tokens"
+                )
             self._weights = usable / usable.sum()
             self._usable = usable.astype(np.int64)
 
@@ -135,11 +151,13 @@ class TokenBatches:
         rows = []
         for shard_index in picks:
             start = int(rng.integers(0, self._usable[shard_index] + 1))
-            rows.append(np.asarray(self.shards[shard_index][start:start + self.seq_len + 1]))
+            rows.append(np.asarray(self.shards[shard_index][start : start + self.seq_len + 1]))
         tokens = np.stack(rows).astype(np.int64)
         if tokens.max() >= self.vocab_size:
-            raise DataError(f"token id {int(tokens.max())} is beyond the model's vocabulary "
-                            f"({self.vocab_size}); pick a larger --model-size or --vocab-size")
+            raise DataError(
+                f"token id {int(tokens.max())} is beyond the model's vocabulary "
+                f"({self.vocab_size}); pick a larger --model-size or --vocab-size"
+            )
         return tokens
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,9 +168,11 @@ class TokenBatches:
         return t[:, :-1], t[:, 1:]
 
 
-def make_batches(data: str, *, vocab_size: int, seq_len: int, batch_size: int, seed: int,
-                 rank: int) -> TokenBatches:
+def make_batches(
+    data: str, *, vocab_size: int, seq_len: int, batch_size: int, seed: int, rank: int
+) -> TokenBatches:
     """The worker's batch source for ``--data``."""
     shards = None if data == "synthetic" else open_shards(data)
-    return TokenBatches(shards, vocab_size=vocab_size, seq_len=seq_len, batch_size=batch_size,
-                        seed=seed, rank=rank)
+    return TokenBatches(
+        shards, vocab_size=vocab_size, seq_len=seq_len, batch_size=batch_size, seed=seed, rank=rank
+    )

@@ -43,8 +43,15 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
     seq_len = model_cfg.block_size
     dtype = compute_dtype(cfg.precision, device.type)
     mesh = build_mesh(device.type, env.world_size, cfg.num_slices if cfg.is_tpu else 1)
-    model = parallelize(model_cfg, strategy=cfg.strategy, device=device, mesh=mesh, dtype=dtype,
-                        seed=cfg.seed, compile=cfg.compile)
+    model = parallelize(
+        model_cfg,
+        strategy=cfg.strategy,
+        device=device,
+        mesh=mesh,
+        dtype=dtype,
+        seed=cfg.seed,
+        compile=cfg.compile,
+    )
     optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
     group = checkpointing.coordination_group(device.type)
 
@@ -56,19 +63,34 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
     resumed_from = state.step
 
     batch_per_worker = cfg.batch // env.world_size
-    batches = make_batches(cfg.data, vocab_size=model_cfg.vocab_size, seq_len=seq_len,
-                           batch_size=batch_per_worker, seed=cfg.seed, rank=env.rank)
+    batches = make_batches(
+        cfg.data,
+        vocab_size=model_cfg.vocab_size,
+        seq_len=seq_len,
+        batch_size=batch_per_worker,
+        seed=cfg.seed,
+        rank=env.rank,
+    )
     tokens_per_step = cfg.batch * seq_len
     peak = cfg.peak_tflops_per_device or peak_tflops(
-        device_name(device, cfg.tpu_accelerator_type if cfg.is_tpu else None))
-    meter = ThroughputMeter(tokens_per_step=tokens_per_step, world_size=env.world_size,
-                            flops_per_token=train_flops_per_token(model_cfg, seq_len),
-                            peak_tflops_per_device=peak)
+        device_name(device, cfg.tpu_accelerator_type if cfg.is_tpu else None)
+    )
+    meter = ThroughputMeter(
+        tokens_per_step=tokens_per_step,
+        world_size=env.world_size,
+        flops_per_token=train_flops_per_token(model_cfg, seq_len),
+        peak_tflops_per_device=peak,
+    )
     amp = autocast(cfg.strategy, device, dtype)
 
     def extra(lr: float) -> dict[str, Any]:
-        return {"lr": lr, "tokens_seen": state.tokens_seen, "resumed_from_step": resumed_from,
-                "resumes": state.resumes, "world_size": env.world_size}
+        return {
+            "lr": lr,
+            "tokens_seen": state.tokens_seen,
+            "resumed_from_step": resumed_from,
+            "resumes": state.resumes,
+            "world_size": env.world_size,
+        }
 
     model.train()
     for step in range(state.step + 1, cfg.steps + 1):
@@ -106,8 +128,18 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
         meter.restart_clock()
 
     if resumed_from >= cfg.steps:  # nothing left to do: say where the run stands
-        env.report({"step": state.step, "loss": state.loss, "tokens_per_s": None,
-                    "tokens_per_s_per_worker": None, "mfu": None} | extra(0.0), None, state.step)
+        env.report(
+            {
+                "step": state.step,
+                "loss": state.loss,
+                "tokens_per_s": None,
+                "tokens_per_s_per_worker": None,
+                "mfu": None,
+            }
+            | extra(0.0),
+            None,
+            state.step,
+        )
     return state
 
 

@@ -55,8 +55,12 @@ def device_name(device: torch.device, tpu_accelerator_type: str | None = None) -
     return device.type
 
 
-def mfu(flops_per_token: float, tokens_per_s: float, num_devices: int,
-        peak_tflops_per_device: float | None) -> float | None:
+def mfu(
+    flops_per_token: float,
+    tokens_per_s: float,
+    num_devices: int,
+    peak_tflops_per_device: float | None,
+) -> float | None:
     """Model FLOPs utilization in [0, 1], or None when the peak is unknown (e.g. CPU)."""
     if not peak_tflops_per_device or num_devices <= 0:
         return None
@@ -66,8 +70,14 @@ def mfu(flops_per_token: float, tokens_per_s: float, num_devices: int,
 class ThroughputMeter:
     """Accumulates loss on the device between reports; one sync per report, none per step."""
 
-    def __init__(self, *, tokens_per_step: int, world_size: int, flops_per_token: float,
-                 peak_tflops_per_device: float | None) -> None:
+    def __init__(
+        self,
+        *,
+        tokens_per_step: int,
+        world_size: int,
+        flops_per_token: float,
+        peak_tflops_per_device: float | None,
+    ) -> None:
         self.tokens_per_step = tokens_per_step
         self.world_size = world_size
         self.flops_per_token = flops_per_token

@@ -43,18 +43,20 @@ PRESETS: dict[str, ModelConfig] = {
     # ~30M: a quick real run on one accelerator.
     "small": ModelConfig(vocab_size=_GPT2_VOCAB, n_layer=6, n_head=6, d_model=384, block_size=512),
     # GPT-2 small and medium shapes (124M / 350M with tied weights; more here, untied).
-    "gpt2-small": ModelConfig(vocab_size=_GPT2_VOCAB, n_layer=12, n_head=12, d_model=768,
-                              block_size=1024),
-    "gpt2-medium": ModelConfig(vocab_size=_GPT2_VOCAB, n_layer=24, n_head=16, d_model=1024,
-                               block_size=1024),
+    "gpt2-small": ModelConfig(
+        vocab_size=_GPT2_VOCAB, n_layer=12, n_head=12, d_model=768, block_size=1024
+    ),
+    "gpt2-medium": ModelConfig(
+        vocab_size=_GPT2_VOCAB, n_layer=24, n_head=16, d_model=1024, block_size=1024
+    ),
     # ~1.0B: 16 layers of width 2048.
-    "1b": ModelConfig(vocab_size=_GPT2_VOCAB, n_layer=16, n_head=32, d_model=2048,
-                      block_size=2048),
+    "1b": ModelConfig(vocab_size=_GPT2_VOCAB, n_layer=16, n_head=32, d_model=2048, block_size=2048),
 }
 
 
-def model_config(size: str, *, vocab_size: int | None = None,
-                 seq_len: int | None = None) -> ModelConfig:
+def model_config(
+    size: str, *, vocab_size: int | None = None, seq_len: int | None = None
+) -> ModelConfig:
     """The preset for ``size`` with the run's vocabulary and sequence length applied."""
     if size not in PRESETS:
         raise ValueError(f"unknown model size {size!r}; choose from {', '.join(PRESETS)}")

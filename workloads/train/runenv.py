@@ -59,15 +59,24 @@ class RayTrainEnv:
         if checkpoint_dir is None:
             ray.train.report(metrics)
             return
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(checkpoint_dir),
-                         checkpoint_dir_name=f"checkpoint_{step:08d}")
+        ray.train.report(
+            metrics,
+            checkpoint=ray.train.Checkpoint.from_directory(checkpoint_dir),
+            checkpoint_dir_name=f"checkpoint_{step:08d}",
+        )
 
 
 class LocalEnv:
     """A plain process group (already initialized); checkpoints are copied under ``root``."""
 
-    def __init__(self, root: str | Path, *, rank: int = 0, world_size: int = 1,
-                 device: torch.device | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        device: torch.device | None = None,
+    ) -> None:
         self.root = Path(root)
         self.rank = rank
         self.world_size = world_size
@@ -85,5 +94,6 @@ class LocalEnv:
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None, step: int) -> None:
         self.reports.append(dict(metrics))
         if checkpoint_dir is not None:
-            shutil.copytree(checkpoint_dir, self.root / f"checkpoint_{step:08d}",
-                            dirs_exist_ok=True)
+            shutil.copytree(
+                checkpoint_dir, self.root / f"checkpoint_{step:08d}", dirs_exist_ok=True
+            )

@@ -40,6 +40,7 @@ def build_torch_config(cfg: TrainConfig) -> TorchConfig:
     backend = BACKENDS[cfg.accelerator]
     if cfg.accelerator == "tpu":
         assert cfg.torch_tpu_topology is not None, "resolve() fills torch_tpu_topology"
-        return TorchTPUConfig(backend=backend, torch_tpu_topology=cfg.torch_tpu_topology,
-                              num_slices=cfg.num_slices)
+        return TorchTPUConfig(
+            backend=backend, torch_tpu_topology=cfg.torch_tpu_topology, num_slices=cfg.num_slices
+        )
     return TorchConfig(backend=backend)

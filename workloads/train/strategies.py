@@ -40,8 +40,11 @@ def build_mesh(device_type: str, world_size: int, num_slices: int = 1) -> Device
     if num_slices > 1:
         if world_size % num_slices:
             raise ValueError(f"{world_size} workers do not split into {num_slices} slices")
-        return init_device_mesh(device_type, (num_slices, world_size // num_slices),
-                                mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(
+            device_type,
+            (num_slices, world_size // num_slices),
+            mesh_dim_names=("replicate", "shard"),
+        )
     return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp",))
 
 
@@ -52,8 +55,16 @@ def _compile_blocks(model: GPT, device_type: str) -> None:
         block.compile(backend=backend)
 
 
-def parallelize(cfg: ModelConfig, *, strategy: str, device: torch.device, mesh: DeviceMesh,
-                dtype: torch.dtype, seed: int, compile: bool = False) -> nn.Module:
+def parallelize(
+    cfg: ModelConfig,
+    *,
+    strategy: str,
+    device: torch.device,
+    mesh: DeviceMesh,
+    dtype: torch.dtype,
+    seed: int,
+    compile: bool = False,
+) -> nn.Module:
     """Build the model on meta, shard or replicate it, place it on ``device``, fill weights."""
     with torch.device("meta"):
         model = GPT(cfg)
@@ -74,8 +85,9 @@ def parallelize(cfg: ModelConfig, *, strategy: str, device: torch.device, mesh: 
     return model
 
 
-def autocast(strategy: str, device: torch.device,
-             dtype: torch.dtype) -> contextlib.AbstractContextManager[None]:
+def autocast(
+    strategy: str, device: torch.device, dtype: torch.dtype
+) -> contextlib.AbstractContextManager[None]:
     """DDP keeps fp32 weights and runs matmuls in bf16 under autocast; FSDP2 casts by policy."""
     if strategy == "ddp" and dtype != torch.float32:
         return torch.autocast(device_type=device.type, dtype=dtype)
@@ -86,17 +98,19 @@ def build_optimizer(model: nn.Module, *, lr: float, weight_decay: float) -> torc
     """AdamW with decay on matrices only (not on norms' scales)."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
 
 
-def lr_at(step: int, *, base_lr: float, warmup_steps: int, total_steps: int,
-          min_ratio: float = 0.1) -> float:
+def lr_at(
+    step: int, *, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float = 0.1
+) -> float:
     """Linear warmup to ``base_lr``, then cosine decay to ``min_ratio · base_lr`` at the end."""
     if warmup_steps and step <= warmup_steps:
         return base_lr * step / warmup_steps
     span = max(total_steps - warmup_steps, 1)
     progress = min(max(step - warmup_steps, 0) / span, 1.0)
     return base_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-

@@ -51,25 +51,34 @@ def _group_slices(workers: Sequence[WorkerInfo], num_slices: int) -> list[list[W
     """Split ranks into slices: contiguous, equal blocks (how Ray numbers multi-slice ranks)."""
     ordered = sorted(workers, key=lambda w: w.rank)
     if [w.rank for w in ordered] != list(range(len(ordered))):
-        raise BridgeError(f"ranks must be 0..{len(ordered) - 1} once each, got "
-                          f"{sorted(w.rank for w in workers)}")
+        raise BridgeError(
+            f"ranks must be 0..{len(ordered) - 1} once each, got {sorted(w.rank for w in workers)}"
+        )
     if num_slices < 1 or len(ordered) % num_slices:
         raise BridgeError(f"{len(ordered)} workers do not split into {num_slices} equal slices")
     per_slice = len(ordered) // num_slices
-    slices = [ordered[i:i + per_slice] for i in range(0, len(ordered), per_slice)]
+    slices = [ordered[i : i + per_slice] for i in range(0, len(ordered), per_slice)]
     names = [{w.slice_name for w in group} for group in slices]
     named = all(None not in n for n in names)
     if named and (any(len(n) != 1 for n in names) or len(set().union(*names)) != num_slices):
         raise BridgeError(
             "ranks of one TPU slice are not contiguous: "
-            + "; ".join(f"ranks {g[0].rank}-{g[-1].rank}: {sorted(n)}"  # type: ignore[type-var]
-                        for g, n in zip(slices, names, strict=True)))
+            + "; ".join(
+                f"ranks {g[0].rank}-{g[-1].rank}: {sorted(n)}"  # type: ignore[type-var]
+                for g, n in zip(slices, names, strict=True)
+            )
+        )
     return slices
 
 
-def plan_torch_tpu_env(workers: Sequence[WorkerInfo], *, torch_tpu_topology: str,
-                       num_slices: int = 1, base_port: int = DEFAULT_BASE_PORT,
-                       session_id: str | None = None) -> dict[int, dict[str, str]]:
+def plan_torch_tpu_env(
+    workers: Sequence[WorkerInfo],
+    *,
+    torch_tpu_topology: str,
+    num_slices: int = 1,
+    base_port: int = DEFAULT_BASE_PORT,
+    session_id: str | None = None,
+) -> dict[int, dict[str, str]]:
     """The torch_tpu variables for every rank: ``{rank: {name: value}}``.
 
     Per slice, addresses are listed in rank order; each worker's port is ``base_port +
@@ -81,8 +90,10 @@ def plan_torch_tpu_env(workers: Sequence[WorkerInfo], *, torch_tpu_topology: str
     plan: dict[int, dict[str, str]] = {}
     for group in slices:
         if len(group) != chips:
-            raise BridgeError(f"a slice of TORCH_TPU_TOPOLOGY {torch_tpu_topology} has {chips} "
-                              f"chips but {len(group)} workers: one worker per chip is needed")
+            raise BridgeError(
+                f"a slice of TORCH_TPU_TOPOLOGY {torch_tpu_topology} has {chips} "
+                f"chips but {len(group)} workers: one worker per chip is needed"
+            )
         addresses = [_address(w.node_ip, base_port + w.local_rank) for w in group]
         if len(set(addresses)) != len(addresses):
             raise BridgeError(f"two workers share a host and local rank: {addresses}")
@@ -92,8 +103,10 @@ def plan_torch_tpu_env(workers: Sequence[WorkerInfo], *, torch_tpu_topology: str
         joined = ",".join(addresses)
         for index, worker in enumerate(group):
             assert addresses[worker.rank % len(addresses)] == addresses[index]
-            env = {"TORCH_TPU_SLICEBUILDER_ADDRESSES": joined,
-                   "TORCH_TPU_TOPOLOGY": torch_tpu_topology}
+            env = {
+                "TORCH_TPU_SLICEBUILDER_ADDRESSES": joined,
+                "TORCH_TPU_TOPOLOGY": torch_tpu_topology,
+            }
             if worker.chip is not None:
                 env["TPU_VISIBLE_DEVICES"] = worker.chip
             if session_id is not None:
@@ -110,11 +123,17 @@ def describe_worker() -> WorkerInfo:
     context = ray.train.get_context()
     chips = ray.get_runtime_context().get_accelerator_ids().get("TPU", [])
     if len(chips) > 1:
-        raise BridgeError(f"worker holds {len(chips)} TPU chips {chips}; torch_tpu needs exactly "
-                          "one per process: set resources_per_worker={'TPU': 1}")
-    return WorkerInfo(rank=context.get_world_rank(), node_ip=ray.util.get_node_ip_address(),
-                      local_rank=context.get_local_rank(), chip=chips[0] if chips else None,
-                      slice_name=os.environ.get("TPU_NAME") or None)
+        raise BridgeError(
+            f"worker holds {len(chips)} TPU chips {chips}; torch_tpu needs exactly "
+            "one per process: set resources_per_worker={'TPU': 1}"
+        )
+    return WorkerInfo(
+        rank=context.get_world_rank(),
+        node_ip=ray.util.get_node_ip_address(),
+        local_rank=context.get_local_rank(),
+        chip=chips[0] if chips else None,
+        slice_name=os.environ.get("TPU_NAME") or None,
+    )
 
 
 def apply_env(env: Mapping[str, str]) -> None:
@@ -130,11 +149,19 @@ class _TorchTPUBackend(_TorchBackend):
         num_slices = backend_config.num_slices
         if hasattr(worker_group, "get_worker_group_context"):
             num_slices = worker_group.get_worker_group_context().num_slices or num_slices
-        plan = plan_torch_tpu_env(infos, torch_tpu_topology=backend_config.torch_tpu_topology,
-                                  num_slices=num_slices, base_port=backend_config.base_port,
-                                  session_id=str(time.time_ns()))
-        ray.get([worker_group.execute_single_async(i, apply_env, plan[info.rank])
-                 for i, info in enumerate(infos)])
+        plan = plan_torch_tpu_env(
+            infos,
+            torch_tpu_topology=backend_config.torch_tpu_topology,
+            num_slices=num_slices,
+            base_port=backend_config.base_port,
+            session_id=str(time.time_ns()),
+        )
+        ray.get(
+            [
+                worker_group.execute_single_async(i, apply_env, plan[info.rank])
+                for i, info in enumerate(infos)
+            ]
+        )
         super().on_start(worker_group, backend_config)
 
 
@@ -149,8 +176,9 @@ class TorchTPUConfig(TorchConfig):
     torch_tpu_topology: str = "1,1,1"
     num_slices: int = 1
     # The RayJob's runtime env may set TORCH_TPU_BASE_PORT; torch_tpu's own default otherwise.
-    base_port: int = field(default_factory=lambda: int(
-        os.environ.get("TORCH_TPU_BASE_PORT", DEFAULT_BASE_PORT)))
+    base_port: int = field(
+        default_factory=lambda: int(os.environ.get("TORCH_TPU_BASE_PORT", DEFAULT_BASE_PORT))
+    )
 
     @property
     def backend_cls(self) -> type[_TorchBackend]:
