@@ -2,7 +2,7 @@
 
 The server is the real entrypoint, ``python -m workloads.serve.local --keep``, in its own process
 (and so its own Ray cluster on random ports): a cold start costs ~1.5 min, so it is started once
-per session. Its output goes to a log file that the fixture reads for the ``PARK_ENDPOINT`` line;
+per test module. Its output goes to a log file that the fixture reads for the ``PARK_ENDPOINT`` line;
 teardown sends SIGTERM and expects a clean exit with every process of the tree gone.
 
 Import a fixture into a test module by assignment (``local_server = fx.local_server``) so that
@@ -146,7 +146,7 @@ def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 90) -> tuple[int, li
     return code, [p.pid for p in alive]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     """The stack's serveConfigV2 deployed on CPU by ``python -m workloads.serve.local --keep``."""
     work = tmp_path_factory.mktemp("serve")
