@@ -32,6 +32,39 @@ def kubernetes_provider(
     )
 
 
+def helm_release(plan: operator.HelmReleasePlan, opts: pulumi.ResourceOptions) -> Release:
+    """A planned chart, installed atomically and waited for: its CRDs and webhooks are ready
+    before anything that depends on the release is created."""
+    return Release(
+        plan.name,
+        name=plan.name,
+        chart=plan.chart,
+        version=plan.version,
+        repository_opts={"repo": plan.repo} if plan.repo else None,
+        namespace=plan.namespace,
+        create_namespace=True,
+        values=plan.values,
+        atomic=True,
+        wait_for_jobs=True,
+        timeout=600,
+        opts=opts,
+    )
+
+
+def custom_resource(
+    resource_name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions
+) -> CustomResource:
+    """A planned custom-resource manifest as a Pulumi resource (`spec` and `metadata` as is)."""
+    return CustomResource(
+        resource_name,
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=manifest["metadata"],
+        spec=manifest["spec"],
+        opts=opts,
+    )
+
+
 class KubeRayOperator(pulumi.ComponentResource):
     """KubeRay by Helm (with cert-manager and the TPU webhook for multi-host), or nothing to
     create when GKE's Ray Operator add-on provides it (the cluster enables the add-on)."""
@@ -49,19 +82,8 @@ class KubeRayOperator(pulumi.ComponentResource):
         releases: dict[str, Release] = {}
         for plan in operator.helm_releases(config):
             after = [releases[d] for d in plan.depends_on] or depends_on
-            releases[plan.name] = Release(
-                plan.name,
-                name=plan.name,
-                chart=plan.chart,
-                version=plan.version,
-                repository_opts={"repo": plan.repo} if plan.repo else None,
-                namespace=plan.namespace,
-                create_namespace=True,
-                values=plan.values,
-                atomic=True,
-                wait_for_jobs=True,  # CRDs and webhooks ready before anything uses them
-                timeout=600,
-                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=after),
+            releases[plan.name] = helm_release(
+                plan, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=after)
             )
         self.ready += list(releases.values())
         self.mode = config.kuberay.install
@@ -123,12 +145,9 @@ class RayWorkload(pulumi.ComponentResource):
     ):
         name = manifest["metadata"]["name"]
         super().__init__(f"park:ray:{type_name}", name, None, opts)
-        self.resource = CustomResource(
+        self.resource = custom_resource(
             f"{name}-{manifest['kind'].lower()}",
-            api_version=manifest["apiVersion"],
-            kind=manifest["kind"],
-            metadata=manifest["metadata"],
-            spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on),
+            manifest,
+            pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on),
         )
         self.register_outputs({"kind": manifest["kind"], "name": name})

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pulumi
 from pulumi_kubernetes import Provider
-from pulumi_kubernetes.apiextensions import CustomResource
-from pulumi_kubernetes.helm.v3 import Release
 
+from infra.components.kubernetes import custom_resource, helm_release
 from infra.config import StackConfig
 from infra.plan import kueue
 
@@ -30,29 +29,18 @@ class Kueue(pulumi.ComponentResource):
         if plan is None:
             self.register_outputs({"installed": False})
             return
-        release = Release(
-            plan.name,
-            name=plan.name,
-            chart=plan.chart,
-            version=plan.version,
-            namespace=plan.namespace,
-            create_namespace=True,
-            atomic=True,
-            wait_for_jobs=True,  # CRDs and the admission webhook ready before any queue object
-            timeout=600,
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on),
+        # CRDs and the admission webhook are ready before any queue object.
+        release = helm_release(
+            plan, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
         )
         after = [release, *namespace_ready]  # LocalQueues live in the workload namespace
         for manifest in kueue.manifests(config):
             meta = manifest["metadata"]
             self.ready.append(
-                CustomResource(
+                custom_resource(
                     f"{manifest['kind'].lower()}-{meta['name']}",
-                    api_version=manifest["apiVersion"],
-                    kind=manifest["kind"],
-                    metadata=meta,
-                    spec=manifest["spec"],
-                    opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=after),
+                    manifest,
+                    pulumi.ResourceOptions(parent=self, provider=provider, depends_on=after),
                 )
             )
         self.ready.insert(0, release)

@@ -9,18 +9,14 @@ import pulumi
 from pulumi_kubernetes import Provider
 from pulumi_kubernetes.apiextensions import CustomResource
 
+from infra.components.kubernetes import custom_resource
 from infra.config import StackConfig
 from infra.plan import observability as plan
 
 
 def _custom(manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> CustomResource:
-    return CustomResource(
-        f"{manifest['kind'].lower()}-{manifest['metadata']['name']}",
-        api_version=manifest["apiVersion"],
-        kind=manifest["kind"],
-        metadata=manifest["metadata"],
-        spec=manifest["spec"],
-        opts=opts,
+    return custom_resource(
+        f"{manifest['kind'].lower()}-{manifest['metadata']['name']}", manifest, opts
     )
 
 

@@ -272,53 +272,15 @@ def test_every_rendered_manifest_of_the_queued_stack_validates():
     assert validate_manifests(manifests) == []
 
 
-def test_kueue_objects_wait_for_the_release(monkeypatch):
+def test_kueue_objects_wait_for_the_release():
     """Kueue's CRDs come with its Helm release: every Kueue object must depend on it, and the
-    LocalQueue on the namespace it lives in."""
-    import pulumi
-    from pulumi.runtime import settings
-    from pulumi.runtime.stack import run_pulumi_func
-    from pulumi.runtime.sync_await import _sync_await
+    LocalQueue on the namespace it lives in (dependencies as the engine records them)."""
+    from tests.conftest import render_stack
 
-    from infra.components import kueue as component
-
-    seen: dict[str, list] = {}
-    real = component.CustomResource
-
-    def spy(name, **kwargs):
-        seen[name] = list(kwargs["opts"].depends_on or [])
-        return real(name, **kwargs)
-
-    monkeypatch.setattr(component, "CustomResource", spy)
-
-    class Mocks(pulumi.runtime.Mocks):
-        def new_resource(self, args):
-            return f"{args.name}-id", dict(args.inputs)
-
-        def call(self, args):
-            return {}
-
-    config = _config()
-    marker: list = []
-
-    def program():
-        from pulumi_kubernetes import Provider
-
-        provider = Provider("k8s", kubeconfig="{}")
-        namespace = pulumi.CustomResource("test:index:Namespace", "ns")
-        marker.append(namespace)
-        built = component.Kueue(
-            "kueue", config, provider, depends_on=[], namespace_ready=[namespace]
-        )
-        marker.append(built)
-
-    settings.ROOT.set(None)
-    pulumi.runtime.set_mocks(Mocks(), project="t", stack="t", preview=False)
-    _sync_await(run_pulumi_func(program))
-    namespace, built = marker
-    release = built.ready[0]
-    assert type(release).__name__ == "Release"
-    assert len(seen) == len(kueue.manifests(config))
-    for name, deps in seen.items():
-        assert release in deps, name
-        assert namespace in deps, name
+    rendered = render_stack("queued")
+    config = rendered.config
+    objects = [r for r in rendered.resources if r.type.startswith("kubernetes:kueue.x-k8s.io")]
+    assert len(objects) == len(kueue.manifests(config))
+    for resource in objects:
+        assert "kueue" in resource.dependencies, resource.name
+        assert config.namespace in resource.dependencies, resource.name

@@ -1,8 +1,9 @@
 """Fixtures for the serving tests: one real CPU deployment shared by every ``serve`` test.
 
 The server is the real entrypoint, ``python -m workloads.serve.local --keep``, in its own process
-(and so its own Ray cluster on random ports): a cold start costs ~1.5 min, so it is started once
-per test module. Its output goes to a log file that the fixture reads for the ``PARK_ENDPOINT`` line;
+(and so its own Ray cluster on random ports): a cold start costs ~1.5 min, so it is started
+once per test module. Its output goes to a log file that the fixture reads for the
+``PARK_ENDPOINT`` line;
 teardown sends SIGTERM and expects a clean exit with every process of the tree gone.
 
 Import a fixture into a test module by assignment (``local_server = fx.local_server``) so that
