@@ -81,11 +81,22 @@ class LocalRunError(RuntimeError):
     """The local run failed; the message says at which step and where the logs are."""
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now; never assume Ray's defaults are free here."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 now, and never one this process handed out before.
+
+    Never assume Ray's defaults are free here. The kernel may give the same port to two
+    bind-and-close calls in a row; Ray then starts two servers on it (seen: the runtime-env
+    agent's requests answered by the metrics exporter with HTTP 405)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,11 +38,20 @@ from workloads.serve.validate import validate_serve_config
 DEFAULT_TIMEOUT_S = 900.0
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (others share this machine: never assume 8000)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now (others share this machine: never assume 8000),
+    and never one this process handed out before: the kernel may repeat a bind-and-close port,
+    and two servers given the same port answer each other's requests."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def load_serve_config(path: str | Path) -> dict[str, Any]:
