@@ -45,7 +45,7 @@ def _record(self, *args, **kwargs):
     used.add(type(self).__module__)
     _init(self, *args, **kwargs)
 pulumi.Resource.__init__ = _record  # costs nothing measurable; names the classes' modules
-from infra.render import render_stack_file
+from infra.tools.render import render_stack_file
 rendered = render_stack_file(__import__("pathlib").Path({str(PROD)!r}), "prod")
 t1 = time.perf_counter()
 mods = sorted(m for m in used if m.split(".")[0] in {PROVIDERS!r})
@@ -108,7 +108,8 @@ def scaling(repeats: int, *, gc_off: bool = False) -> dict:
     the per-slice cost is collections scanning the provider modules' large heap.
     """
     sys.path.insert(0, str(ROOT))
-    from infra.render import read_stack_file, run_program
+    from infra.spec.read import read_stack_file
+    from infra.tools.render import run_program
 
     values, secrets = read_stack_file(PROD)
     run_program(values, "prod", secrets)  # warm up: imports, caches

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     # A private Ray head on free ports (others may run Ray here), as `park local` starts it;
     # its auth token must be in this process's environment before Ray is imported.
-    from infra.local import LocalRay, ray_auth_env
+    from infra.tools.local import LocalRay, ray_auth_env
 
     head = LocalRay(
         temp_dir=Path(tempfile.mkdtemp(prefix="rt", dir="/tmp")), log_path=work / "ray-head.log"

@@ -1,4 +1,4 @@
-"""The Pulumi program: read the stack config, plan, and hand each plan to its component.
+"""The Pulumi program: read the stack config, resolve and plan it, hand each plan to its component.
 
 `pulumi up` runs it through the root `__main__.py`; `park render` runs it under mocks.
 """
@@ -11,11 +11,19 @@ from typing import Any
 import pulumi
 import pulumi.runtime
 
-from infra.config import ConfigError, StackConfig, config_keys, parse_stack_config
+from infra import stack
+from infra.plan import cluster as cluster_plan
 from infra.plan import kueue as kueue_plan
+from infra.plan import network as network_plan
 from infra.plan import node_pools
 from infra.plan import observability as observability_plan
+from infra.plan import operator as operator_plan
 from infra.plan import ray as ray_plan
+from infra.plan import storage as storage_plan
+from infra.plan import workspace as workspace_plan
+from infra.resolve import StackPlan
+from infra.spec.errors import ConfigError
+from infra.spec.read import config_keys
 
 
 def read_pulumi_config() -> tuple[dict[str, Any], pulumi.Output[str] | None]:
@@ -39,18 +47,18 @@ def read_pulumi_config() -> tuple[dict[str, Any], pulumi.Output[str] | None]:
     return values, hf_token
 
 
-def load_config() -> tuple[StackConfig, pulumi.Output[str] | None]:
+def load_plan() -> tuple[StackPlan, pulumi.Output[str] | None]:
     values, hf_token = read_pulumi_config()
     # A credential set without --secret sits in plain text in the stack file: refuse it.
     secret_keys = [key for key in values if pulumi.runtime.is_config_secret(key)]
     try:
-        return parse_stack_config(values, pulumi.get_stack(), secret_keys), hf_token
+        return stack.from_values(values, pulumi.get_stack(), secret_keys), hf_token
     except ConfigError as err:
         # Fails the preview before any resource is registered.
         raise pulumi.RunError(str(err)) from None
 
 
-def build(config: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
+def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
     # Imported here: the render benchmark and `park validate` never pay for provider modules.
     from infra.components.cluster import Cluster
     from infra.components.kubernetes import (
@@ -61,65 +69,82 @@ def build(config: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     )
     from infra.components.kueue import Kueue
     from infra.components.network import Network
-    from infra.components.node_pools import GpuPool, TpuSlicePool
+    from infra.components.node_pools import CpuPool, GpuPool, TpuSlicePool
     from infra.components.observability import DashboardAccess, RayMetrics
     from infra.components.storage import Storage
 
-    network = Network("network", config)
+    spec, zone = plan.spec, plan.spec.zone
+    network = Network("network", network_plan.network(plan))
     cluster = Cluster(
         "gke",
-        config,
+        cluster_plan.cluster(plan),
         network_name=network.network_name,
         subnetwork_name=network.subnetwork_name,
-        cpu_pool=node_pools.cpu_pool(config),
     )
-    storage = Storage("storage", config, node_service_account=cluster.node_service_account)
+    storage = Storage(
+        "storage", storage_plan.storage(plan), node_service_account=cluster.node_service_account
+    )
     after_cluster: list[pulumi.Resource] = [cluster.resource]
+    node_sa = cluster.node_service_account
+    CpuPool(node_pools.cpu_pool(spec.cpu_pool, zone), cluster.name, node_sa, after_cluster)
     tpu_pools = {
         pool.name: TpuSlicePool(
             pool,
-            node_pools.tpu_slice_pools(config, pool),
+            node_pools.tpu_slice_pools(pool, zone),
             cluster.name,
-            cluster.node_service_account,
+            node_sa,
             depends_on=after_cluster,
         )
-        for pool in config.tpu_pools
+        for pool in plan.tpu_pools
     }
-    for gpu in config.gpu_pools:
-        GpuPool(
-            node_pools.gpu_pool(config, gpu),
-            cluster.name,
-            cluster.node_service_account,
-            depends_on=after_cluster,
-        )
+    for gpu in plan.gpu_pools:
+        GpuPool(node_pools.gpu_pool(gpu.spec, zone), cluster.name, node_sa, after_cluster)
 
     provider = kubernetes_provider("gke", cluster.kubeconfig, depends_on=after_cluster)
-    kuberay = KubeRayOperator("kuberay", config, provider, depends_on=after_cluster)
-    space = Workspace("workspace", config, provider, hf_token, depends_on=after_cluster)
+    kuberay = KubeRayOperator(
+        "kuberay",
+        spec.kuberay.install,
+        operator_plan.helm_releases(plan),
+        provider,
+        depends_on=after_cluster,
+    )
+    space = Workspace(
+        "workspace", workspace_plan.workspace(plan), provider, hf_token, depends_on=after_cluster
+    )
     ready = [*kuberay.ready, *space.ready]
-    if config.any_queued:
+    if plan.queued_pools:
         # Kueue and its queues; the training RayJob waits in its pool's LocalQueue.
-        queues = Kueue("kueue", config, provider, after_cluster, namespace_ready=space.ready)
+        queues = Kueue(
+            "kueue",
+            kueue_plan.helm_release(plan),
+            kueue_plan.manifests(plan),
+            provider,
+            after_cluster,
+            namespace_ready=space.ready,
+        )
         ready += queues.ready
-    if config.training.enabled:
+    pods = ray_plan.ray_pods(plan)
+    if plan.training is not None:
         RayWorkload(
             "TrainingJob",
-            ray_plan.rayjob(config, queue_name=kueue_plan.training_queue_name(config)),
+            ray_plan.rayjob(plan.training, pods),
             provider,
-            depends_on=[*ready, *tpu_pools[config.training.pool].node_pools],
+            depends_on=[*ready, *tpu_pools[plan.training.pool.name].node_pools],
         )
-    if config.serving.enabled:
+    if plan.serving is not None:
         RayWorkload(
             "LlmService",
-            ray_plan.rayservice(config, hf_token=hf_token is not None),
+            ray_plan.rayservice(plan.serving, pods, hf_token=hf_token is not None),
             provider,
-            depends_on=[*ready, *tpu_pools[config.serving.pool].node_pools],
+            depends_on=[*ready, *tpu_pools[plan.serving.pool.name].node_pools],
         )
 
-    RayMetrics("metrics", config, provider, depends_on=space.ready)
-    access = observability_plan.dashboard_access(config)
+    RayMetrics("metrics", observability_plan.metrics(plan), provider, depends_on=space.ready)
+    access = observability_plan.dashboard_access(plan)
     if access is not None:
-        dashboard = DashboardAccess("dashboard", config, access, provider, depends_on=space.ready)
+        dashboard = DashboardAccess(
+            "dashboard", spec.project, access, provider, depends_on=space.ready
+        )
         pulumi.export("dashboard_url", dashboard.url)
         pulumi.export("dashboard_ip", dashboard.ip_address)
 
@@ -131,13 +156,10 @@ def build(config: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("workload_service_account", storage.workload_service_account)
     pulumi.export(
         "tpu_pools",
-        {
-            p.name: {"chips": p.slice.chips * p.slices, "hosts": p.slice.hosts * p.slices}
-            for p in config.tpu_pools
-        },
+        {p.name: {"chips": p.total_chips, "hosts": p.total_hosts} for p in plan.tpu_pools},
     )
 
 
 def main() -> None:
-    config, hf_token = load_config()
-    build(config, hf_token)
+    plan, hf_token = load_plan()
+    build(plan, hf_token)

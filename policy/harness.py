@@ -22,11 +22,11 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
 
-from infra.config import PolicyConfig
+from infra.spec.models import PolicyConfig
 from policy.rules import RULES, Rule, Settings, bound, settings_from
 
 PROJECT = "park-gke"
-RENDERED_UNKNOWN = "[unknown]"  # what infra.render writes for a value unknown under mocks
+RENDERED_UNKNOWN = "[unknown]"  # what infra.tools.render writes for a value unknown under mocks
 
 
 @dataclass(frozen=True)

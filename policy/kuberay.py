@@ -15,12 +15,12 @@ from pulumi_policy import (
 )
 
 from infra import catalog
-from infra.plan.node_pools import POOL_LABEL
-from infra.plan.pods import PodTemplate, containers, workload_pod_templates
-from policy._props import as_int, fmt, get, is_true, items, mapping
+from infra.names import GKE_NODE_POOL_LABEL, POOL_LABEL
+from infra.plan import tpu_groups
+from infra.plan.pods import PodTemplate, workload_pod_templates
+from infra.plan.tpu_groups import template_chips, tolerates_tpu
+from policy._props import as_int, get, is_true, mapping
 from policy.tpu import NODE_POOL, is_tpu_machine, pool_slice
-
-NODE_POOL_NAME_LABEL = "cloud.google.com/gke-nodepool"
 
 
 def kind_of(resource_type: str) -> str:
@@ -35,35 +35,6 @@ def templates(resource_type: str, props: Mapping[str, Any]) -> Iterator[PodTempl
     kind = kind_of(resource_type)
     if kind:
         yield from workload_pod_templates(kind, props)
-
-
-def tpu_chips(container: Mapping[str, Any]) -> tuple[int, int]:
-    """(requests, limits) of google.com/tpu; a missing side counts as the other (Kubernetes
-    defaults requests to limits for extended resources)."""
-    resources = mapping(container.get("resources"))
-    requests = as_int(mapping(resources.get("requests")).get(catalog.TPU_RESOURCE))
-    limits = as_int(mapping(resources.get("limits")).get(catalog.TPU_RESOURCE))
-    requests = requests if requests is not None else limits
-    limits = limits if limits is not None else requests
-    return requests or 0, limits or 0
-
-
-def template_chips(template: Mapping[str, Any]) -> int:
-    return max((max(tpu_chips(c)) for c in containers(template)), default=0)
-
-
-def tolerates_tpu(tolerations: Any) -> bool:
-    for toleration in items(tolerations):
-        t = mapping(toleration)
-        if t.get("effect") not in (None, "", catalog.TPU_TAINT_EFFECT):
-            continue
-        operator = t.get("operator", "Equal")
-        key = t.get("key")
-        if operator == "Exists" and key in (None, "", catalog.TPU_TAINT_KEY):
-            return True
-        if key == catalog.TPU_TAINT_KEY and t.get("value") == catalog.TPU_TAINT_VALUE:
-            return True
-    return False
 
 
 def rayjob_shutdown_after_finish(
@@ -101,76 +72,17 @@ def tpu_requires_toleration(
             )
 
 
-def _fitting_slices(topology: str, chips_per_pod: int) -> list[catalog.TpuSlice]:
-    return [
-        catalog.lookup(m.name, topology)
-        for m in catalog.MACHINE_TYPES.values()
-        if topology in m.topologies and m.chips_per_host == chips_per_pod
-    ]
-
-
 def ray_tpu_worker_shape(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """A TPU worker group is one Ray pod per host: `google.com/tpu` = chips per host
     (requests = limits), `numOfHosts` = hosts of (machine type, topology), and node selectors
-    on the accelerator and topology labels."""
+    on the accelerator and topology labels. The rules are infra/plan/tpu_groups.py's, the
+    same `park validate` applies."""
     for ref in templates(args.resource_type, args.props):
         if ref.role != "worker":
             continue
-        for container in containers(ref.template):
-            requests, limits = tpu_chips(container)
-            if limits and requests != limits:
-                report_violation(
-                    f"{args.name}: {ref.path} container {container.get('name')}: "
-                    f"{catalog.TPU_RESOURCE} requests ({requests}) must equal limits ({limits})",
-                    None,
-                )
-        chips = template_chips(ref.template)
-        if not chips:
-            continue
-        where = f"{args.name}: worker group {ref.group}"
-        selector = mapping(get(ref.template, "spec.nodeSelector"))
-        accelerator = selector.get(catalog.ACCELERATOR_LABEL)
-        topology = selector.get(catalog.TOPOLOGY_LABEL)
-        if not accelerator or not topology:
-            report_violation(
-                f"{where}: requests TPUs but nodeSelector lacks {catalog.ACCELERATOR_LABEL} "
-                f"and/or {catalog.TOPOLOGY_LABEL}; its pods could land on any slice",
-                None,
-            )
-            continue
-        generations = {g.gke_accelerator: g for g in catalog.GENERATIONS.values()}
-        if accelerator not in generations:
-            report_violation(
-                f"{where}: unknown TPU accelerator {accelerator!r}; known: "
-                f"{', '.join(generations)}",
-                None,
-            )
-            continue
-        fitting = [
-            s for s in _fitting_slices(str(topology), chips) if s.gke_accelerator == accelerator
-        ]
-        if not fitting:
-            per_host = sorted(
-                {
-                    m.chips_per_host
-                    for m in catalog.MACHINE_TYPES.values()
-                    if topology in m.topologies
-                }
-            )
-            report_violation(
-                f"{where}: {catalog.TPU_RESOURCE} {chips} per pod does not fit topology "
-                f"{topology}; allowed per pod: {', '.join(map(str, per_host)) or 'none'}",
-                None,
-            )
-            continue
-        hosts = as_int(ref.group_spec.get("numOfHosts", 1))
-        if hosts not in {s.hosts for s in fitting}:
-            expected = " or ".join(sorted({str(s.hosts) for s in fitting}))
-            report_violation(
-                f"{where}: numOfHosts is {fmt(ref.group_spec.get('numOfHosts', 1))}; topology "
-                f"{topology} with {chips} chips per host is {expected} host(s)",
-                None,
-            )
+        for problem in tpu_groups.group_problems(ref.group_spec):
+            if problem.kind == "shape":
+                report_violation(f"{args.name}: worker group {ref.group}: {problem.message}", None)
 
 
 @dataclass(frozen=True)
@@ -197,7 +109,7 @@ def tpu_pools(resources: list[PolicyResource]) -> list[_Pool]:
         labels = {str(k): str(v) for k, v in mapping(get(r.props, "nodeConfig.labels")).items()}
         labels |= tpu.node_labels()
         name = str(r.props.get("name") or r.name)
-        labels[NODE_POOL_NAME_LABEL] = name
+        labels[GKE_NODE_POOL_LABEL] = name
         if is_true(get(r.props, "nodeConfig.spot")):
             labels[catalog.SPOT_LABEL] = "true"
         autoscaling = mapping(r.props.get("autoscaling"))

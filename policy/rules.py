@@ -25,7 +25,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from infra.config import POLICY_RULE_NAMES, PolicyConfig
+from infra.spec.models import POLICY_RULE_NAMES, PolicyConfig
 from policy import kuberay, security, tpu
 
 Level = Literal["mandatory", "advisory", "disabled"]
@@ -171,7 +171,7 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
-assert tuple(r.name for r in RULES) == POLICY_RULE_NAMES, "infra.config.POLICY_RULE_NAMES"
+assert tuple(r.name for r in RULES) == POLICY_RULE_NAMES, "infra.spec.models.POLICY_RULE_NAMES"
 
 
 @dataclass(frozen=True)

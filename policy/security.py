@@ -15,8 +15,8 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
+from infra.names import EXPOSE_DASHBOARD_ANNOTATION, EXPOSE_SERVE_ANNOTATION
 from infra.plan.pods import containers
-from infra.plan.ray import EXPOSE_DASHBOARD_ANNOTATION, EXPOSE_SERVE_ANNOTATION
 from policy._props import get, is_true, items, mapping, stack_of, strings
 from policy.kuberay import kind_of, templates
 from policy.tpu import NODE_POOL

@@ -17,7 +17,7 @@ _rendered: dict[str, object] = {}
 
 def render_stack(stack: str):
     """The stack rendered under mocks (cached: the Pulumi runtime is process-global)."""
-    from infra.render import render_stack_file
+    from infra.tools.render import render_stack_file
 
     if stack not in _rendered:
         _rendered[stack] = render_stack_file(STACKS_DIR / f"Pulumi.{stack}.yaml", stack)

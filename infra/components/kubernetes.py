@@ -15,9 +15,9 @@ from pulumi_kubernetes.core.v1 import Namespace, Secret, ServiceAccount
 from pulumi_kubernetes.helm.v3 import Release
 from pulumi_kubernetes.networking.v1 import NetworkPolicy
 
-from infra.config import StackConfig
-from infra.plan import operator, workspace
-from infra.plan.ray import HF_SECRET_KEY
+from infra.names import HF_SECRET_KEY
+from infra.plan.operator import HelmReleasePlan
+from infra.plan.workspace import WorkspacePlan
 
 
 def kubernetes_provider(
@@ -32,7 +32,7 @@ def kubernetes_provider(
     )
 
 
-def helm_release(plan: operator.HelmReleasePlan, opts: pulumi.ResourceOptions) -> Release:
+def helm_release(plan: HelmReleasePlan, opts: pulumi.ResourceOptions) -> Release:
     """A planned chart, installed atomically and waited for: its CRDs and webhooks are ready
     before anything that depends on the release is created."""
     return Release(
@@ -52,11 +52,12 @@ def helm_release(plan: operator.HelmReleasePlan, opts: pulumi.ResourceOptions) -
 
 
 def custom_resource(
-    resource_name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions
+    manifest: dict[str, Any], opts: pulumi.ResourceOptions, resource_name: str | None = None
 ) -> CustomResource:
-    """A planned custom-resource manifest as a Pulumi resource (`spec` and `metadata` as is)."""
+    """A planned custom-resource manifest as a Pulumi resource (`spec` and `metadata` as is),
+    named `<kind>-<name>` unless told otherwise."""
     return CustomResource(
-        resource_name,
+        resource_name or f"{manifest['kind'].lower()}-{manifest['metadata']['name']}",
         api_version=manifest["apiVersion"],
         kind=manifest["kind"],
         metadata=manifest["metadata"],
@@ -72,7 +73,8 @@ class KubeRayOperator(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        install: str,
+        plans: list[HelmReleasePlan],
         provider: Provider,
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
@@ -80,13 +82,13 @@ class KubeRayOperator(pulumi.ComponentResource):
         super().__init__("park:k8s:KubeRayOperator", name, None, opts)
         self.ready: list[pulumi.Resource] = list(depends_on)
         releases: dict[str, Release] = {}
-        for plan in operator.helm_releases(config):
+        for plan in plans:
             after = [releases[d] for d in plan.depends_on] or depends_on
             releases[plan.name] = helm_release(
                 plan, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=after)
             )
         self.ready += list(releases.values())
-        self.mode = config.kuberay.install
+        self.mode = install
         self.register_outputs({"mode": self.mode, "releases": list(releases)})
 
 
@@ -97,7 +99,7 @@ class Workspace(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        plan: WorkspacePlan,
         provider: Provider,
         hf_token: pulumi.Output[str] | None,
         depends_on: list[pulumi.Resource],
@@ -105,20 +107,20 @@ class Workspace(pulumi.ComponentResource):
     ):
         super().__init__("park:k8s:Workspace", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
-        ns_manifest = workspace.namespace(config)
-        ns = Namespace(config.namespace, metadata=ns_manifest["metadata"], opts=child)
+        namespace = plan.namespace["metadata"]["name"]
+        ns = Namespace(namespace, metadata=plan.namespace["metadata"], opts=child)
         in_ns = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns])
-        ksa = workspace.service_account(config)
+        ksa = plan.service_account
         self.service_account = ServiceAccount(
             ksa["metadata"]["name"], metadata=ksa["metadata"], opts=in_ns
         )
-        policy = workspace.ray_network_policy(config)
+        policy = plan.network_policy
         NetworkPolicy(
             policy["metadata"]["name"], metadata=policy["metadata"], spec=policy["spec"], opts=in_ns
         )
         self.hf_secret = None
         if hf_token is not None:
-            meta = workspace.hf_token_secret_metadata(config)
+            meta = plan.hf_token_secret
             self.hf_secret = Secret(
                 meta["metadata"]["name"],
                 metadata=meta["metadata"],
@@ -129,7 +131,7 @@ class Workspace(pulumi.ComponentResource):
         self.ready: list[pulumi.Resource] = [ns, self.service_account]
         if self.hf_secret is not None:
             self.ready.append(self.hf_secret)
-        self.register_outputs({"namespace": config.namespace})
+        self.register_outputs({"namespace": namespace})
 
 
 class RayWorkload(pulumi.ComponentResource):
@@ -146,8 +148,8 @@ class RayWorkload(pulumi.ComponentResource):
         name = manifest["metadata"]["name"]
         super().__init__(f"park:ray:{type_name}", name, None, opts)
         self.resource = custom_resource(
-            f"{name}-{manifest['kind'].lower()}",
             manifest,
             pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on),
+            resource_name=f"{name}-{manifest['kind'].lower()}",
         )
         self.register_outputs({"kind": manifest["kind"], "name": name})

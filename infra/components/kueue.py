@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pulumi
 from pulumi_kubernetes import Provider
 
 from infra.components.kubernetes import custom_resource, helm_release
-from infra.config import StackConfig
-from infra.plan import kueue
+from infra.plan.operator import HelmReleasePlan
 
 
 class Kueue(pulumi.ComponentResource):
@@ -17,7 +18,8 @@ class Kueue(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        plan: HelmReleasePlan | None,
+        manifests: list[dict[str, Any]],
         provider: Provider,
         depends_on: list[pulumi.Resource],
         namespace_ready: list[pulumi.Resource],
@@ -25,7 +27,6 @@ class Kueue(pulumi.ComponentResource):
     ):
         super().__init__("park:kueue:Kueue", name, None, opts)
         self.ready: list[pulumi.Resource] = []
-        plan = kueue.helm_release(config)
         if plan is None:
             self.register_outputs({"installed": False})
             return
@@ -34,11 +35,9 @@ class Kueue(pulumi.ComponentResource):
             plan, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
         )
         after = [release, *namespace_ready]  # LocalQueues live in the workload namespace
-        for manifest in kueue.manifests(config):
-            meta = manifest["metadata"]
+        for manifest in manifests:
             self.ready.append(
                 custom_resource(
-                    f"{manifest['kind'].lower()}-{meta['name']}",
                     manifest,
                     pulumi.ResourceOptions(parent=self, provider=provider, depends_on=after),
                 )
@@ -48,6 +47,8 @@ class Kueue(pulumi.ComponentResource):
             {
                 "installed": True,
                 "version": plan.version,
-                "local_queues": [kueue.local_queue_name(p) for p in kueue.queued_pools(config)],
+                "local_queues": [
+                    m["metadata"]["name"] for m in manifests if m["kind"] == "LocalQueue"
+                ],
             }
         )

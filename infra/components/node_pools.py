@@ -1,12 +1,13 @@
-"""TPU slice pools and GPU pools: one GKE node pool per planned pool, parented to its group."""
+"""The node pools: the CPU pool for Ray heads and system pods, TPU slice pools (one GKE node
+pool per slice, parented to their config pool) and GPU pools."""
 
 from __future__ import annotations
 
 import pulumi
 from pulumi_gcp.container import NodePool
 
-from infra.config import TpuPoolConfig
 from infra.plan.node_pools import NodePoolPlan
+from infra.resolve import PoolPlan
 
 
 def _node_pool(
@@ -27,6 +28,30 @@ def _node_pool(
     )
 
 
+class _OneNodePool(pulumi.ComponentResource):
+    """A component holding one planned node pool (the CPU pool, a GPU pool)."""
+
+    TYPE = ""
+
+    def __init__(
+        self,
+        plan: NodePoolPlan,
+        cluster_name: pulumi.Input[str],
+        service_account: pulumi.Input[str],
+        depends_on: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__(self.TYPE, plan.name, None, opts)
+        self.node_pool = _node_pool(plan, cluster_name, service_account, self, depends_on)
+        self.register_outputs({"name": self.node_pool.name})
+
+
+class CpuPool(_OneNodePool):
+    """The pool Ray heads, submitters and system pods run on."""
+
+    TYPE = "park:gke:CpuPool"
+
+
 class TpuSlicePool(pulumi.ComponentResource):
     """One config TPU pool: `slices` node pools of `hosts` nodes each."""
 
@@ -35,7 +60,7 @@ class TpuSlicePool(pulumi.ComponentResource):
 
     def __init__(
         self,
-        pool: TpuPoolConfig,
+        pool: PoolPlan,
         plans: list[NodePoolPlan],
         cluster_name: pulumi.Input[str],
         service_account: pulumi.Input[str],
@@ -46,29 +71,20 @@ class TpuSlicePool(pulumi.ComponentResource):
         self.node_pools = [
             _node_pool(p, cluster_name, service_account, self, depends_on) for p in plans
         ]
-        tpu = pool.slice
-        self.chips = pulumi.Output.from_input(tpu.chips * pool.slices)
-        self.hosts = pulumi.Output.from_input(tpu.hosts * pool.slices)
+        self.chips = pulumi.Output.from_input(pool.total_chips)
+        self.hosts = pulumi.Output.from_input(pool.total_hosts)
         self.register_outputs(
             {
                 "chips": self.chips,
                 "hosts": self.hosts,
-                "machine_type": pool.machine_type,
-                "topology": tpu.topology,
+                "machine_type": pool.slice.machine_type,
+                "topology": pool.slice.topology,
                 "slices": pool.slices,
             }
         )
 
 
-class GpuPool(pulumi.ComponentResource):
-    def __init__(
-        self,
-        plan: NodePoolPlan,
-        cluster_name: pulumi.Input[str],
-        service_account: pulumi.Input[str],
-        depends_on: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__("park:gke:GpuPool", plan.name, None, opts)
-        self.node_pool = _node_pool(plan, cluster_name, service_account, self, depends_on)
-        self.register_outputs({"name": self.node_pool.name})
+class GpuPool(_OneNodePool):
+    """A GPU pool beside the TPU pools, on the same control plane."""
+
+    TYPE = "park:gke:GpuPool"

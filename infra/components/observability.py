@@ -3,21 +3,12 @@ to the Ray dashboard. Provider submodules load only when a stack uses them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pulumi
 from pulumi_kubernetes import Provider
-from pulumi_kubernetes.apiextensions import CustomResource
 
 from infra.components.kubernetes import custom_resource
-from infra.config import StackConfig
-from infra.plan import observability as plan
-
-
-def _custom(manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> CustomResource:
-    return custom_resource(
-        f"{manifest['kind'].lower()}-{manifest['metadata']['name']}", manifest, opts
-    )
+from infra.plan.observability import IAP_ROLE, MetricsPlan, value_extractor
+from infra.plan.observability import DashboardAccess as DashboardAccessPlan
 
 
 class RayMetrics(pulumi.ComponentResource):
@@ -27,30 +18,27 @@ class RayMetrics(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        plan: MetricsPlan,
         provider: Provider,
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("park:observability:RayMetrics", name, None, opts)
         in_cluster = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
-        monitorings = plan.pod_monitorings(config)
-        for manifest in monitorings:
-            _custom(manifest, in_cluster)
+        for manifest in plan.pod_monitorings:
+            custom_resource(manifest, in_cluster)
 
-        log_metrics = plan.training_log_metrics(config)
-        if log_metrics:
+        if plan.log_metrics:
             from pulumi_gcp.logging import Metric
 
-            log_filter = plan.training_log_filter(config)
-            for metric in log_metrics:
+            for metric in plan.log_metrics:
                 Metric(
                     metric.name,
                     name=metric.name,
-                    project=config.project,
+                    project=plan.project,
                     description=metric.description,
-                    filter=log_filter,
-                    value_extractor=plan.value_extractor(metric.field),
+                    filter=plan.log_filter,
+                    value_extractor=value_extractor(metric.field),
                     metric_descriptor={
                         "metric_kind": "DELTA",
                         "value_type": "DISTRIBUTION",
@@ -67,7 +55,7 @@ class RayMetrics(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self),
                 )
 
-        configmap = plan.grafana_configmap(config)
+        configmap = plan.grafana_configmap
         if configmap is not None:
             from pulumi_kubernetes.core.v1 import ConfigMap
 
@@ -79,8 +67,8 @@ class RayMetrics(pulumi.ComponentResource):
             )
         self.register_outputs(
             {
-                "pod_monitorings": [m["metadata"]["name"] for m in monitorings],
-                "log_metrics": [m.promql for m in log_metrics],
+                "pod_monitorings": [m["metadata"]["name"] for m in plan.pod_monitorings],
+                "log_metrics": [m.promql for m in plan.log_metrics],
                 "grafana": configmap is not None,
             }
         )
@@ -97,8 +85,8 @@ class DashboardAccess(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
-        access: plan.DashboardAccess,
+        project: str,
+        access: DashboardAccessPlan,
         provider: Provider,
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
@@ -109,12 +97,12 @@ class DashboardAccess(pulumi.ComponentResource):
 
         child = pulumi.ResourceOptions(parent=self)
         address = GlobalAddress(
-            access.address_name, name=access.address_name, project=config.project, opts=child
+            access.address_name, name=access.address_name, project=project, opts=child
         )
         certificate = ManagedSslCertificate(
             access.certificate_name,
             name=access.certificate_name,
-            project=config.project,
+            project=project,
             managed={"domains": [access.domain]},
             opts=child,
         )
@@ -122,8 +110,8 @@ class DashboardAccess(pulumi.ComponentResource):
         for member in access.iap_members:
             WebIamMember(
                 f"iap-{member.replace(':', '-').replace('@', '-at-')}",
-                project=config.project,
-                role=plan.IAP_ROLE,
+                project=project,
+                role=IAP_ROLE,
                 member=member,
                 opts=child,
             )
@@ -141,7 +129,7 @@ class DashboardAccess(pulumi.ComponentResource):
                     opts=in_cluster,
                 )
             else:
-                _custom(manifest, in_cluster)
+                custom_resource(manifest, in_cluster)
         self.url = pulumi.Output.from_input(f"https://{access.domain}")
         self.ip_address = address.address
         self.register_outputs({"url": self.url, "ip_address": self.ip_address})

@@ -14,13 +14,22 @@ from __future__ import annotations
 from typing import Any
 
 from infra import catalog
-from infra.config import StackConfig, TpuPoolConfig
-from infra.plan.node_pools import POOL_LABEL, QUEUED_TAINT_KEY, ROLE_LABEL
+from infra.names import (
+    KUEUE_NAMESPACE,
+    NAMESPACE_NAME_LABEL,
+    PART_OF,
+    POOL_LABEL,
+    QUEUED_TAINT_KEY,
+    ROLE_LABEL,
+    cluster_queue_name,
+    flavor_name,
+    local_queue_name,
+)
 from infra.plan.operator import HelmReleasePlan
+from infra.resolve import PoolPlan, StackPlan
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 CHART = "oci://registry.k8s.io/kueue/charts/kueue"
-NAMESPACE = "kueue-system"
 RELEASE_NAME = "kueue"
 DWS_PROVISIONING_CLASS = "queued-provisioning.gke.io"
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
@@ -29,45 +38,19 @@ DWS_CHECK = "park-dws"
 # keeps its own nodeSelector; the TPU flavor (labels + taints) applies only to pods asking for TPUs.
 HOST_FLAVOR = "park-host"
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
-PART_OF = {"app.kubernetes.io/part-of": "park-gke"}
 
 
-def queued_pools(config: StackConfig) -> list[TpuPoolConfig]:
-    return [p for p in config.tpu_pools if p.capacity == "queued"]
-
-
-def flavor_name(pool: TpuPoolConfig) -> str:
-    return f"park-{pool.name}"
-
-
-def cluster_queue_name(pool: TpuPoolConfig) -> str:
-    return f"park-{pool.name}"
-
-
-def local_queue_name(pool: TpuPoolConfig) -> str:
-    """The queue jobs on this pool name in their `kueue.x-k8s.io/queue-name` label."""
-    return pool.name
-
-
-def training_queue_name(config: StackConfig) -> str | None:
-    """The LocalQueue of the training RayJob: set when its pool is queued, else None."""
-    if not config.training.enabled:
-        return None
-    pool = config.tpu_pool(config.training.pool)
-    return local_queue_name(pool) if pool.capacity == "queued" else None
-
-
-def helm_release(config: StackConfig) -> HelmReleasePlan | None:
+def helm_release(plan: StackPlan) -> HelmReleasePlan | None:
     """Kueue's own chart at the pinned version (its CRDs come with it); None unless queued.
     Its default integrations include ray.io/rayjob; the ProvisioningRequest check is GA."""
-    if not config.any_queued:
+    if not plan.queued_pools:
         return None
     return HelmReleasePlan(
         name=RELEASE_NAME,
         chart=CHART,
-        version=config.kueue.version,
+        version=plan.spec.kueue.version,
         repo=None,
-        namespace=NAMESPACE,
+        namespace=KUEUE_NAMESPACE,
     )
 
 
@@ -78,14 +61,14 @@ def _metadata(name: str, namespace: str | None = None) -> dict[str, Any]:
     return meta
 
 
-def resource_flavor(pool: TpuPoolConfig) -> dict[str, Any]:
+def resource_flavor(pool: PoolPlan) -> dict[str, Any]:
     """The pool's nodes: Kueue adds these labels to admitted TPU pods (pinning them to this pool,
     not another pool of the same shape) and admits only pods tolerating these taints."""
     tpu = pool.slice
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceFlavor",
-        "metadata": _metadata(flavor_name(pool)),
+        "metadata": _metadata(flavor_name(pool.name)),
         "spec": {
             "nodeLabels": {**tpu.node_labels(), POOL_LABEL: pool.name, ROLE_LABEL: "tpu"},
             "nodeTaints": [
@@ -109,36 +92,35 @@ def host_flavor() -> dict[str, Any]:
     }
 
 
-def quotas(pool: TpuPoolConfig) -> dict[str, str]:
+def quotas(pool: PoolPlan) -> dict[str, str]:
     """What the pool's nodes hold, all slices up: TPU chips, and the hosts' CPU, memory and disk.
     A Ray head and submitter fit in the share of a host the TPU worker leaves to system pods."""
-    tpu = pool.slice
-    machine = catalog.MACHINE_TYPES[pool.machine_type]
-    hosts = tpu.hosts * pool.slices
+    machine = catalog.MACHINE_TYPES[pool.slice.machine_type]
+    hosts = pool.total_hosts
     return {
-        catalog.TPU_RESOURCE: str(tpu.chips * pool.slices),
+        catalog.TPU_RESOURCE: str(pool.total_chips),
         "cpu": str(machine.vcpus * hosts),
         "memory": f"{machine.memory_gib * hosts}Gi",
-        "ephemeral-storage": f"{pool.disk_size_gb * hosts}Gi",
+        "ephemeral-storage": f"{pool.spec.disk_size_gb * hosts}Gi",
     }
 
 
-def cluster_queue(config: StackConfig, pool: TpuPoolConfig) -> dict[str, Any]:
+def cluster_queue(plan: StackPlan, pool: PoolPlan) -> dict[str, Any]:
     """Jobs from the workload namespace only; admitted when quota is free and DWS has the slice."""
     quota = quotas(pool)
     return {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
-        "metadata": _metadata(cluster_queue_name(pool)),
+        "metadata": _metadata(cluster_queue_name(pool.name)),
         "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": config.namespace}},
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: plan.names.namespace}},
             "queueingStrategy": "BestEffortFIFO",
             "resourceGroups": [
                 {
                     "coveredResources": [catalog.TPU_RESOURCE],
                     "flavors": [
                         {
-                            "name": flavor_name(pool),
+                            "name": flavor_name(pool.name),
                             "resources": [
                                 {
                                     "name": catalog.TPU_RESOURCE,
@@ -161,18 +143,18 @@ def cluster_queue(config: StackConfig, pool: TpuPoolConfig) -> dict[str, Any]:
                 },
             ],
             "admissionChecksStrategy": {
-                "admissionChecks": [{"name": DWS_CHECK, "onFlavors": [flavor_name(pool)]}]
+                "admissionChecks": [{"name": DWS_CHECK, "onFlavors": [flavor_name(pool.name)]}]
             },
         },
     }
 
 
-def local_queue(config: StackConfig, pool: TpuPoolConfig) -> dict[str, Any]:
+def local_queue(plan: StackPlan, pool: PoolPlan) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "LocalQueue",
-        "metadata": _metadata(local_queue_name(pool), config.namespace),
-        "spec": {"clusterQueue": cluster_queue_name(pool)},
+        "metadata": _metadata(local_queue_name(pool.name), plan.names.namespace),
+        "spec": {"clusterQueue": cluster_queue_name(pool.name)},
     }
 
 
@@ -206,9 +188,9 @@ def admission_check() -> dict[str, Any]:
     }
 
 
-def manifests(config: StackConfig) -> list[dict[str, Any]]:
+def manifests(plan: StackPlan) -> list[dict[str, Any]]:
     """Every Kueue object of the stack, cluster-scoped ones first; empty unless a pool is queued."""
-    pools = queued_pools(config)
+    pools = plan.queued_pools
     if not pools:
         return []
     return [
@@ -216,6 +198,6 @@ def manifests(config: StackConfig) -> list[dict[str, Any]]:
         admission_check(),
         host_flavor(),
         *(resource_flavor(p) for p in pools),
-        *(cluster_queue(config, p) for p in pools),
-        *(local_queue(config, p) for p in pools),
+        *(cluster_queue(plan, p) for p in pools),
+        *(local_queue(plan, p) for p in pools),
     ]

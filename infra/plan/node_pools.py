@@ -11,13 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from infra import catalog
-from infra.config import GpuPoolConfig, StackConfig, TpuPoolConfig
+from infra.names import GPU_TAINT_KEY, POOL_LABEL, QUEUED_TAINT_KEY, ROLE_LABEL, SLICE_LABEL
+from infra.resolve import PoolPlan, StackPlan
+from infra.spec.models import CpuPoolConfig, GpuPoolConfig
 
-POOL_LABEL = "park-gke/pool"
-SLICE_LABEL = "park-gke/slice"
-ROLE_LABEL = "park-gke/role"
-QUEUED_TAINT_KEY = "cloud.google.com/gke-queued"
-GPU_TAINT_KEY = "nvidia.com/gpu"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
@@ -74,16 +71,15 @@ def _node_config(
     }
 
 
-def cpu_pool(config: StackConfig) -> NodePoolPlan:
+def cpu_pool(cpu: CpuPoolConfig, zone: str) -> NodePoolPlan:
     """The pool for the Ray heads and system pods."""
-    cpu = config.cpu_pool
     labels = {ROLE_LABEL: "system"}
     return NodePoolPlan(
         name="cpu",
         kind="cpu",
         pool="cpu",
         args={
-            "location": config.zone,
+            "location": zone,
             "initial_node_count": max(cpu.min_nodes, 1),
             "autoscaling": {"min_node_count": cpu.min_nodes, "max_node_count": cpu.max_nodes},
             "management": {"auto_repair": True, "auto_upgrade": True},
@@ -92,9 +88,9 @@ def cpu_pool(config: StackConfig) -> NodePoolPlan:
     )
 
 
-def tpu_slice_pools(config: StackConfig, pool: TpuPoolConfig) -> list[NodePoolPlan]:
+def tpu_slice_pools(plan: PoolPlan, zone: str) -> list[NodePoolPlan]:
     """One node pool per slice of a config pool."""
-    tpu = pool.slice
+    pool, tpu = plan.spec, plan.slice
     taints = [_taint(catalog.TPU_TAINT_KEY, catalog.TPU_TAINT_VALUE)]
     if pool.capacity == "queued":
         taints.append(_taint(QUEUED_TAINT_KEY, "true"))
@@ -108,8 +104,8 @@ def tpu_slice_pools(config: StackConfig, pool: TpuPoolConfig) -> list[NodePoolPl
         if pool.max_run_duration:
             node_config["max_run_duration"] = pool.max_run_duration
         args: dict[str, Any] = {
-            "location": config.zone,
-            "node_locations": [config.zone],
+            "location": zone,
+            "node_locations": [zone],
             "node_config": node_config,
             # flex-start and queued nodes must not be repaired into fresh capacity requests
             "management": {
@@ -144,7 +140,7 @@ def tpu_slice_pools(config: StackConfig, pool: TpuPoolConfig) -> list[NodePoolPl
     return plans
 
 
-def gpu_pool(config: StackConfig, pool: GpuPoolConfig) -> NodePoolPlan:
+def gpu_pool(pool: GpuPoolConfig, zone: str) -> NodePoolPlan:
     """A GPU pool beside the TPU pools, on the same control plane; scales to 0 while idle."""
     labels = {POOL_LABEL: pool.name, ROLE_LABEL: "gpu"}
     taints = [_taint(GPU_TAINT_KEY, "present")]
@@ -160,8 +156,8 @@ def gpu_pool(config: StackConfig, pool: GpuPoolConfig) -> NodePoolPlan:
         ],
     }
     args: dict[str, Any] = {
-        "location": config.zone,
-        "node_locations": [config.zone],
+        "location": zone,
+        "node_locations": [zone],
         "node_config": node_config,
         "management": {"auto_repair": pool.capacity != "flex-start", "auto_upgrade": True},
     }
@@ -173,9 +169,10 @@ def gpu_pool(config: StackConfig, pool: GpuPoolConfig) -> NodePoolPlan:
     return NodePoolPlan(name=pool.name, kind="gpu", pool=pool.name, args=args, taints=taints)
 
 
-def all_node_pools(config: StackConfig) -> list[NodePoolPlan]:
-    pools = [cpu_pool(config)]
-    for tpu_pool in config.tpu_pools:
-        pools += tpu_slice_pools(config, tpu_pool)
-    pools += [gpu_pool(config, g) for g in config.gpu_pools]
+def all_node_pools(plan: StackPlan) -> list[NodePoolPlan]:
+    zone = plan.spec.zone
+    pools = [cpu_pool(plan.spec.cpu_pool, zone)]
+    for tpu_pool in plan.tpu_pools:
+        pools += tpu_slice_pools(tpu_pool, zone)
+    pools += [gpu_pool(g.spec, zone) for g in plan.gpu_pools]
     return pools

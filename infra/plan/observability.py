@@ -14,29 +14,32 @@ an optional Grafana dashboard, and the Ray dashboard (private unless a stack opt
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from infra.config import StackConfig
-from infra.plan.ray import (
+from infra.names import (
+    DASHBOARD_NAME,
     DASHBOARD_PORT,
     EXPOSE_DASHBOARD_ANNOTATION,
+    GRAFANA_CONFIGMAP,
+    METRICS_PORT_NAME,
+    PART_OF,
+    RAY_CLUSTER_LABEL,
+    RAY_GROUP_LABEL,
+    RAY_NODE_LABEL,
+    RAY_NODE_TYPE_LABEL,
     SERVICE_NAME,
     TRAINING_JOB_NAME,
     WORKLOAD_LABEL,
 )
+from infra.resolve import StackPlan
+from workloads.protocol import METRICS
 
 GMP_API = "monitoring.googleapis.com/v1"
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 GKE_NETWORKING_API = "networking.gke.io/v1"
-METRICS_PORT_NAME = "metrics"  # the container port Ray's metrics agent listens on (ray.py)
-PART_OF = {"app.kubernetes.io/part-of": "park-gke"}
 # Ray's TPU chip series; dropped at scrape time when park:observability.tpuMetrics is false.
 TPU_METRICS_REGEX = "ray_tpu_.*"
-# Printed by the training loop before each report (workloads/train/metrics.py METRICS_PREFIX).
-TRAIN_METRICS_PREFIX = "PARK_METRICS "
-DASHBOARD_NAME = "ray-dashboard"
 # A global external Application Load Balancer: the one IAP and Google-managed certificates serve.
 GATEWAY_CLASS = "gke-l7-global-external-managed"
 PRE_SHARED_CERT_OPTION = "networking.gke.io/pre-shared-certs"
@@ -49,41 +52,41 @@ QUANTILES = (0.5, 0.95, 0.99)  # serve latency percentiles on the dashboard
 # Managed Prometheus
 
 
-def pod_monitoring(config: StackConfig, node_type: str) -> dict[str, Any]:
+def pod_monitoring(plan: StackPlan, node_type: str) -> dict[str, Any]:
     """Scrape Ray's `metrics` port on the head or worker pods of every Ray cluster in the
     namespace; series carry the workload (park-train / park-serve), the cluster and the group."""
-    endpoint: dict[str, Any] = {
-        "port": METRICS_PORT_NAME,
-        "interval": config.observability.scrape_interval,
-    }
-    if not config.observability.tpu_metrics:
+    obs = plan.spec.observability
+    endpoint: dict[str, Any] = {"port": METRICS_PORT_NAME, "interval": obs.scrape_interval}
+    if not obs.tpu_metrics:
         endpoint["metricRelabeling"] = [
             {"sourceLabels": ["__name__"], "regex": TPU_METRICS_REGEX, "action": "drop"}
         ]
     return {
         "apiVersion": GMP_API,
         "kind": "PodMonitoring",
-        "metadata": {"name": f"ray-{node_type}", "namespace": config.namespace, "labels": PART_OF},
+        "metadata": {
+            "name": f"ray-{node_type}",
+            "namespace": plan.names.namespace,
+            "labels": PART_OF,
+        },
         "spec": {
-            "selector": {
-                "matchLabels": {"ray.io/is-ray-node": "yes", "ray.io/node-type": node_type}
-            },
+            "selector": {"matchLabels": {RAY_NODE_LABEL: "yes", RAY_NODE_TYPE_LABEL: node_type}},
             "endpoints": [endpoint],
             "targetLabels": {
                 "fromPod": [
                     {"from": WORKLOAD_LABEL, "to": "workload"},
-                    {"from": "ray.io/cluster", "to": "ray_cluster"},
-                    {"from": "ray.io/group", "to": "ray_group"},
+                    {"from": RAY_CLUSTER_LABEL, "to": "ray_cluster"},
+                    {"from": RAY_GROUP_LABEL, "to": "ray_group"},
                 ]
             },
         },
     }
 
 
-def pod_monitorings(config: StackConfig) -> list[dict[str, Any]]:
-    if not config.observability.pod_monitoring:
+def pod_monitorings(plan: StackPlan) -> list[dict[str, Any]]:
+    if not plan.spec.observability.pod_monitoring:
         return []
-    return [pod_monitoring(config, "head"), pod_monitoring(config, "worker")]
+    return [pod_monitoring(plan, "head"), pod_monitoring(plan, "worker")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,18 +110,14 @@ class LogMetricPlan:
         return f"logging_googleapis_com:user_{self.name}"
 
 
-def _metric_id(text: str) -> str:
-    return re.sub(r"[^a-z0-9_]", "_", text.lower())
-
-
-def training_log_filter(config: StackConfig) -> str:
+def training_log_filter(plan: StackPlan) -> str:
     """The log lines of this stack's training runs that carry metrics."""
     return "\n".join(
         (
             'resource.type="k8s_container"',
-            f'resource.labels.cluster_name="{config.cluster.name}"',
-            f'resource.labels.namespace_name="{config.namespace}"',
-            f'textPayload:"{TRAIN_METRICS_PREFIX.strip()}"',
+            f'resource.labels.cluster_name="{plan.names.cluster}"',
+            f'resource.labels.namespace_name="{plan.names.namespace}"',
+            f'textPayload:"{METRICS}"',
         )
     )
 
@@ -128,15 +127,16 @@ def value_extractor(field: str) -> str:
     return f'REGEXP_EXTRACT(textPayload, "\\"{field}\\": ([-+0-9.eE]+)")'
 
 
-def training_log_metrics(config: StackConfig) -> list[LogMetricPlan]:
-    if not (config.training.enabled and config.observability.training_metrics):
+def training_log_metrics(plan: StackPlan) -> list[LogMetricPlan]:
+    spec = plan.spec
+    if not (spec.training.enabled and spec.observability.training_metrics):
         return []
-    prefix = f"park_{_metric_id(config.stack)}_train"
+    prefix, stack = plan.names.log_metric_prefix, spec.stack
     return [
         LogMetricPlan(
             name=f"{prefix}_loss",
             field="loss",
-            description=f"Training loss of {TRAINING_JOB_NAME} (stack {config.stack})",
+            description=f"Training loss of {TRAINING_JOB_NAME} (stack {stack})",
             unit="1",
             growth_factor=1.1,
             scale=0.01,
@@ -144,8 +144,7 @@ def training_log_metrics(config: StackConfig) -> list[LogMetricPlan]:
         LogMetricPlan(
             name=f"{prefix}_tokens_per_s",
             field="tokens_per_s",
-            description=f"Training throughput in tokens/s of {TRAINING_JOB_NAME} "
-            f"(stack {config.stack})",
+            description=f"Training throughput in tokens/s of {TRAINING_JOB_NAME} (stack {stack})",
             unit="1/s",
             growth_factor=1.25,
             scale=100.0,
@@ -157,7 +156,7 @@ def training_log_metrics(config: StackConfig) -> list[LogMetricPlan]:
 # Grafana
 
 
-def _panel(title: str, unit: str, targets: list[tuple[str, str]], x: int, y: int) -> dict:
+def _panel(title: str, unit: str, targets: list[tuple[str, str]], x: int, y: int) -> dict[str, Any]:
     return {
         "type": "timeseries",
         "title": title,
@@ -171,15 +170,15 @@ def _panel(title: str, unit: str, targets: list[tuple[str, str]], x: int, y: int
     }
 
 
-def grafana_dashboard(config: StackConfig) -> dict[str, Any]:
+def grafana_dashboard(plan: StackPlan) -> dict[str, Any]:
     """One dashboard for what the README asks about: a run's loss, tokens/s and TPU use, and the
     serving endpoint's request rate, latency, errors and generated tokens/s."""
-    ns = f'namespace="{config.namespace}"'
+    ns = f'namespace="{plan.names.namespace}"'
     train = f'{ns},workload="{TRAINING_JOB_NAME}"'
     serve = f'{ns},workload="{SERVICE_NAME}"'
     latency = f"sum by (le) (rate(ray_serve_http_request_latency_ms_bucket{{{serve}}}[5m]))"
     panels: list[tuple[str, str, list[tuple[str, str]]]] = []
-    for metric in training_log_metrics(config):
+    for metric in training_log_metrics(plan):
         mean = f"sum(rate({metric.promql}_sum[5m])) / sum(rate({metric.promql}_count[5m]))"
         unit = "none" if metric.field == "loss" else "short"
         panels.append((f"Training {metric.field.replace('_per_s', '/s')}", unit, [(mean, "mean")]))
@@ -232,8 +231,8 @@ def grafana_dashboard(config: StackConfig) -> dict[str, Any]:
         ),
     ]
     return {
-        "uid": f"park-{_metric_id(config.stack).replace('_', '-')}",
-        "title": f"park-gke {config.stack}: training and serving",
+        "uid": f"park-{plan.names.stack_id.replace('_', '-')}",
+        "title": f"park-gke {plan.stack}: training and serving",
         "schemaVersion": 39,
         "time": {"from": "now-6h", "to": "now"},
         "refresh": "1m",
@@ -249,19 +248,19 @@ def grafana_dashboard(config: StackConfig) -> dict[str, Any]:
     }
 
 
-def grafana_configmap(config: StackConfig) -> dict[str, Any] | None:
+def grafana_configmap(plan: StackPlan) -> dict[str, Any] | None:
     """The dashboard as a ConfigMap for Grafana's sidecar (label grafana_dashboard=1)."""
-    if not config.observability.grafana:
+    if not plan.spec.observability.grafana:
         return None
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": "park-grafana-dashboards",
-            "namespace": config.namespace,
+            "name": GRAFANA_CONFIGMAP,
+            "namespace": plan.names.namespace,
             "labels": {**PART_OF, GRAFANA_LABEL: "1"},
         },
-        "data": {"park-gke.json": json.dumps(grafana_dashboard(config), indent=2, sort_keys=True)},
+        "data": {"park-gke.json": json.dumps(grafana_dashboard(plan), indent=2, sort_keys=True)},
     }
 
 
@@ -280,33 +279,33 @@ class DashboardAccess:
     manifests: tuple[dict[str, Any], ...]
 
 
-def _exposed(name: str, config: StackConfig) -> dict[str, Any]:
+def _exposed(name: str, namespace: str) -> dict[str, Any]:
     """Metadata of an object that opens the dashboard: the annotation the policy pack wants."""
     return {
         "name": name,
-        "namespace": config.namespace,
+        "namespace": namespace,
         "labels": PART_OF,
         "annotations": {EXPOSE_DASHBOARD_ANNOTATION: "true"},
     }
 
 
-def dashboard_access(config: StackConfig) -> DashboardAccess | None:
+def dashboard_access(plan: StackPlan) -> DashboardAccess | None:
     """None unless park:observability.exposeDashboard (config validation made sure IAP has
     members, a domain and an OAuth client). The Service selects the RayService's head by the
     workload label: KubeRay's own head Service is headless and named after a random cluster."""
-    obs = config.observability
+    obs = plan.spec.observability
     if not obs.expose_dashboard:
         return None
     if not (obs.dashboard_domain and obs.iap_oauth_client_id and obs.iap_oauth_secret):
         raise ValueError("exposeDashboard without its IAP settings: validate the config first")
-    base = f"{config.cluster.name}-{DASHBOARD_NAME}"
+    base, namespace = plan.names.dashboard, plan.names.namespace
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _exposed(DASHBOARD_NAME, config),
+        "metadata": _exposed(DASHBOARD_NAME, namespace),
         "spec": {
             "type": "ClusterIP",
-            "selector": {"ray.io/node-type": "head", WORKLOAD_LABEL: SERVICE_NAME},
+            "selector": {RAY_NODE_TYPE_LABEL: "head", WORKLOAD_LABEL: SERVICE_NAME},
             "ports": [
                 {
                     "name": "dashboard",
@@ -320,7 +319,7 @@ def dashboard_access(config: StackConfig) -> DashboardAccess | None:
     gateway = {
         "apiVersion": GATEWAY_API,
         "kind": "Gateway",
-        "metadata": _exposed(DASHBOARD_NAME, config),
+        "metadata": _exposed(DASHBOARD_NAME, namespace),
         "spec": {
             "gatewayClassName": GATEWAY_CLASS,
             "addresses": [{"type": "NamedAddress", "value": base}],
@@ -339,7 +338,7 @@ def dashboard_access(config: StackConfig) -> DashboardAccess | None:
     route = {
         "apiVersion": GATEWAY_API,
         "kind": "HTTPRoute",
-        "metadata": _exposed(DASHBOARD_NAME, config),
+        "metadata": _exposed(DASHBOARD_NAME, namespace),
         "spec": {
             "parentRefs": [{"name": DASHBOARD_NAME, "sectionName": "https"}],
             "hostnames": [obs.dashboard_domain],
@@ -349,7 +348,7 @@ def dashboard_access(config: StackConfig) -> DashboardAccess | None:
     policy = {
         "apiVersion": GKE_NETWORKING_API,
         "kind": "GCPBackendPolicy",
-        "metadata": {"name": DASHBOARD_NAME, "namespace": config.namespace, "labels": PART_OF},
+        "metadata": {"name": DASHBOARD_NAME, "namespace": namespace, "labels": PART_OF},
         "spec": {
             "default": {
                 "iap": {
@@ -367,4 +366,27 @@ def dashboard_access(config: StackConfig) -> DashboardAccess | None:
         domain=obs.dashboard_domain,
         iap_members=tuple(obs.iap_members),
         manifests=(service, policy, gateway, route),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Everything the metrics component creates
+
+
+@dataclass(frozen=True)
+class MetricsPlan:
+    project: str  # where the log-based metrics live
+    pod_monitorings: tuple[dict[str, Any], ...]
+    log_metrics: tuple[LogMetricPlan, ...]
+    log_filter: str
+    grafana_configmap: dict[str, Any] | None
+
+
+def metrics(plan: StackPlan) -> MetricsPlan:
+    return MetricsPlan(
+        project=plan.spec.project,
+        pod_monitorings=tuple(pod_monitorings(plan)),
+        log_metrics=tuple(training_log_metrics(plan)),
+        log_filter=training_log_filter(plan),
+        grafana_configmap=grafana_configmap(plan),
     )

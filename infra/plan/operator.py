@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.config import StackConfig
+from infra.names import CERT_MANAGER_NAMESPACE, KUBERAY_NAMESPACE
+from infra.resolve import StackPlan
+from infra.versions import CERT_MANAGER_VERSION
 
 
 @dataclass(frozen=True)
@@ -26,41 +28,41 @@ class HelmReleasePlan:
 
 KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
 CERT_MANAGER_REPO = "https://charts.jetstack.io"
-CERT_MANAGER_VERSION = "v1.18.2"
 # ai-on-gke publishes the webhook chart in its git repository, not in a Helm repository:
 # check out ai-on-gke and point park:kuberay.tpuWebhookChart at ray-on-gke/tpu/kuberay-tpu-webhook/.
 DEFAULT_TPU_WEBHOOK_CHART = "./vendor/ai-on-gke/ray-on-gke/tpu/kuberay-tpu-webhook/helm-chart"
 
 
-def helm_releases(config: StackConfig) -> list[HelmReleasePlan]:
+def helm_releases(plan: StackPlan) -> list[HelmReleasePlan]:
     """The Helm releases for `install: helm`, in dependency order; none for the add-on."""
-    if config.kuberay.install != "helm":
+    kuberay = plan.spec.kuberay
+    if kuberay.install != "helm":
         return []
     releases = [
         HelmReleasePlan(
             name="kuberay-operator",
             chart="kuberay-operator",
-            version=config.kuberay.version,
+            version=kuberay.version,
             repo=KUBERAY_REPO,
-            namespace="kuberay-system",
+            namespace=KUBERAY_NAMESPACE,
         )
     ]
-    if config.any_multi_host:
+    if plan.multi_host:
         releases += [
             HelmReleasePlan(
                 name="cert-manager",
                 chart="cert-manager",
                 version=CERT_MANAGER_VERSION,
                 repo=CERT_MANAGER_REPO,
-                namespace="cert-manager",
+                namespace=CERT_MANAGER_NAMESPACE,
                 values={"crds": {"enabled": True}},
             ),
             HelmReleasePlan(
                 name="kuberay-tpu-webhook",
-                chart=config.kuberay.tpu_webhook_chart or DEFAULT_TPU_WEBHOOK_CHART,
+                chart=kuberay.tpu_webhook_chart or DEFAULT_TPU_WEBHOOK_CHART,
                 version=None,
                 repo=None,
-                namespace="kuberay-system",
+                namespace=KUBERAY_NAMESPACE,
                 depends_on=("cert-manager", "kuberay-operator"),
             ),
         ]

@@ -11,12 +11,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from infra.names import RAY_GROUP_LABEL, RAY_NODE_LABEL, RAY_NODE_TYPE_LABEL
+
 RAY_KINDS = ("RayJob", "RayService", "RayCluster")
-# Labels KubeRay puts on every head and worker pod (ray-operator/controllers/ray/utils/
-# constant.go); the Ray NetworkPolicy selects on the first.
-RAY_NODE_LABEL = "ray.io/is-ray-node"
-RAY_NODE_TYPE_LABEL = "ray.io/node-type"
-RAY_GROUP_LABEL = "ray.io/group"
 
 
 @dataclass(frozen=True)
@@ -30,7 +27,8 @@ class PodTemplate:
     group_spec: Mapping[str, Any]  # the head / worker group spec (empty for the submitter)
 
 
-def _cluster_spec(kind: str, spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+def cluster_spec(kind: str, spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """(path, body) of the RayCluster spec inside a RayJob, RayService or RayCluster spec."""
     if kind == "RayJob":
         return "spec.rayClusterSpec", spec.get("rayClusterSpec") or {}
     if kind == "RayService":
@@ -42,7 +40,7 @@ def pod_templates(kind: str, spec: Mapping[str, Any] | None) -> Iterator[PodTemp
     """Head, every worker group and (RayJob) the submitter, in that order."""
     if kind not in RAY_KINDS or not isinstance(spec, Mapping):
         return
-    prefix, cluster = _cluster_spec(kind, spec)
+    prefix, cluster = cluster_spec(kind, spec)
     head = cluster.get("headGroupSpec")
     if isinstance(head, Mapping) and isinstance(head.get("template"), Mapping):
         yield PodTemplate(

@@ -7,51 +7,63 @@ nodeSelectors on the accelerator and topology labels. Deliberate differences are
 
 from __future__ import annotations
 
-import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from infra import catalog
-from infra.config import RAY_VERSION, StackConfig, TpuPoolConfig
-from infra.plan.node_pools import POOL_LABEL, QUEUED_TAINT_KEY, ROLE_LABEL
-
-WORKLOAD_KSA = "park-workload"
-HF_SECRET_NAME = "hf-token"
-HF_SECRET_KEY = "token"
-TRAINING_JOB_NAME = "park-train"
-SERVICE_NAME = "park-serve"
-OPENAI_SERVICE_NAME = "park-openai"
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-GCS_VOLUME = "gcs"
-SERVE_PORT = 8000
-DASHBOARD_PORT = 8265
-METRICS_PORT = 8080
-HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001, "serve": SERVE_PORT}
-TRAIN_MODULE = "workloads.train"
-# Every Ray pod carries its workload's name: KubeRay names clusters with a random suffix, so
-# metrics (PodMonitoring target labels) and the dashboard Service select on this label instead.
-WORKLOAD_LABEL = "park-gke/workload"
-# The GKE TPU device plugin serves chip metrics on the node; Ray's agent reads them from
-# TPU_DEVICE_PLUGIN_ADDR and exports them as ray_tpu_* (the KubeRay TPU webhook sets the same).
-TPU_DEVICE_PLUGIN_METRICS_PORT = 2112
-# The user and group of Ray's images (`ray`, `users`). A uid without a passwd entry breaks
-# getpass.getuser() in Ray and torch, so we keep the image's own non-root user.
-RAY_UID = 1000
-RAY_GID = 100
-# The HF token reaches pods as a read-only file (huggingface_hub reads HF_TOKEN_PATH), never as an
-# environment variable, which leaks into `ray job` logs, crash dumps and /proc/<pid>/environ.
-HF_TOKEN_DIR = "/var/run/secrets/huggingface"
-HF_TOKEN_VOLUME = "hf-token"
-# Set by the program only when the stack's config flag asks for a public endpoint; the policy
-# pack (policy/) rejects a LoadBalancer, NodePort or Ingress for Ray that lacks it.
-EXPOSE_SERVE_ANNOTATION = "park-gke/expose-serve"
-EXPOSE_DASHBOARD_ANNOTATION = "park-gke/expose-dashboard"
+from infra.names import (
+    APP_NAME_LABEL,
+    EXPOSE_SERVE_ANNOTATION,
+    GCS_VOLUME,
+    HEAD_PORTS,
+    HF_SECRET_KEY,
+    HF_SECRET_NAME,
+    HF_TOKEN_DIR,
+    HF_TOKEN_VOLUME,
+    METRICS_PORT,
+    METRICS_PORT_NAME,
+    OPENAI_SERVICE_NAME,
+    PART_OF,
+    POOL_LABEL,
+    QUEUE_NAME_LABEL,
+    QUEUED_TAINT_KEY,
+    RAY_GID,
+    RAY_UID,
+    ROLE_LABEL,
+    SERVE_PORT,
+    SERVICE_NAME,
+    TPU_DEVICE_PLUGIN_METRICS_PORT,
+    TRAINING_JOB_NAME,
+    WORKLOAD_KSA,
+    WORKLOAD_LABEL,
+)
+from infra.resolve import PoolPlan, ServingPlan, StackPlan, TrainingPlan
+from infra.versions import RAY_VERSION
+from workloads import protocol
 
 
-def workload_gsa_email(config: StackConfig) -> str:
-    """The workload Google service account; deterministic, so manifests need no cloud lookup."""
-    return f"park-workload@{config.project}.iam.gserviceaccount.com"
+@dataclass(frozen=True)
+class RayPods:
+    """What every Ray pod of a stack mounts and runs as."""
+
+    namespace: str
+    bucket: str
+    mount_path: str  # where pods see the bucket (GCS FUSE)
+    service_account: str = WORKLOAD_KSA
+    tpu_metrics: bool = True  # TPU chip metrics from the device plugin
+
+
+def ray_pods(plan: StackPlan) -> RayPods:
+    spec = plan.spec
+    return RayPods(
+        namespace=spec.namespace,
+        bucket=plan.names.bucket,
+        mount_path=spec.storage.mount_path,
+        service_account=plan.names.workload_ksa,
+        tpu_metrics=spec.observability.tpu_metrics,
+    )
 
 
 def _security_context() -> dict[str, Any]:
@@ -80,7 +92,7 @@ def _pod_security_context() -> dict[str, Any]:
     }
 
 
-def _volumes(config: StackConfig, *, hf_token: bool = False) -> list[dict[str, Any]]:
+def _volumes(pods: RayPods, *, hf_token: bool = False) -> list[dict[str, Any]]:
     """The bucket through the GCS FUSE CSI driver (owned by the Ray user, who runs non-root),
     writable scratch for a read-only root, and the HF token file when there is one."""
     volumes: list[dict[str, Any]] = [
@@ -89,7 +101,7 @@ def _volumes(config: StackConfig, *, hf_token: bool = False) -> list[dict[str, A
             "csi": {
                 "driver": "gcsfuse.csi.storage.gke.io",
                 "volumeAttributes": {
-                    "bucketName": config.bucket_name,
+                    "bucketName": pods.bucket,
                     "mountOptions": (
                         f"implicit-dirs,uid={RAY_UID},gid={RAY_GID},file-cache:max-size-mb:-1"
                     ),
@@ -113,9 +125,9 @@ def _volumes(config: StackConfig, *, hf_token: bool = False) -> list[dict[str, A
     return volumes
 
 
-def _volume_mounts(config: StackConfig, *, hf_token: bool = False) -> list[dict[str, Any]]:
+def _volume_mounts(pods: RayPods, *, hf_token: bool = False) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [
-        {"name": GCS_VOLUME, "mountPath": config.storage.mount_path},
+        {"name": GCS_VOLUME, "mountPath": pods.mount_path},
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
@@ -154,14 +166,14 @@ def _pod_metadata() -> dict[str, Any]:
 
 
 def head_group(
-    config: StackConfig, image: str, *, hf_token: bool = False, autoscaler: bool = False
+    pods: RayPods, image: str, *, hf_token: bool = False, autoscaler: bool = False
 ) -> dict[str, Any]:
     """The Ray head on the CPU pool. It runs no tasks (num-cpus 0); the dashboard listens on the
     pod network only — the head Service is ClusterIP and no Ingress is created. Only a head
     with KubeRay's autoscaler sidecar mounts an API token: the autoscaler scales worker groups
     through the Kubernetes API."""
     ports = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()]
-    ports.append({"name": "metrics", "containerPort": METRICS_PORT})
+    ports.append({"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT})
     return {
         "serviceType": "ClusterIP",
         "rayStartParams": {
@@ -172,7 +184,7 @@ def head_group(
         "template": {
             "metadata": _pod_metadata(),
             "spec": {
-                "serviceAccountName": WORKLOAD_KSA,
+                "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": autoscaler,
                 "securityContext": _pod_security_context(),
                 "nodeSelector": {ROLE_LABEL: "system"},
@@ -184,18 +196,18 @@ def head_group(
                         "ports": ports,
                         "resources": _resources(2, "8Gi"),
                         "env": _env(hf_token),
-                        "volumeMounts": _volume_mounts(config, hf_token=hf_token),
+                        "volumeMounts": _volume_mounts(pods, hf_token=hf_token),
                         "securityContext": _security_context(),
                     }
                 ],
-                "volumes": _volumes(config, hf_token=hf_token),
+                "volumes": _volumes(pods, hf_token=hf_token),
             },
         },
     }
 
 
-def _tpu_metrics_env(config: StackConfig) -> list[dict[str, Any]]:
-    if not config.observability.tpu_metrics:
+def _tpu_metrics_env(pods: RayPods) -> list[dict[str, Any]]:
+    if not pods.tpu_metrics:
         return []
     return [
         {
@@ -215,18 +227,18 @@ def _label_pods(cluster_spec: dict[str, Any], workload: str) -> dict[str, Any]:
     return cluster_spec
 
 
-def tpu_tolerations(pool: TpuPoolConfig) -> list[dict[str, str]]:
+def tpu_tolerations(pool: PoolPlan) -> list[dict[str, str]]:
     tolerations = [
         {"key": catalog.TPU_TAINT_KEY, "operator": "Exists", "effect": catalog.TPU_TAINT_EFFECT}
     ]
-    if pool.capacity == "queued":
+    if pool.queued:
         tolerations.append({"key": QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
     return tolerations
 
 
 def tpu_worker_group(
-    config: StackConfig,
-    pool: TpuPoolConfig,
+    pods: RayPods,
+    pool: PoolPlan,
     image: str,
     *,
     replicas: int,
@@ -234,7 +246,8 @@ def tpu_worker_group(
     max_replicas: int,
     hf_token: bool = False,
 ) -> dict[str, Any]:
-    """The worker group shared by training and serving: one Ray pod per TPU host."""
+    """The worker group shared by training and serving: one Ray pod per TPU host, one replica
+    per slice."""
     tpu = pool.slice
     # The pool's own label too: two pools of one topology (prod: training on a reservation,
     # serving on demand) must not take each other's nodes, nor make the autoscaler grow the
@@ -252,7 +265,7 @@ def tpu_worker_group(
         "template": {
             "metadata": _pod_metadata(),
             "spec": {
-                "serviceAccountName": WORKLOAD_KSA,
+                "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": False,  # workers never call the API server
                 "securityContext": _pod_security_context(),
                 "nodeSelector": node_selector,
@@ -262,113 +275,113 @@ def tpu_worker_group(
                         "name": "ray-worker",
                         "image": image,
                         "imagePullPolicy": "Always",
-                        "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+                        "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT}],
                         "resources": _resources(
                             tpu.pod_cpu, f"{tpu.pod_memory_gib}Gi", tpu.chips_per_host
                         ),
-                        "env": [*_env(hf_token), *_tpu_metrics_env(config)],
-                        "volumeMounts": _volume_mounts(config, hf_token=hf_token),
+                        "env": [*_env(hf_token), *_tpu_metrics_env(pods)],
+                        "volumeMounts": _volume_mounts(pods, hf_token=hf_token),
                         "securityContext": _security_context(),
                     }
                 ],
-                "volumes": _volumes(config, hf_token=hf_token),
+                "volumes": _volumes(pods, hf_token=hf_token),
             },
         },
     }
+
+
+def _labels(name: str) -> dict[str, str]:
+    return {APP_NAME_LABEL: name, **PART_OF}
 
 
 # ---------------------------------------------------------------------------------------------
 # Training
 
 
-def training_args(config: StackConfig) -> list[tuple[str, str]]:
-    """The flags of `python -m workloads.train`, in order; TPU facts come from the catalog."""
-    training = config.training
-    tpu = config.tpu_pool(training.pool).slice
-    return [
-        ("--accelerator", "tpu"),
-        ("--num-workers", str(tpu.chips * training.num_slices)),
-        ("--tpu-topology", tpu.topology),
-        ("--tpu-accelerator-type", tpu.ray_accelerator_type),
-        ("--torch-tpu-topology", tpu.torch_tpu_topology),
-        ("--chips-per-host", str(tpu.chips_per_host)),
-        ("--num-slices", str(training.num_slices)),
-        ("--peak-tflops-per-device", f"{tpu.generation.peak_bf16_tflops_per_chip:g}"),
-        ("--strategy", training.strategy),
-        ("--model-size", training.model_size),
-        ("--steps", str(training.steps)),
-        ("--global-batch-size", str(training.global_batch_size)),
-        ("--seq-len", str(training.seq_len)),
-        ("--lr", f"{training.learning_rate:g}"),
-        ("--checkpoint-every", str(training.checkpoint_every)),
-        ("--storage-path", f"gs://{config.bucket_name}/checkpoints"),
-        ("--run-name", f"{config.stack}-{TRAINING_JOB_NAME}"),
-        ("--max-failures", str(training.max_failures)),
-        ("--data", training.data),
-    ]
+def training_fields(training: TrainingPlan) -> dict[str, Any]:
+    """The fields of `python -m workloads.train` the stack sets, in order; TPU facts come from
+    the catalog, counts from the resolved plan."""
+    spec, tpu = training.spec, training.pool.slice
+    return {
+        "accelerator": "tpu",
+        "num_workers": training.workers,
+        "tpu_topology": tpu.topology,
+        "tpu_accelerator_type": tpu.ray_accelerator_type,
+        "torch_tpu_topology": tpu.torch_tpu_topology,
+        "chips_per_host": tpu.chips_per_host,
+        "num_slices": training.slices,
+        "peak_tflops_per_device": tpu.generation.peak_bf16_tflops_per_chip,
+        "strategy": spec.strategy,
+        "model_size": spec.model_size,
+        "steps": spec.steps,
+        "global_batch_size": spec.global_batch_size,
+        "seq_len": spec.seq_len,
+        "lr": spec.learning_rate,
+        "checkpoint_every": spec.checkpoint_every,
+        "storage_path": training.storage_path,
+        "run_name": training.run_name,
+        "max_failures": spec.max_failures,
+        "data": spec.data,
+    }
 
 
-def entrypoint(args: list[tuple[str, str]]) -> str:
-    parts = ["python", "-m", TRAIN_MODULE]
-    for flag, value in args:
-        parts += [flag, value]
-    return shlex.join(parts)
-
-
-def training_runtime_env(config: StackConfig) -> dict[str, Any]:
+def training_runtime_env() -> dict[str, Any]:
     # torch_tpu memoizes its env on first use; the training bridge sets the slice env per
     # worker before the process group starts (Ray 2.60 does not).
-    return {"env_vars": {"PYTHONUNBUFFERED": "1", "TORCH_TPU_BASE_PORT": "8070"}}
+    return {
+        "env_vars": {
+            "PYTHONUNBUFFERED": "1",
+            "TORCH_TPU_BASE_PORT": str(protocol.TORCH_TPU_BASE_PORT),
+        }
+    }
 
 
-def rayjob(config: StackConfig, *, queue_name: str | None = None) -> dict[str, Any]:
+def rayjob(training: TrainingPlan, pods: RayPods) -> dict[str, Any]:
     """The training RayJob: runs to completion, then releases the TPUs."""
-    training = config.training
-    pool = config.tpu_pool(training.pool)
-    image = config.image_for(training)
-    labels = {"app.kubernetes.io/name": TRAINING_JOB_NAME, "app.kubernetes.io/part-of": "park-gke"}
-    if queue_name:
-        labels[QUEUE_NAME_LABEL] = queue_name
-    spec: dict[str, Any] = {
-        "entrypoint": entrypoint(training_args(config)),
-        "runtimeEnvYAML": yaml.safe_dump(training_runtime_env(config), sort_keys=True),
+    spec, image = training.spec, training.image
+    labels = _labels(TRAINING_JOB_NAME)
+    if training.queue_name:
+        labels[QUEUE_NAME_LABEL] = training.queue_name
+    body: dict[str, Any] = {
+        "entrypoint": protocol.training_entrypoint(training_fields(training)),
+        "runtimeEnvYAML": yaml.safe_dump(training_runtime_env(), sort_keys=True),
         "shutdownAfterJobFinishes": True,
-        "ttlSecondsAfterFinished": training.ttl_seconds_after_finished,
-        "activeDeadlineSeconds": training.active_deadline_seconds,
-        "backoffLimit": training.backoff_limit,
-        "submitterPodTemplate": _submitter_template(image),
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "activeDeadlineSeconds": spec.active_deadline_seconds,
+        "backoffLimit": spec.backoff_limit,
+        "submitterPodTemplate": _submitter_template(pods, image),
         "rayClusterSpec": {
             "rayVersion": RAY_VERSION,
-            "headGroupSpec": head_group(config, image),
+            "headGroupSpec": head_group(pods, image),
             "workerGroupSpecs": [
                 tpu_worker_group(
-                    config,
-                    pool,
+                    pods,
+                    training.pool,
                     image,
-                    replicas=training.num_slices,
-                    min_replicas=training.num_slices,
-                    max_replicas=training.num_slices,
+                    replicas=training.slices,
+                    min_replicas=training.slices,
+                    max_replicas=training.slices,
                 )
             ],
         },
     }
-    _label_pods(spec["rayClusterSpec"], TRAINING_JOB_NAME)
-    if queue_name:
-        spec["suspend"] = True  # Kueue admits it when the queued capacity arrives
+    _label_pods(body["rayClusterSpec"], TRAINING_JOB_NAME)
+    if training.queue_name:
+        body["suspend"] = True  # Kueue admits it when the queued capacity arrives
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
-        "metadata": {"name": TRAINING_JOB_NAME, "namespace": config.namespace, "labels": labels},
-        "spec": spec,
+        "metadata": {"name": TRAINING_JOB_NAME, "namespace": pods.namespace, "labels": labels},
+        "spec": body,
     }
 
 
-def _submitter_template(image: str) -> dict[str, Any]:
+def _submitter_template(pods: RayPods, image: str) -> dict[str, Any]:
     """KubeRay's submitter pod runs `ray job submit`; same image, small and locked down."""
     return {
         "spec": {
             "restartPolicy": "Never",
-            "serviceAccountName": WORKLOAD_KSA,
+            "serviceAccountName": pods.service_account,
             "automountServiceAccountToken": False,  # it talks to the Ray dashboard, not the API
             "securityContext": _pod_security_context(),
             "nodeSelector": {ROLE_LABEL: "system"},
@@ -392,43 +405,43 @@ def _submitter_template(image: str) -> dict[str, Any]:
 # Serving
 
 
-def _model_source(config: StackConfig, source: str) -> str | dict[str, str]:
+def model_source(pods: RayPods, source: str) -> str | dict[str, str]:
     """HF id as is; our own bucket through the FUSE mount (no copy); other buckets mirrored."""
-    own = f"gs://{config.bucket_name}/"
+    own = f"gs://{pods.bucket}/"
     if source.startswith(own):
-        return f"{config.storage.mount_path}/{source[len(own) :]}"
+        return f"{pods.mount_path}/{source[len(own) :]}"
     if source.startswith("gs://"):
         return {"bucket_uri": source}
     return source
 
 
-def serve_config(config: StackConfig) -> dict[str, Any]:
+def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
     """serveConfigV2: Ray Serve LLM's OpenAI app, one LLMConfig per served model."""
-    serving = config.serving
-    tpu = config.tpu_pool(serving.pool).slice
+    tpu = serving.pool.slice
     llm_configs = []
     for model in serving.models:
+        spec = model.spec
         env = {"VLLM_DISABLE_COMPILE_CACHE": "1"}
         if tpu.multi_host:
             env["TPU_MULTIHOST_BACKEND"] = "ray"  # else vLLM silently runs on one host
         llm_configs.append(
             {
                 "model_loading_config": {
-                    "model_id": model.name,
-                    "model_source": _model_source(config, model.source),
+                    "model_id": spec.name,
+                    "model_source": model_source(pods, spec.source),
                 },
                 "accelerator_type": tpu.ray_accelerator_type,
                 "accelerator_config": {"kind": "tpu", "topology": tpu.topology},
                 "engine_kwargs": {
-                    **model.engine_kwargs,
-                    "tensor_parallel_size": model.tensor_parallel_size or tpu.chips,
-                    "max_model_len": model.max_model_len,
-                    "enable_expert_parallel": model.enable_expert_parallel,
+                    **spec.engine_kwargs,
+                    "tensor_parallel_size": model.tensor_parallel,
+                    "max_model_len": spec.max_model_len,
+                    "enable_expert_parallel": spec.enable_expert_parallel,
                 },
                 "deployment_config": {
                     "autoscaling_config": {
-                        "min_replicas": model.min_replicas,
-                        "max_replicas": model.max_replicas,
+                        "min_replicas": spec.min_replicas,
+                        "max_replicas": spec.max_replicas,
                     }
                 },
                 "runtime_env": {"env_vars": env},
@@ -446,26 +459,20 @@ def serve_config(config: StackConfig) -> dict[str, Any]:
     }
 
 
-def rayservice(config: StackConfig, *, hf_token: bool) -> dict[str, Any]:
-    """The serving RayService. Serve autoscaling drives the TPU worker group from 0 to the
-    pool's slices. Upgrade strategy "NewCluster" (blue/green) holds twice the TPUs while it
-    runs; the default "None" updates the serve config in place and needs no spare slice."""
-    serving = config.serving
-    pool = config.tpu_pool(serving.pool)
-    image = config.image_for(serving)
-    slices_needed = max(
-        (m.min_replicas for m in serving.models), default=0
-    )  # one replica per slice at most
-    service_type = "LoadBalancer" if serving.expose_publicly else "ClusterIP"
+def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[str, Any]:
+    """The serving RayService. Each replica holds a whole slice (infra.resolve), so the TPU
+    worker group starts at the slices of the models' minReplicas and Serve autoscaling grows it
+    up to those of their maxReplicas. Upgrade strategy "NewCluster" (blue/green) holds a second
+    cluster of the same size while it runs; the default "None" updates the serve config in
+    place and needs no spare slice."""
+    spec, image = serving.spec, serving.image
+    service_type = "LoadBalancer" if spec.expose_publicly else "ClusterIP"
     metadata: dict[str, Any] = {
         "name": SERVICE_NAME,
-        "namespace": config.namespace,
-        "labels": {
-            "app.kubernetes.io/name": SERVICE_NAME,
-            "app.kubernetes.io/part-of": "park-gke",
-        },
+        "namespace": pods.namespace,
+        "labels": _labels(SERVICE_NAME),
     }
-    if serving.expose_publicly:
+    if spec.expose_publicly:
         # park:serving.exposePublicly, made visible to review and to the policy pack
         metadata["annotations"] = {EXPOSE_SERVE_ANNOTATION: "true"}
     manifest: dict[str, Any] = {
@@ -473,8 +480,8 @@ def rayservice(config: StackConfig, *, hf_token: bool) -> dict[str, Any]:
         "kind": "RayService",
         "metadata": metadata,
         "spec": {
-            "upgradeStrategy": {"type": serving.upgrade_strategy},
-            "serveConfigV2": yaml.safe_dump(serve_config(config), sort_keys=False),
+            "upgradeStrategy": {"type": spec.upgrade_strategy},
+            "serveConfigV2": yaml.safe_dump(serve_config(serving, pods), sort_keys=False),
             "serveService": {
                 "metadata": {"name": OPENAI_SERVICE_NAME},
                 "spec": {
@@ -485,15 +492,15 @@ def rayservice(config: StackConfig, *, hf_token: bool) -> dict[str, Any]:
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": True,
-                "headGroupSpec": head_group(config, image, hf_token=hf_token, autoscaler=True),
+                "headGroupSpec": head_group(pods, image, hf_token=hf_token, autoscaler=True),
                 "workerGroupSpecs": [
                     tpu_worker_group(
-                        config,
-                        pool,
+                        pods,
+                        serving.pool,
                         image,
-                        replicas=min(slices_needed, pool.slices),
+                        replicas=serving.min_slices,
                         min_replicas=0,
-                        max_replicas=pool.slices,
+                        max_replicas=serving.max_slices,
                         hf_token=hf_token,
                     )
                 ],

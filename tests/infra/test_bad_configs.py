@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.config import ConfigError, config_keys
-from infra.render import ProgramError, load_stack, read_stack_file, run_program
+from infra.spec.errors import ConfigError
+from infra.spec.read import config_keys, read_stack_file
+from infra.stack import from_file
+from infra.tools.cli import app
+from infra.tools.render import ProgramError, run_program
 from tests.conftest import ROOT
 
 CATALOGUE = ROOT / "tests" / "bad_configs"
@@ -52,7 +54,7 @@ def test_catalogue_is_big_enough_and_covers_every_section():
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_config_error_names_the_key(path: Path):
     with pytest.raises(ConfigError) as err:
-        load_stack(path, stack_of(path))
+        from_file(path, stack_of(path))
     keys = [p.key for p in err.value.problems]
     assert any(names(expected_key(path), k) for k in keys), keys
 
@@ -88,7 +90,7 @@ def test_park_commands_exit_1_in_a_subprocess():
     path = CATALOGUE / "22-tpu-topology-not-offered.yaml"
     for command in ("render", "validate"):
         result = subprocess.run(
-            [sys.executable, "-m", "infra.cli", command, "dev", "--config-file", str(path)],
+            [sys.executable, "-m", "infra.tools.cli", command, "dev", "--config-file", str(path)],
             capture_output=True,
             text=True,
             timeout=300,

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.plan.pods import RAY_NODE_LABEL, derived_pods, pod_templates
-from infra.render import manifest_filename
+from infra.names import RAY_NODE_LABEL
+from infra.plan.pods import derived_pods, pod_templates
+from infra.tools.render import manifest_filename
 from tests.conftest import ROOT, SHIPPED_STACKS, render_stack
 
 CONFIG = ROOT / ".checkov.yaml"

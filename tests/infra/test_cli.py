@@ -16,9 +16,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.checks import serve_check_available
-from infra.cli import app
-from infra.render import write_outputs
+from infra.tools.checks import serve_check_available
+from infra.tools.cli import app
+from infra.tools.render import write_outputs
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
 
 runner = CliRunner()
@@ -111,7 +111,7 @@ def test_shipped_stacks_validate(stack):
 def test_validate_runs_rays_serve_check():
     result = park("validate", "dev")
     assert result.exit_code == 0, result.output
-    assert "ok serveConfigV2 with Ray Serve's" in result.output
+    assert "ok serve: serveConfigV2 with Ray Serve's" in result.output
 
 
 # ---------------------------------------------------------------------------------------------

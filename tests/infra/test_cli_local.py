@@ -9,15 +9,16 @@ import shlex
 
 import pytest
 
-from infra.local import (
+from infra.tools.local.console import metrics_line
+from infra.tools.local.profile import (
     TRAIN_CPU_PROFILE,
-    LocalRunError,
+    ProfileError,
     cpu_entrypoint,
-    metrics_line,
-    parse_progress,
     runtime_env_of,
 )
 from tests.conftest import SHIPPED_STACKS, render_stack
+from workloads.protocol import flag, parse_line
+from workloads.train.config import parse_args
 
 
 def _rayjob(stack: str) -> dict:
@@ -35,15 +36,18 @@ def test_cpu_profile_applies_to_every_shipped_rayjob(stack):
     entrypoint, changes = cpu_entrypoint(rendered, "/tmp/run/checkpoints")
     assert entrypoint.startswith("python -m workloads.train ")
     flags = _flags(entrypoint)
-    for flag, (value, _why) in TRAIN_CPU_PROFILE.items():
+    for field, (value, _why) in TRAIN_CPU_PROFILE.items():
         if value is None:
-            assert flag not in flags
+            assert flag(field) not in flags
         else:
-            assert flags[flag] == value.format(storage="/tmp/run/checkpoints")
+            assert flags[flag(field)] == value.format(storage="/tmp/run/checkpoints")
     # everything the profile does not name is kept as rendered
-    for flag, value in _flags(rendered).items():
-        if flag not in TRAIN_CPU_PROFILE:
-            assert flags[flag] == value
+    profiled = {flag(f) for f in TRAIN_CPU_PROFILE}
+    for name, value in _flags(rendered).items():
+        if name not in profiled:
+            assert flags[name] == value
+    # and the workload's own parser accepts the result
+    assert parse_args(shlex.split(entrypoint)[3:]).accelerator == "cpu"
     # every change is said, with its reason
     assert any(c.startswith("--accelerator tpu -> cpu (") for c in changes)
     assert any(c.startswith("--tpu-topology ") and "dropped" in c for c in changes)
@@ -59,7 +63,7 @@ def test_values_with_spaces_survive():
 
 
 def test_other_entrypoints_are_refused():
-    with pytest.raises(LocalRunError, match=r"does not run workloads\.train"):
+    with pytest.raises(ProfileError, match=r"does not run workloads\.train"):
         cpu_entrypoint("python train.py --steps 3", "/tmp")
 
 
@@ -71,10 +75,10 @@ def test_runtime_env_passes_unchanged():
 
 def test_progress_lines_behind_rays_prefix():
     line = '\x1b[36m(RayTrainWorker pid=1)\x1b[0m PARK_METRICS {"step": 5, "loss": 5.5}'
-    assert parse_progress(line) == ("PARK_METRICS", {"step": 5, "loss": 5.5})
-    assert parse_progress('PARK_RESULT {"final_step": 30}') == ("PARK_RESULT", {"final_step": 30})
-    assert parse_progress("PARK_METRICS {not json") is None
-    assert parse_progress("(pid=3) INFO starting") is None
+    assert parse_line(line) == ("PARK_METRICS", {"step": 5, "loss": 5.5})
+    assert parse_line('PARK_RESULT {"final_step": 30}') == ("PARK_RESULT", {"final_step": 30})
+    assert parse_line("PARK_METRICS {not json") is None
+    assert parse_line("(pid=3) INFO starting") is None
 
 
 def test_metrics_line_reads_well():

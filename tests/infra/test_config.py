@@ -7,7 +7,9 @@ import copy
 import pytest
 
 from infra import catalog
-from infra.config import ConfigError, allowed_tensor_parallel, parse_stack_config
+from infra.rules.workloads import allowed_tensor_parallel
+from infra.spec.errors import ConfigError
+from infra.stack import from_values
 
 BASE = {
     "gcp:project": "p",
@@ -35,7 +37,7 @@ def config_with(**changes):
 
 def problems_of(values) -> dict[str, str]:
     with pytest.raises(ConfigError) as info:
-        parse_stack_config(values, "dev")
+        from_values(values, "dev")
     return {p.key: p.message for p in info.value.problems}
 
 
@@ -44,10 +46,10 @@ def pool(**fields):
 
 
 def test_base_is_valid_and_typed():
-    config = parse_stack_config(BASE, "dev")
-    assert config.tpu_pool("train").slice.hosts == 4
-    assert config.bucket_name == "p-dev-park"
-    assert config.kuberay.install == "addon"
+    plan = from_values(BASE, "dev")
+    assert plan.pool("train").slice.hosts == 4
+    assert plan.names.bucket == "p-dev-park"
+    assert plan.spec.kuberay.install == "addon"
 
 
 @pytest.mark.parametrize(
@@ -105,7 +107,7 @@ def test_zone_without_v6e_and_extra_zones_escape_hatch():
     values = config_with(gcp__region="us-west1", park__zone="us-west1-a")
     assert "no TPU v6e known" in problems_of(values)["park:zone"]
     values["park:extraTpuZones"] = ["us-west1-a"]
-    parse_stack_config(values, "dev")
+    from_values(values, "dev")
 
 
 def test_zone_outside_region():
@@ -156,7 +158,7 @@ def test_training_rules():
 
 
 def test_multislice_refused_on_older_ray(monkeypatch):
-    from infra import config as config_module
+    from infra.rules import workloads as workload_rules
 
     values = config_with(
         park__tpuPools=[
@@ -165,8 +167,8 @@ def test_multislice_refused_on_older_ray(monkeypatch):
         ],
         park__training={"enabled": True, "pool": "train", "numSlices": 2, "globalBatchSize": 64},
     )
-    parse_stack_config(values, "dev")  # Ray 2.60.0 trains PyTorch across slices
-    monkeypatch.setattr(config_module, "RAY_VERSION", "2.59.0")
+    from_values(values, "dev")  # Ray 2.60.0 trains PyTorch across slices
+    monkeypatch.setattr(workload_rules, "RAY_VERSION", "2.59.0")
     assert "cannot train PyTorch across slices" in problems_of(values)["park:training.numSlices"]
 
 
@@ -182,7 +184,7 @@ def test_tensor_parallel_fits_single_host_slice(tp, ok):
         }
     )
     if ok:
-        parse_stack_config(values, "dev")
+        from_values(values, "dev")
     else:
         message = problems_of(values)["park:serving.models[0].tensorParallelSize"]
         assert "allowed: 1, 2, 4, 8" in message
@@ -218,22 +220,22 @@ def test_serving_rules():
 def test_problem_string_names_key_value_and_allowed():
     values = config_with(park__tpuPools=[pool(topology="3x3")], park__training={}, park__serving={})
     with pytest.raises(ConfigError) as info:
-        parse_stack_config(values, "dev")
+        from_values(values, "dev")
     text = str(info.value)
     assert "park:tpuPools[0].topology = '3x3'" in text and "allowed:" in text
 
 
 def test_default_images_follow_the_engine():
-    config = parse_stack_config(BASE, "dev")
+    plan = from_values(BASE, "dev")
     registry = "us-east5-docker.pkg.dev/p/park"
-    assert config.image_for(config.training) == f"{registry}/park-workloads:0.1.0"
-    assert config.image_for(config.serving) == f"{registry}/park-workloads:0.1.0"
+    assert plan.training and plan.training.image == f"{registry}/park-workloads:0.1.0"
+    assert plan.serving and plan.serving.image == f"{registry}/park-workloads:0.1.0"
     jax = config_with(park__serving={**BASE["park:serving"], "engine": "vllm-tpu"})
-    config = parse_stack_config(jax, "dev")
-    assert config.image_for(config.serving) == f"{registry}/park-serve-vllm-tpu:0.1.0"
+    plan = from_values(jax, "dev")
+    assert plan.serving and plan.serving.image == f"{registry}/park-serve-vllm-tpu:0.1.0"
     custom = config_with(park__training={**BASE["park:training"], "image": "ghcr.io/me/t:1"})
-    config = parse_stack_config(custom, "dev")
-    assert config.image_for(config.training) == "ghcr.io/me/t:1"
+    plan = from_values(custom, "dev")
+    assert plan.training and plan.training.image == "ghcr.io/me/t:1"
 
 
 def test_serving_refuses_a_slice_the_pinned_ray_misshapes():

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import parse_stack_config
-from infra.cost import estimate, load_prices
-from infra.render import load_stack
+from infra.stack import from_file, from_values
+from infra.tools.cost import estimate, load_prices
 from tests.conftest import STACKS_DIR
 
 BASE = {"gcp:project": "p", "gcp:region": "us-east5", "park:zone": "us-east5-b"}
@@ -22,7 +21,7 @@ def stack_cost(stack: str):
     path = STACKS_DIR / f"Pulumi.{stack}.yaml"
     if not path.exists():
         pytest.skip(f"stack {stack} is not shipped")
-    return estimate(load_stack(path, stack))
+    return estimate(from_file(path, stack))
 
 
 def pools(cost) -> dict:
@@ -90,7 +89,7 @@ def test_queued_by_hand():
 
 
 def stack(**values) -> object:
-    return parse_stack_config(
+    return from_values(
         {
             **BASE,
             "park:tpuPools": [
@@ -102,7 +101,7 @@ def stack(**values) -> object:
 
 
 def test_stack_prices_override_list_prices_and_are_named():
-    config = parse_stack_config(
+    config = from_values(
         {
             **BASE,
             "park:tpuPools": [{"name": "t", "machineType": "ct6e-standard-4t", "topology": "2x2"}],
@@ -125,9 +124,7 @@ def test_stack_prices_override_list_prices_and_are_named():
 
 
 def test_region_without_its_own_row_is_flagged():
-    config = parse_stack_config(
-        {**BASE, "gcp:region": "europe-west4", "park:zone": "europe-west4-a"}, "x"
-    )
+    config = from_values({**BASE, "gcp:region": "europe-west4", "park:zone": "europe-west4-a"}, "x")
     assert load_prices(config).region_matched == {"v6e": False}
     assert load_prices(stack()).region_matched == {"v6e": True}
 
@@ -146,7 +143,7 @@ def test_flex_start_and_spot_prices():
 
 
 def test_unpriced_machine_type_is_reported_not_guessed():
-    config = parse_stack_config({**BASE, "park:cpuPool": {"machineType": "n2-standard-8"}}, "x")
+    config = from_values({**BASE, "park:cpuPool": {"machineType": "n2-standard-8"}}, "x")
     cost = estimate(config)
     assert cost.full_per_hour is None
     assert any("n2-standard-8" in m and "park:prices.machineHour" in m for m in cost.missing)

@@ -11,7 +11,7 @@ import json
 import pytest
 import yaml
 
-from infra.render import manifest_filename
+from infra.tools.render import manifest_filename
 from tests.conftest import ROOT, SHIPPED_STACKS, render_stack
 
 GOLDEN = ROOT / "tests" / "golden"

@@ -9,11 +9,13 @@ import re
 import pytest
 
 from infra import catalog
-from infra.config import ConfigError, parse_stack_config
+from infra.names import QUEUE_NAME_LABEL, QUEUED_TAINT_KEY, local_queue_name
 from infra.plan import kueue, node_pools
 from infra.plan import ray as ray_plan
-from infra.render import read_stack_file
-from infra.validate import validate_manifests
+from infra.spec.errors import ConfigError
+from infra.spec.read import read_stack_file
+from infra.stack import from_values
+from infra.tools.schemas import validate_manifests
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
 
 QUEUED = "queued"
@@ -26,13 +28,13 @@ def _values(stack: str = QUEUED) -> dict:
     return values
 
 
-def _config(values: dict | None = None, stack: str = QUEUED):
-    return parse_stack_config(values or _values(stack), stack)
+def _plan(values: dict | None = None, stack: str = QUEUED):
+    return from_values(values or _values(stack), stack)
 
 
 def _problems(values: dict) -> dict[str, str]:
     with pytest.raises(ConfigError) as err:
-        parse_stack_config(values, QUEUED)
+        from_values(values, QUEUED)
     return {p.key: p.message for p in err.value.problems}
 
 
@@ -45,9 +47,8 @@ def _queued_pool(values: dict) -> dict:
 
 
 def test_queued_stack_is_valid_and_queued():
-    config = _config()
-    assert config.any_queued
-    assert [p.name for p in kueue.queued_pools(config)] == ["train-v6e-16"]
+    plan = _plan()
+    assert [p.name for p in plan.queued_pools] == ["train-v6e-16"]
 
 
 def test_queued_pool_must_start_at_zero_nodes():
@@ -97,17 +98,17 @@ def test_queued_gpu_pool_is_still_rejected():
 
 def test_no_queued_pool_means_no_kueue():
     for stack in SHIPPED_STACKS:
-        config = _config(_values(stack), stack)
-        if config.any_queued:
+        plan = _plan(_values(stack), stack)
+        if plan.queued_pools:
             continue
-        assert kueue.manifests(config) == []
-        assert kueue.helm_release(config) is None
-        assert kueue.training_queue_name(config) is None
-        assert "suspend" not in ray_plan.rayjob(config)["spec"]
+        assert kueue.manifests(plan) == []
+        assert kueue.helm_release(plan) is None
+        assert plan.training and plan.training.queue_name is None
+        assert "suspend" not in ray_plan.rayjob(plan.training, ray_plan.ray_pods(plan))["spec"]
 
 
 def test_helm_release_is_pinned_oci_chart():
-    release = kueue.helm_release(_config())
+    release = kueue.helm_release(_plan())
     assert release is not None
     assert release.chart == "oci://registry.k8s.io/kueue/charts/kueue"
     assert re.fullmatch(r"\d+\.\d+\.\d+", release.version or "")
@@ -117,10 +118,10 @@ def test_helm_release_is_pinned_oci_chart():
 def test_flavor_matches_the_node_pools_it_stands_for():
     """Kueue injects the flavor's labels as a nodeSelector and admits only pods tolerating its
     taints: both must be exactly what GKE puts on the queued pool's nodes."""
-    config = _config()
-    pool = kueue.queued_pools(config)[0]
+    stack = _plan()
+    pool = stack.queued_pools[0]
     flavor = kueue.resource_flavor(pool)["spec"]
-    for plan in node_pools.tpu_slice_pools(config, pool):
+    for plan in node_pools.tpu_slice_pools(pool, stack.spec.zone):
         node_labels = {**plan.args["node_config"]["labels"], **pool.slice.node_labels()}
         for key, value in flavor["nodeLabels"].items():
             assert node_labels[key] == value
@@ -130,15 +131,16 @@ def test_flavor_matches_the_node_pools_it_stands_for():
 
 
 def test_cluster_queue_tpu_quota_is_slices_times_chips():
-    config = _config()
-    pool = kueue.queued_pools(config)[0]
-    queue = kueue.cluster_queue(config, pool)["spec"]
+    plan = _plan()
+    pool = plan.queued_pools[0]
+    queue = kueue.cluster_queue(plan, pool)["spec"]
     tpu_group = queue["resourceGroups"][0]
     assert tpu_group["coveredResources"] == [catalog.TPU_RESOURCE]
     (quota,) = tpu_group["flavors"][0]["resources"]
-    assert quota["nominalQuota"] == str(pool.slices * pool.slice.chips) == "32"
+    tpu = catalog.lookup(pool.spec.machine_type, pool.spec.topology)
+    assert quota["nominalQuota"] == str(pool.spec.slices * tpu.chips) == "32"
     assert queue["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": config.namespace
+        "kubernetes.io/metadata.name": plan.spec.namespace
     }
 
 
@@ -167,11 +169,11 @@ def _pod_requests(rayjob: dict) -> dict[str, float]:
 def test_cluster_queue_covers_everything_the_training_job_requests():
     """A resource the queue does not cover, or a quota below one job, leaves the job pending
     forever: every request of the rendered RayJob must fit."""
-    config = _config()
-    pool = config.tpu_pool(config.training.pool)
-    job = ray_plan.rayjob(config, queue_name=kueue.training_queue_name(config))
+    plan = _plan()
+    assert plan.training is not None
+    job = ray_plan.rayjob(plan.training, ray_plan.ray_pods(plan))
     quota: dict[str, float] = {}
-    for group in kueue.cluster_queue(config, pool)["spec"]["resourceGroups"]:
+    for group in kueue.cluster_queue(plan, plan.training.pool)["spec"]["resourceGroups"]:
         for flavor in group["flavors"]:
             for resource in flavor["resources"]:
                 quota[resource["name"]] = _quantity(resource["nominalQuota"])
@@ -181,11 +183,11 @@ def test_cluster_queue_covers_everything_the_training_job_requests():
 
 
 def test_objects_reference_each_other():
-    config = _config()
-    objects = {(m["kind"], m["metadata"]["name"]): m for m in kueue.manifests(config)}
-    pool = kueue.queued_pools(config)[0]
-    local = objects[("LocalQueue", kueue.local_queue_name(pool))]
-    assert local["metadata"]["namespace"] == config.namespace
+    plan = _plan()
+    objects = {(m["kind"], m["metadata"]["name"]): m for m in kueue.manifests(plan)}
+    pool = plan.queued_pools[0]
+    local = objects[("LocalQueue", local_queue_name(pool.name))]
+    assert local["metadata"]["namespace"] == plan.spec.namespace
     cq = objects[("ClusterQueue", local["spec"]["clusterQueue"])]
     flavors = {f["name"] for g in cq["spec"]["resourceGroups"] for f in g["flavors"]}
     assert all(("ResourceFlavor", f) in objects for f in flavors)
@@ -200,14 +202,15 @@ def test_objects_reference_each_other():
 
 
 def test_training_rayjob_waits_in_its_pools_queue():
-    config = _config()
-    job = ray_plan.rayjob(config, queue_name=kueue.training_queue_name(config))
-    pool = config.tpu_pool(config.training.pool)
-    assert job["metadata"]["labels"][ray_plan.QUEUE_NAME_LABEL] == kueue.local_queue_name(pool)
+    plan = _plan()
+    assert plan.training is not None
+    job = ray_plan.rayjob(plan.training, ray_plan.ray_pods(plan))
+    pool = plan.training.pool
+    assert job["metadata"]["labels"][QUEUE_NAME_LABEL] == local_queue_name(pool.name)
     assert job["spec"]["suspend"] is True
     assert job["spec"]["shutdownAfterJobFinishes"] is True  # Kueue rejects a job without it
     worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
-    assert {"key": node_pools.QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in (
+    assert {"key": QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in (
         worker["tolerations"]
     )
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
@@ -215,8 +218,8 @@ def test_training_rayjob_waits_in_its_pools_queue():
 
 
 def test_kueue_manifests_validate_against_vendored_crds():
-    config = _config()
-    manifests = kueue.manifests(config)
+    plan = _plan()
+    manifests = kueue.manifests(plan)
     assert {m["kind"] for m in manifests} == {
         "ResourceFlavor",
         "ClusterQueue",
@@ -225,7 +228,7 @@ def test_kueue_manifests_validate_against_vendored_crds():
         "ProvisioningRequestConfig",
     }
     assert validate_manifests(manifests) == []
-    broken = copy.deepcopy(kueue.cluster_queue(config, kueue.queued_pools(config)[0]))
+    broken = copy.deepcopy(kueue.cluster_queue(plan, plan.queued_pools[0]))
     broken["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "lots"
     assert validate_manifests([broken]), "the ClusterQueue schema must reject a bad quantity"
 
@@ -249,7 +252,7 @@ def test_queued_stack_renders_kueue_and_a_suspended_rayjob():
     assert by_kind["AdmissionCheck"] == by_kind["ProvisioningRequestConfig"] == ["park-dws"]
     job = next(m for m in rendered.manifests() if m["kind"] == "RayJob")
     assert job["spec"]["suspend"] is True
-    assert job["metadata"]["labels"][ray_plan.QUEUE_NAME_LABEL] == "train-v6e-16"
+    assert job["metadata"]["labels"][QUEUE_NAME_LABEL] == "train-v6e-16"
     pools = {r.name: r.inputs for r in rendered.of_type("gcp:container/nodePool:NodePool")}
     assert pools["train-v6e-16-s0"]["queuedProvisioning"] == {"enabled": True}
 
@@ -262,7 +265,7 @@ def test_stacks_without_queued_pools_have_no_kueue(stack):
     assert not [m for m in rendered.manifests() if m["apiVersion"].startswith("kueue.x-k8s.io")]
     job = next((m for m in rendered.manifests() if m["kind"] == "RayJob"), None)
     if job is not None:
-        assert ray_plan.QUEUE_NAME_LABEL not in job["metadata"]["labels"]
+        assert QUEUE_NAME_LABEL not in job["metadata"]["labels"]
         assert "suspend" not in job["spec"]
 
 
@@ -280,7 +283,7 @@ def test_kueue_objects_wait_for_the_release():
     rendered = render_stack("queued")
     config = rendered.config
     objects = [r for r in rendered.resources if r.type.startswith("kubernetes:kueue.x-k8s.io")]
-    assert len(objects) == len(kueue.manifests(config))
+    assert len(objects) == len(kueue.manifests(rendered.plan))
     for resource in objects:
         assert "kueue" in resource.dependencies, resource.name
         assert config.namespace in resource.dependencies, resource.name

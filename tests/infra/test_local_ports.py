@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from infra.local import free_port
+from workloads.protocol import free_port
 
 
 def test_free_ports_are_distinct_and_bindable():

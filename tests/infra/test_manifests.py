@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from infra import catalog
+from infra.names import WORKLOAD_KSA
 from infra.plan import ray as ray_plan
-from infra.validate import KUBERNETES_VERSION, validate_manifest, validate_manifests
+from infra.tools.schemas import KUBERNETES_VERSION, validate_manifest, validate_manifests
 
 
 def _clusters(manifest):
@@ -50,6 +51,12 @@ def test_core_objects_are_checked_strictly(rendered):
     assert validate_manifest(policy)
 
 
+def _pool(config, name: str):
+    """The config pool and its slice, asked of the catalog directly (not of infra.resolve)."""
+    pool = next(p for p in config.tpu_pools if p.name == name)
+    return pool, catalog.lookup(pool.machine_type, pool.topology)
+
+
 def test_worker_groups_follow_the_catalog(rendered):
     config = rendered.config
     for manifest in rendered.manifests():
@@ -62,8 +69,7 @@ def test_worker_groups_follow_the_catalog(rendered):
         assert head["template"]["spec"]["nodeSelector"] == {"park-gke/role": "system"}
         assert all(isinstance(v, str) for v in head["rayStartParams"].values())
         (group,) = cluster["workerGroupSpecs"]
-        pool = config.tpu_pool(group["groupName"])
-        tpu = pool.slice
+        pool, tpu = _pool(config, group["groupName"])
         assert group["numOfHosts"] == tpu.hosts
         pod = group["template"]["spec"]
         resources = pod["containers"][0]["resources"]
@@ -76,14 +82,18 @@ def test_worker_groups_follow_the_catalog(rendered):
         assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
             "tolerations"
         ]
-        assert pod["serviceAccountName"] == ray_plan.WORKLOAD_KSA
+        assert pod["serviceAccountName"] == WORKLOAD_KSA
         (gcs,) = [v for v in pod["volumes"] if "csi" in v]
         assert gcs["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
-        assert gcs["csi"]["volumeAttributes"]["bucketName"] == config.bucket_name
+        assert gcs["csi"]["volumeAttributes"]["bucketName"] == rendered.plan.names.bucket
         if manifest["kind"] == "RayJob":
             assert group["replicas"] == config.training.num_slices
         else:
-            assert group["maxReplicas"] == pool.slices and group["minReplicas"] == 0
+            # one whole slice per replica (infra/resolve.py): the models' replicas, summed
+            models = config.serving.models
+            assert group["maxReplicas"] == sum(m.max_replicas for m in models) <= pool.slices
+            assert group["replicas"] == sum(m.min_replicas for m in models)
+            assert group["minReplicas"] == 0
 
 
 def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
@@ -93,7 +103,7 @@ def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
     assert spec["shutdownAfterJobFinishes"] is True
     assert spec["ttlSecondsAfterFinished"] == config.training.ttl_seconds_after_finished
     assert spec["activeDeadlineSeconds"] == config.training.active_deadline_seconds
-    tpu = config.tpu_pool(config.training.pool).slice
+    pool, tpu = _pool(config, config.training.pool)
     entry = spec["entrypoint"]
     assert entry.startswith("python -m workloads.train ")
     for flag, value in [
@@ -102,12 +112,12 @@ def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
         ("--torch-tpu-topology", tpu.torch_tpu_topology),
         ("--tpu-accelerator-type", "TPU-V6E"),
         ("--strategy", config.training.strategy),
-        ("--storage-path", f"gs://{config.bucket_name}/checkpoints"),
+        ("--storage-path", f"gs://{rendered.plan.names.bucket}/checkpoints"),
     ]:
         assert f"{flag} {value}" in entry
     assert yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]
     # only queued capacity starts suspended (Kueue admits it when DWS has the slice)
-    queued = config.tpu_pool(config.training.pool).capacity == "queued"
+    queued = pool.capacity == "queued"
     assert spec.get("suspend", False) is queued
 
 
@@ -117,7 +127,7 @@ def test_rayservice_serves_through_ray_serve_llm(rendered):
     serve = yaml.safe_load(service["spec"]["serveConfigV2"])
     (app,) = serve["applications"]
     assert app["import_path"] == "ray.serve.llm:build_openai_app"
-    tpu = config.tpu_pool(config.serving.pool).slice
+    _, tpu = _pool(config, config.serving.pool)
     for model, llm in zip(config.serving.models, app["args"]["llm_configs"], strict=True):
         assert llm["accelerator_type"] == "TPU-V6E"
         assert llm["accelerator_config"] == {"kind": "tpu", "topology": tpu.topology}
@@ -142,5 +152,5 @@ def test_rayservice_serves_through_ray_serve_llm(rendered):
 def test_model_source_mount_or_mirror(source, expected):
     from tests.conftest import render_stack
 
-    config = render_stack("dev").config
-    assert ray_plan._model_source(config, source) == expected
+    pods = ray_plan.ray_pods(render_stack("dev").plan)
+    assert ray_plan.model_source(pods, source) == expected

@@ -10,12 +10,15 @@ import re
 
 import pytest
 
-from infra.config import ConfigError, parse_stack_config
+from infra import names
 from infra.plan import observability as obs
 from infra.plan import ray as ray_plan
-from infra.render import read_stack_file
-from infra.validate import validate_manifests
+from infra.spec.errors import ConfigError
+from infra.spec.read import read_stack_file
+from infra.stack import from_values
+from infra.tools.schemas import validate_manifests
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
+from workloads import protocol
 
 EXPOSED = "queued"  # the shipped stack that opts in to the IAP dashboard and Grafana
 
@@ -30,7 +33,15 @@ def _values(stack: str) -> dict:
 def _config(stack: str, **observability):
     values = _values(stack)
     values["park:observability"] = {**values.get("park:observability", {}), **observability}
-    return parse_stack_config(values, stack)
+    return from_values(values, stack)
+
+
+def _rayjob(plan):
+    return ray_plan.rayjob(plan.training, ray_plan.ray_pods(plan))
+
+
+def _rayservice(plan):
+    return ray_plan.rayservice(plan.serving, ray_plan.ray_pods(plan), hf_token=False)
 
 
 def _problems(stack: str, **observability) -> dict[str, str]:
@@ -57,7 +68,7 @@ def test_pod_monitorings_scrape_the_port_ray_exports_on():
     config = _config("dev")
     monitorings = {m["metadata"]["name"]: m for m in obs.pod_monitorings(config)}
     assert set(monitorings) == {"ray-head", "ray-worker"}
-    workloads = [ray_plan.rayjob(config), ray_plan.rayservice(config, hf_token=False)]
+    workloads = [_rayjob(config), _rayservice(config)]
     for manifest in workloads:
         for node_type, template in _ray_pod_templates(manifest):
             monitoring = monitorings[f"ray-{node_type}"]["spec"]
@@ -66,25 +77,25 @@ def test_pod_monitorings_scrape_the_port_ray_exports_on():
             ports = {
                 p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]
             }
-            assert ports[endpoint["port"]] == ray_plan.METRICS_PORT
+            assert ports[endpoint["port"]] == names.METRICS_PORT
             group = manifest["spec"].get("rayClusterSpec") or manifest["spec"]["rayClusterConfig"]
             params = (
                 group["headGroupSpec"] if node_type == "head" else group["workerGroupSpecs"][0]
             )["rayStartParams"]
-            assert params["metrics-export-port"] == str(ray_plan.METRICS_PORT)
+            assert params["metrics-export-port"] == str(names.METRICS_PORT)
             # the workload label the PodMonitoring copies onto every series
             assert (
-                template["metadata"]["labels"][ray_plan.WORKLOAD_LABEL]
+                template["metadata"]["labels"][names.WORKLOAD_LABEL]
                 == (manifest["metadata"]["name"])
             )
-            assert {"from": ray_plan.WORKLOAD_LABEL, "to": "workload"} in monitoring[
-                "targetLabels"
-            ]["fromPod"]
+            assert {"from": names.WORKLOAD_LABEL, "to": "workload"} in monitoring["targetLabels"][
+                "fromPod"
+            ]
 
 
 def test_tpu_metrics_come_from_the_device_plugin_or_are_dropped():
     on = _config("dev")
-    worker = ray_plan.rayjob(on)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    worker = _rayjob(on)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     env = {e["name"]: e for e in worker["template"]["spec"]["containers"][0]["env"]}
     assert env["TPU_DEVICE_PLUGIN_ADDR"]["value"] == "$(TPU_DEVICE_PLUGIN_HOST_IP):2112"
     assert env["TPU_DEVICE_PLUGIN_HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
@@ -93,7 +104,7 @@ def test_tpu_metrics_come_from_the_device_plugin_or_are_dropped():
     assert all("metricRelabeling" not in m["spec"]["endpoints"][0] for m in obs.pod_monitorings(on))
 
     off = _config("dev", tpuMetrics=False)
-    worker = ray_plan.rayjob(off)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    worker = _rayjob(off)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     assert "TPU_DEVICE_PLUGIN_ADDR" not in {
         e["name"] for e in worker["template"]["spec"]["containers"][0]["env"]
     }
@@ -148,7 +159,7 @@ def test_log_metrics_extract_loss_and_tokens_per_second():
     metrics = {m.field: m for m in obs.training_log_metrics(config)}
     assert set(metrics) == {"loss", "tokens_per_s"}
     # A line as the training loop prints it (json.dumps with sorted keys).
-    line = obs.TRAIN_METRICS_PREFIX + json.dumps(
+    line = protocol.METRICS_PREFIX + json.dumps(
         {"loss": 2.5e-1, "mfu": 0.41, "step": 20, "tokens_per_s": 123456.7}, sort_keys=True
     )
     for field, expected in (("loss", 0.25), ("tokens_per_s", 123456.7)):
@@ -156,19 +167,19 @@ def test_log_metrics_extract_loss_and_tokens_per_second():
         pattern = json.loads(re.search(r", (\".*\")\)$", extractor).group(1))
         assert float(re.search(pattern, line).group(1)) == expected
     log_filter = obs.training_log_filter(config)
-    assert f'resource.labels.cluster_name="{config.cluster.name}"' in log_filter
-    assert f'textPayload:"{obs.TRAIN_METRICS_PREFIX.strip()}"' in log_filter
+    assert f'resource.labels.cluster_name="{config.spec.cluster.name}"' in log_filter
+    assert f'textPayload:"{protocol.METRICS}"' in log_filter
 
 
 def test_log_metric_prefix_matches_the_training_loop():
     metrics = pytest.importorskip("workloads.train.metrics")
-    assert metrics.METRICS_PREFIX == obs.TRAIN_METRICS_PREFIX
+    assert metrics.METRICS_PREFIX == protocol.METRICS_PREFIX
 
 
 def test_no_log_metrics_without_training():
     values = _values("dev")
     values["park:training"]["enabled"] = False
-    assert obs.training_log_metrics(parse_stack_config(values, "dev")) == []
+    assert obs.training_log_metrics(from_values(values, "dev")) == []
 
 
 def test_rendered_log_metrics():
@@ -248,7 +259,7 @@ def test_expose_dashboard_needs_a_rayservice():
     values = _values(EXPOSED)
     values["park:serving"]["enabled"] = False
     with pytest.raises(ConfigError) as err:
-        parse_stack_config(values, EXPOSED)
+        from_values(values, EXPOSED)
     assert "park:observability.exposeDashboard" in {p.key for p in err.value.problems}
 
 
@@ -261,19 +272,19 @@ def test_iap_dashboard_objects_fit_together():
         objects[k] for k in ("Service", "Gateway", "HTTPRoute", "GCPBackendPolicy")
     )
     # The Service selects the RayService head by labels that head really carries.
-    head = ray_plan.rayservice(config, hf_token=False)["spec"]["rayClusterConfig"]["headGroupSpec"]
+    head = _rayservice(config)["spec"]["rayClusterConfig"]["headGroupSpec"]
     head_labels = {**head["template"]["metadata"]["labels"], "ray.io/node-type": "head"}
     assert service["spec"]["selector"].items() <= head_labels.items()
     dashboard_port = next(
         p for p in head["template"]["spec"]["containers"][0]["ports"] if p["name"] == "dashboard"
     )
     assert service["spec"]["ports"][0]["targetPort"] == dashboard_port["name"]
-    assert dashboard_port["containerPort"] == ray_plan.DASHBOARD_PORT
+    assert dashboard_port["containerPort"] == names.DASHBOARD_PORT
     # Route → Service, policy → Service, route → Gateway listener, TLS with the managed cert.
     backend = route["spec"]["rules"][0]["backendRefs"][0]
     assert (backend["name"], backend["port"]) == (
         service["metadata"]["name"],
-        ray_plan.DASHBOARD_PORT,
+        names.DASHBOARD_PORT,
     )
     assert policy["spec"]["targetRef"] == {
         "group": "",
@@ -282,7 +293,7 @@ def test_iap_dashboard_objects_fit_together():
     }
     iap = policy["spec"]["default"]["iap"]
     assert iap["enabled"] is True
-    assert iap["oauth2ClientSecret"]["name"] == config.observability.iap_oauth_secret
+    assert iap["oauth2ClientSecret"]["name"] == config.spec.observability.iap_oauth_secret
     (parent,) = route["spec"]["parentRefs"]
     (listener,) = gateway["spec"]["listeners"]
     assert (parent["name"], parent["sectionName"]) == (
@@ -292,15 +303,15 @@ def test_iap_dashboard_objects_fit_together():
     assert listener["protocol"] == "HTTPS" and listener["port"] == 443
     assert listener["tls"]["options"][obs.PRE_SHARED_CERT_OPTION] == access.certificate_name
     assert gateway["spec"]["addresses"] == [{"type": "NamedAddress", "value": access.address_name}]
-    assert route["spec"]["hostnames"] == [config.observability.dashboard_domain]
+    assert route["spec"]["hostnames"] == [config.spec.observability.dashboard_domain]
     for manifest in (service, gateway, route):
-        assert manifest["metadata"]["annotations"][ray_plan.EXPOSE_DASHBOARD_ANNOTATION] == "true"
+        assert manifest["metadata"]["annotations"][names.EXPOSE_DASHBOARD_ANNOTATION] == "true"
     assert validate_manifests(list(access.manifests)) == []
 
 
 def test_rendered_iap_dashboard():
     rendered = render_stack(EXPOSED)
-    access = obs.dashboard_access(rendered.config)
+    access = obs.dashboard_access(rendered.plan)
     assert access is not None
     address = rendered.one("gcp:compute/globalAddress:GlobalAddress", access.address_name)
     assert address.parent == "dashboard"
@@ -319,6 +330,6 @@ def test_rendered_iap_dashboard():
     dashboard_rules = [
         rule
         for rule in policy["spec"]["ingress"]
-        if {"protocol": "TCP", "port": ray_plan.DASHBOARD_PORT} in rule.get("ports", [])
+        if {"protocol": "TCP", "port": names.DASHBOARD_PORT} in rule.get("ports", [])
     ]
     assert dashboard_rules, "the Ray pods' NetworkPolicy must let the load balancer reach 8265"

@@ -7,9 +7,10 @@ import copy
 import pytest
 
 from infra import catalog
-from infra.config import ConfigError
-from infra.plan.ray import WORKLOAD_KSA
-from infra.render import ProgramError, read_stack_file, run_program
+from infra.names import WORKLOAD_KSA
+from infra.spec.errors import ConfigError
+from infra.spec.read import read_stack_file
+from infra.tools.render import ProgramError, run_program
 from tests.conftest import STACKS_DIR
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -18,7 +19,7 @@ CLUSTER = "gcp:container/cluster:Cluster"
 
 def test_one_node_pool_per_slice(rendered):
     for pool in rendered.config.tpu_pools:
-        tpu = pool.slice
+        tpu = catalog.lookup(pool.machine_type, pool.topology)
         pools = [r for r in rendered.of_type(NODE_POOL) if r.parent == pool.name]
         assert sorted(p.name for p in pools) == [f"{pool.name}-s{i}" for i in range(pool.slices)]
         for node_pool in pools:
@@ -80,7 +81,7 @@ def test_workload_identity_and_bucket_scoped_iam(rendered):
     for member in rendered.of_type("gcp:projects/iAMMember:IAMMember"):
         assert member.inputs["member"] != f"serviceAccount:{email}"
     (bucket_role,) = rendered.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
-    assert bucket_role.inputs["bucket"] == config.bucket_name
+    assert bucket_role.inputs["bucket"] == rendered.plan.names.bucket
     assert bucket_role.inputs["member"] == f"serviceAccount:{email}"
     (ksa,) = [m for m in rendered.manifests() if m["kind"] == "ServiceAccount"]
     assert ksa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"] == email
@@ -111,11 +112,12 @@ def test_workloads_wait_for_the_operator_and_their_pools(rendered):
 def test_outputs(rendered):
     outputs = rendered.outputs
     assert outputs["kubeconfig"] == "[secret]"
-    assert outputs["bucket"] == rendered.config.bucket_name
+    assert outputs["bucket"] == rendered.plan.names.bucket
     for pool in rendered.config.tpu_pools:
+        tpu = catalog.lookup(pool.machine_type, pool.topology)
         assert outputs["tpu_pools"][pool.name] == {
-            "chips": pool.slice.chips * pool.slices,
-            "hosts": pool.slice.hosts * pool.slices,
+            "chips": tpu.chips * pool.slices,
+            "hosts": tpu.hosts * pool.slices,
         }
 
 
@@ -157,6 +159,7 @@ def test_helm_mode_single_host_needs_no_webhook():
     ]
     values["park:training"] = {**values["park:training"], "globalBatchSize": 64}
     values["park:serving"]["models"][0]["tensorParallelSize"] = 8
+    values["park:serving"]["upgradeStrategy"] = "None"  # blue/green needs a second slice
     rendered = run_program(values, "prod", secrets)
     assert [r.name for r in rendered.of_type("kubernetes:helm.sh/v3:Release")] == [
         "kuberay-operator"

@@ -18,7 +18,8 @@ from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 from pydantic import ValidationError
 
-from infra.config import POLICY_RULE_NAMES, ConfigError, PolicyConfig
+from infra.spec.errors import ConfigError
+from infra.spec.models import POLICY_RULE_NAMES, PolicyConfig
 from policy.harness import urn
 from policy.rules import RULES, settings_for_stack, settings_from
 from tests.conftest import ROOT
@@ -165,7 +166,7 @@ def test_pack_analyzes_the_prod_stack_clean(analyzer):
 
 
 def test_config_error_names_the_policy_key():
-    from infra.config import parse_stack_config
+    from infra.stack import from_values
 
     values = {
         "gcp:project": "p",
@@ -174,5 +175,5 @@ def test_config_error_names_the_policy_key():
         "park:policy": {"enforcement": {"no-such-rule": "advisory"}},
     }
     with pytest.raises(ConfigError) as err:
-        parse_stack_config(values, "dev")
+        from_values(values, "dev")
     assert any(p.key.startswith("park:policy.enforcement") for p in err.value.problems)

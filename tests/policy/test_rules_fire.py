@@ -268,7 +268,7 @@ CASES = [
     Case(
         "gke-workload-identity",
         "prod",
-        _set("nodeConfig.workloadMetadataConfig.mode", "GCE_METADATA", name="gke-cpu"),
+        _set("nodeConfig.workloadMetadataConfig.mode", "GCE_METADATA", name="cpu"),
         "GKE_METADATA",
     ),
     Case(

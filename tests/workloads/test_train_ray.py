@@ -209,13 +209,13 @@ def test_entrypoint_through_jobs_api(local_ray: LocalRay, tmp_path: Path) -> Non
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     """The RayJob manifest's entrypoint and runtime env with ``park local``'s CPU profile."""
-    from infra.local import TRAIN_CPU_PROFILE, cpu_entrypoint, runtime_env_of
+    from infra.tools.local.profile import TRAIN_CPU_PROFILE, cpu_entrypoint, runtime_env_of
 
     rayjob = yaml.safe_load(RAYJOB.read_text())
     assert rayjob["spec"]["entrypoint"].startswith("python -m workloads.train ")
     entrypoint, _ = cpu_entrypoint(rayjob["spec"]["entrypoint"], str(tmp_path))
-    steps = int(TRAIN_CPU_PROFILE["--steps"][0] or 0)
-    every = int(TRAIN_CPU_PROFILE["--report-every"][0] or 0)
+    steps = int(TRAIN_CPU_PROFILE["steps"][0] or 0)
+    every = int(TRAIN_CPU_PROFILE["report_every"][0] or 0)
     client = JobSubmissionClient(local_ray.dashboard_url)
     job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env_of(rayjob))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import free_port  # distinct ports for every Ray server of a test head
+from workloads.protocol import free_port  # distinct ports for every Ray server of a test head
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import sys
 import time
 import urllib.error
@@ -32,26 +31,18 @@ from typing import Any
 
 import yaml
 
+from workloads.protocol import (
+    CHANGE_ITEM,
+    CHANGES_HEADER,
+    ENDPOINT_MARKER,
+    RAY_ADDRESS_MARKER,
+    SMOKE_MARKER,
+    free_port,
+)
 from workloads.serve.cpu_profile import to_cpu
 from workloads.serve.validate import validate_serve_config
 
 DEFAULT_TIMEOUT_S = 900.0
-
-
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (others share this machine: never assume 8000),
-    and never one this process handed out before: the kernel may repeat a bind-and-close port,
-    and two servers given the same port answer each other's requests."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 
 def load_serve_config(path: str | Path) -> dict[str, Any]:
@@ -267,9 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
 
     def announce(changes: list[str]) -> None:
-        print("changed for CPU:")
+        print(CHANGES_HEADER)
         for change in changes:
-            print(f"  - {change}")
+            print(f"{CHANGE_ITEM}{change}")
         print("deploying (about 1.5 min on 2 cores)...", flush=True)
 
     local = deploy(
@@ -283,12 +274,14 @@ def main(argv: list[str] | None = None) -> int:
         announce=announce,
     )
     try:
-        print(f"PARK_ENDPOINT {local.endpoint}", flush=True)
-        print(f"PARK_RAY_ADDRESS {local.ray_address}", flush=True)
+        print(f"{ENDPOINT_MARKER}{local.endpoint}", flush=True)
+        print(f"{RAY_ADDRESS_MARKER}{local.ray_address}", flush=True)
         print(f"ready in {time.monotonic() - started:.0f}s; models: {', '.join(local.model_ids)}")
         if args.smoke:
             reply = smoke(local.endpoint, local.model_ids[0])
-            print(f"smoke: chat completion from {local.model_ids[0]!r}: {reply!r}", flush=True)
+            print(
+                f"{SMOKE_MARKER}chat completion from {local.model_ids[0]!r}: {reply!r}", flush=True
+            )
         if args.keep:
             print("serving; Ctrl-C to stop", flush=True)
             _serve_until_signalled()

@@ -14,18 +14,19 @@ import argparse
 import json
 import math
 import os
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from workloads.protocol import TRAIN_COMMAND, field_of, flag, render_entrypoint
 
 ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
 STRATEGIES = ("ddp", "fsdp2")
 MODEL_SIZES = ("tiny", "small", "gpt2-small", "gpt2-medium", "1b")
 PRECISIONS = ("auto", "bf16", "fp32")
 DATA_SUFFIXES = (".txt", ".bin", ".npy")
-ENTRYPOINT = "python -m workloads.train"
+ENTRYPOINT = " ".join(TRAIN_COMMAND)
 DEFAULT_BATCH_PER_WORKER = 4
 
 
@@ -122,7 +123,7 @@ class TrainConfig:
     def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
         """Build from a mapping whose keys are field names, with dashes or underscores."""
         known = {f.name for f in fields(cls)}
-        normalized = {str(k).replace("-", "_"): v for k, v in values.items()}
+        normalized = {field_of(str(k)): v for k, v in values.items()}
         unknown = sorted(set(normalized) - known)
         if unknown:
             raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
@@ -141,14 +142,10 @@ def _coerce(name: str, value: Any) -> Any:
             return bool(value)
         return kind(value)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"{_flag(name)}: cannot read {value!r} as {kind.__name__}") from err
+        raise ConfigError(f"{flag(name)}: cannot read {value!r} as {kind.__name__}") from err
 
 
 _FIELDS = {f.name: f for f in fields(TrainConfig)}
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 # ---- CLI and config file ----------------------------------------------------------------
@@ -168,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         help_text = help_text.replace("%", "%%")  # argparse formats help with %
         if meta["type"] is bool:
             parser.add_argument(
-                _flag(f.name),
+                flag(f.name),
                 dest=f.name,
                 default=None,
                 help=help_text,
@@ -176,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
         else:
             parser.add_argument(
-                _flag(f.name),
+                flag(f.name),
                 dest=f.name,
                 default=None,
                 help=help_text,
@@ -222,16 +219,9 @@ def to_entrypoint(cfg: TrainConfig | Mapping[str, Any]) -> str:
     if not isinstance(cfg, TrainConfig):
         cfg = TrainConfig.from_dict(cfg)
     values = cfg.to_dict()
-    parts = [ENTRYPOINT]
-    for f in fields(TrainConfig):
-        value = values[f.name]
-        if value == f.default:
-            continue
-        if f.metadata["type"] is bool:
-            parts.append(_flag(f.name) if value else "--no-" + f.name.replace("_", "-"))
-        elif value is not None:
-            parts += [_flag(f.name), shlex.quote(str(value))]
-    return " ".join(parts)
+    return render_entrypoint(
+        {f.name: values[f.name] for f in fields(TrainConfig) if values[f.name] != f.default}
+    )
 
 
 # ---- validation -------------------------------------------------------------------------
@@ -261,7 +251,7 @@ def validate(cfg: TrainConfig) -> None:
     ):
         if getattr(cfg, name) not in allowed:
             raise ConfigError(
-                f"{_flag(name)} must be one of {', '.join(allowed)}, got {getattr(cfg, name)!r}"
+                f"{flag(name)} must be one of {', '.join(allowed)}, got {getattr(cfg, name)!r}"
             )
     _check_positive(cfg, "steps", "report_every", "keep_checkpoints", "num_slices")
     _check_positive(
@@ -276,7 +266,7 @@ def validate(cfg: TrainConfig) -> None:
     )
     for name in ("checkpoint_every", "warmup_steps", "grad_clip", "weight_decay"):
         if getattr(cfg, name) < 0:
-            raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(cfg, name)}")
+            raise ConfigError(f"{flag(name)} must be >= 0, got {getattr(cfg, name)}")
     if cfg.lr <= 0:
         raise ConfigError(f"--lr must be > 0, got {cfg.lr}")
     if cfg.max_failures < -1:
@@ -299,7 +289,7 @@ def _check_positive(cfg: TrainConfig, *names: str, optional: bool = False) -> No
         if value is None and optional:
             continue
         if value is None or value <= 0:
-            raise ConfigError(f"{_flag(name)} must be > 0, got {value}")
+            raise ConfigError(f"{flag(name)} must be > 0, got {value}")
 
 
 def _validate_data(data: str) -> None:

@@ -7,8 +7,6 @@ fallback, keyed by the device this worker actually has.
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 import time
 from collections.abc import Mapping
@@ -17,8 +15,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-METRICS_PREFIX = "PARK_METRICS "
-RESULT_PREFIX = "PARK_RESULT "
+from workloads.protocol import METRICS_PREFIX, RESULT_PREFIX, format_line, parse_line
+
+__all__ = ["METRICS_PREFIX", "RESULT_PREFIX", "ThroughputMeter", "emit", "mfu", "parse_line"]
 
 # Dense bf16 TFLOP/s per device from vendors' data sheets (no sparsity). Keys are matched as
 # substrings of the lower-cased device name, first match wins (so "h100 pcie" before "h100").
@@ -118,10 +117,6 @@ class ThroughputMeter:
         self._start = time.perf_counter()
 
 
-def format_line(prefix: str, payload: Mapping[str, Any]) -> str:
-    return prefix + json.dumps(dict(payload), sort_keys=True)
-
-
 def emit(prefix: str, payload: Mapping[str, Any]) -> None:
     """Write one progress line to stdout, once.
 
@@ -130,21 +125,3 @@ def emit(prefix: str, payload: Mapping[str, Any]) -> None:
     """
     sys.stdout.write(format_line(prefix, payload) + "\n")
     sys.stdout.flush()
-
-
-_LINE = re.compile(r"(PARK_METRICS|PARK_RESULT) (\{.*\})\s*$")
-
-
-def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
-    """``("PARK_METRICS", {...})`` for a progress line, also behind Ray's ``(pid=...)`` prefix.
-
-    Ray forwards a worker's stdout as ``(RayTrainWorker pid=12, ip=10.0.0.1) PARK_METRICS {...}``,
-    so a reader must look for the marker anywhere in the line, not only at its start.
-    """
-    match = _LINE.search(line)
-    if match is None:
-        return None
-    try:
-        return match.group(1), json.loads(match.group(2))
-    except json.JSONDecodeError:
-        return None

@@ -23,9 +23,10 @@ import ray
 import ray.train
 from ray.train.torch.config import TorchConfig, _TorchBackend
 
+from workloads.protocol import TORCH_TPU_BASE_PORT
 from workloads.train.config import topology_chips
 
-DEFAULT_BASE_PORT = 8070  # torch_tpu's TORCH_TPU_BASE_PORT default
+DEFAULT_BASE_PORT = TORCH_TPU_BASE_PORT
 
 
 class BridgeError(RuntimeError):

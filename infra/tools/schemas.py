@@ -20,7 +20,7 @@ import yaml
 
 from infra import catalog
 
-SCHEMA_DIR = Path(__file__).parent / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 # The Kubernetes minor the GKE floor for v6e implies (1.31.2-gke...).
 KUBERNETES_VERSION = ".".join(catalog.GENERATIONS["v6e"].min_gke_version.split(".")[:2]) + ".0"
 

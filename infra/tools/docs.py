@@ -1,6 +1,7 @@
 """Generated README sections, so the docs cannot drift from the code.
 
-`python -m infra.docs` rewrites the marked blocks of README.md; a test fails when they are stale.
+`python -m infra.tools.docs` rewrites the marked blocks of README.md; a test fails when they
+are stale.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from infra.config import StackConfig
+from infra.spec.models import StackConfig
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 # One line per key: what it is for. A test fails when a config field has no line here.
 DESCRIPTIONS: dict[str, str] = {
@@ -219,12 +220,13 @@ def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
     """What each shipped stack declares, from its offline render."""
     from collections import Counter
 
-    from infra.render import render_stack_file, stack_name_of
+    from infra.spec.read import stack_name_of
+    from infra.tools.render import render_stack_file
 
     out = []
     for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml")):
         rendered = render(stack_name_of(path)) if render else render_stack_file(path)
-        config = rendered.config
+        plan, config = rendered.plan, rendered.config
         by_type = Counter(r.type for r in rendered.resources if r.custom)
         workloads = [
             f"{m['kind']} `{m['metadata']['name']}`"
@@ -239,11 +241,10 @@ def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
         )
         out.append("| TPU pool | machine type | topology | slices | hosts | chips | capacity |")
         out.append("|---|---|---|---|---|---|---|")
-        for pool in config.tpu_pools:
-            tpu = pool.slice
+        for pool in plan.tpu_pools:
             out.append(
-                f"| {pool.name} | {pool.machine_type} | {pool.topology} | {pool.slices} | "
-                f"{tpu.hosts * pool.slices} | {tpu.chips * pool.slices} | {pool.capacity} |"
+                f"| {pool.name} | {pool.slice.machine_type} | {pool.slice.topology} | "
+                f"{pool.slices} | {pool.total_hosts} | {pool.total_chips} | {pool.capacity} |"
             )
         out.append("")
         out.append(
@@ -258,8 +259,8 @@ def _money(value: float | None) -> str:
 
 def cost_table() -> str:
     """`park cost` of every shipped stack, at the shipped list prices."""
-    from infra.cost import estimate
-    from infra.render import load_stack
+    from infra.stack import from_file
+    from infra.tools.cost import estimate
 
     lines = [
         "| stack | TPU pools (chips / hosts) | everything up | idle | serving floor "
@@ -267,7 +268,7 @@ def cost_table() -> str:
         "|---|---|---|---|---|---|",
     ]
     for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml")):
-        cost = estimate(load_stack(path))
+        cost = estimate(from_file(path))
         tpu = [p for p in cost.pools if p.kind == "tpu"]
         pools = "; ".join(
             f"{p.name}: {p.slices} x {p.topology} {p.capacity} ({p.chips} / {p.hosts})" for p in tpu

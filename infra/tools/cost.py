@@ -1,6 +1,6 @@
 """What a stack costs per hour, while idle, and per training run, from list prices.
 
-Pure arithmetic on the stack config and the TPU catalog: no render, no cloud. Prices come from
+Pure arithmetic on the resolved StackPlan (infra.resolve): no render, no cloud. Prices come from
 `infra/data/prices.yaml` (Google's list prices, each with its source and date) unless the stack
 overrides them with `park:prices`; every figure records which of the two it came from, so the
 output can say so.
@@ -24,10 +24,9 @@ from typing import Any
 
 import yaml
 
-from infra.config import StackConfig
+from infra.resolve import PoolPlan, StackPlan
 
-PRICES_FILE = Path(__file__).parent / "data" / "prices.yaml"
-CAPACITY_TYPES = ("on-demand", "spot", "reservation", "flex-start", "queued")
+PRICES_FILE = Path(__file__).resolve().parents[1] / "data" / "prices.yaml"
 SHOWN_CAPACITY_TYPES = ("on-demand", "spot", "reservation", "flex-start")
 HOURS_PER_MONTH = 730  # Google's billing month
 OVERRIDE = "park:prices"
@@ -64,10 +63,10 @@ def _price_file(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-def load_prices(config: StackConfig, path: Path = PRICES_FILE) -> PriceSheet:
+def load_prices(plan: StackPlan, path: Path = PRICES_FILE) -> PriceSheet:
     """The price sheet for a stack: prices.yaml's row for its region, then `park:prices`."""
     data = _price_file(path)
-    region = config.region
+    region = plan.spec.region
     tpu: dict[str, dict[str, Price]] = {}
     matched: dict[str, bool] = {}
     for generation, rows in (data.get("tpu") or {}).items():
@@ -87,7 +86,7 @@ def load_prices(config: StackConfig, path: Path = PRICES_FILE) -> PriceSheet:
     }
     cluster = Price(float(data["cluster"]["hour"]), data["cluster"]["source"])
 
-    own = config.prices
+    own = plan.spec.prices
     overridden = bool(own.tpu_chip_hour or own.machine_hour or own.cluster_hour is not None)
     for cap, value in own.tpu_chip_hour.items():
         for generation in tpu:
@@ -235,11 +234,10 @@ def _price_key(capacity: str) -> str:
     return "flex-start" if capacity == "queued" else capacity
 
 
-def _tpu_pool_cost(config: StackConfig, index: int, sheet: PriceSheet) -> PoolCost:
-    pool = config.tpu_pools[index]
-    tpu = pool.slice
-    chips, hosts = tpu.chips * pool.slices, tpu.hosts * pool.slices
-    generation = tpu.generation.name
+def _tpu_pool_cost(plan: PoolPlan, sheet: PriceSheet) -> PoolCost:
+    pool = plan.spec
+    chips, hosts = plan.total_chips, plan.total_hosts
+    generation = plan.slice.generation.name
 
     def per_hour(capacity: str) -> float | None:
         price = sheet.chip_hour(generation, capacity) or sheet.chip_hour(
@@ -310,13 +308,13 @@ def _node_pool_cost(
     )
 
 
-def _serving_floor(config: StackConfig, pools: dict[str, PoolCost]) -> tuple[float | None, str]:
-    """Idle plus the slices the RayService keeps up (one per minimum replica, as rendered)."""
-    serving = config.serving
-    if not serving.enabled or not serving.models:
+def _serving_floor(plan: StackPlan, pools: dict[str, PoolCost]) -> tuple[float | None, str]:
+    """Idle plus the slices the RayService keeps up: those of its models' minReplicas."""
+    serving = plan.serving
+    if serving is None or not serving.models:
         return 0.0, "no serving"
-    pool = config.tpu_pool(serving.pool)
-    slices = min(max(m.min_replicas for m in serving.models), pool.slices)
+    pool = serving.pool
+    slices = serving.min_slices
     cost = pools[pool.name]
     if slices == 0:
         return 0.0, "minReplicas 0: serving scales to 0"
@@ -326,14 +324,13 @@ def _serving_floor(config: StackConfig, pools: dict[str, PoolCost]) -> tuple[flo
     return _mul(per_slice, slices), f"{slices} slice(s) of {pool.name} for minReplicas"
 
 
-def _training_run(config: StackConfig, pools: dict[str, PoolCost]) -> RunCost | None:
-    training = config.training
-    if not training.enabled:
+def _training_run(plan: StackPlan, pools: dict[str, PoolCost]) -> RunCost | None:
+    training = plan.training
+    if training is None:
         return None
-    pool = config.tpu_pool(training.pool)
-    tpu = pool.slice
-    chips = tpu.chips * training.num_slices
-    hours = training.steps * training.estimated_step_seconds / 3600
+    spec, pool = training.spec, training.pool
+    chips = training.workers  # one worker per chip
+    hours = spec.steps * spec.estimated_step_seconds / 3600
     price = pools[pool.name].price
     cost = None if price is None else chips * hours * price.value
     note = (
@@ -344,8 +341,8 @@ def _training_run(config: StackConfig, pools: dict[str, PoolCost]) -> RunCost | 
         else ""
     )
     return RunCost(
-        steps=training.steps,
-        step_seconds=training.estimated_step_seconds,
+        steps=spec.steps,
+        step_seconds=spec.estimated_step_seconds,
         hours=hours,
         chips=chips,
         chip_hours=chips * hours,
@@ -355,34 +352,35 @@ def _training_run(config: StackConfig, pools: dict[str, PoolCost]) -> RunCost | 
     )
 
 
-def estimate(config: StackConfig, sheet: PriceSheet | None = None) -> StackCost:
+def estimate(plan: StackPlan, sheet: PriceSheet | None = None) -> StackCost:
     """The cost of a stack: per pool, in total, idle, at the serving floor, per training run."""
-    sheet = sheet or load_prices(config)
-    cpu = config.cpu_pool
+    sheet = sheet or load_prices(plan)
+    cpu = plan.spec.cpu_pool
     pools = [
         _node_pool_cost(
             "cpu", "cpu", cpu.machine_type, "on-demand", cpu.max_nodes, cpu.min_nodes, sheet
         )
     ]
-    pools += [_tpu_pool_cost(config, i, sheet) for i in range(len(config.tpu_pools))]
-    for gpu in config.gpu_pools:
+    pools += [_tpu_pool_cost(pool, sheet) for pool in plan.tpu_pools]
+    for gpu in plan.gpu_pools:
+        g = gpu.spec
         pools.append(
             _node_pool_cost(
-                gpu.name,
+                g.name,
                 "gpu",
-                gpu.machine_type,
-                gpu.capacity,
-                gpu.nodes,
-                0 if gpu.autoscaling else gpu.nodes,
+                g.machine_type,
+                g.capacity,
+                g.nodes,
+                0 if g.autoscaling else g.nodes,
                 sheet,
-                chips=gpu.accelerator_count * gpu.nodes,
+                chips=gpu.total_gpus,
             )
         )
     by_name = {p.name: p for p in pools}
     cluster = sheet.cluster.value
     full = _sum([cluster, *(p.full_per_hour for p in pools)])
     idle = _sum([cluster, *(p.idle_per_hour for p in pools)])
-    floor_extra, floor_why = _serving_floor(config, by_name)
+    floor_extra, floor_why = _serving_floor(plan, by_name)
     missing = [
         f"{p.name}: no {p.capacity} price for {p.machine_type} in {sheet.region}; "
         f"set {OVERRIDE}.{'tpuChipHour' if p.kind == 'tpu' else 'machineHour'}"
@@ -390,7 +388,7 @@ def estimate(config: StackConfig, sheet: PriceSheet | None = None) -> StackCost:
         if p.full_per_hour is None
     ]
     return StackCost(
-        stack=config.stack,
+        stack=plan.stack,
         region=sheet.region,
         pools=pools,
         cluster_per_hour=cluster,
@@ -398,7 +396,7 @@ def estimate(config: StackConfig, sheet: PriceSheet | None = None) -> StackCost:
         idle_per_hour=idle,
         serving_floor_per_hour=_sum([idle, floor_extra]),
         serving_floor_why=floor_why,
-        training_run=_training_run(config, by_name),
+        training_run=_training_run(plan, by_name),
         prices=sheet,
         missing=missing,
     )

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from infra.config import SECRET_PLACEHOLDER, ConfigError, StackConfig, parse_stack_config
+from infra import stack as stack_front
+from infra.resolve import StackPlan
+from infra.spec.models import SECRET_PLACEHOLDER, StackConfig
+from infra.spec.read import read_stack_file, stack_name_of
 
 PROJECT = "park-gke"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -39,9 +41,14 @@ class Resource:
 
 @dataclass
 class Rendered:
-    config: StackConfig
+    plan: StackPlan
     resources: list[Resource] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> StackConfig:
+        """The stack spec the render came from."""
+        return self.plan.spec
 
     def of_type(self, type_token: str) -> list[Resource]:
         return [r for r in self.resources if r.type == type_token]
@@ -60,55 +67,6 @@ class Rendered:
             if r.type.startswith("kubernetes:")
             and not r.type.startswith(("kubernetes:helm", "pulumi:providers"))
         ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Stack files
-
-
-def _unwrap_secrets(value: Any) -> tuple[Any, bool]:
-    """Offline, `secure:` values cannot be decrypted: they become a masked placeholder."""
-    if isinstance(value, dict):
-        if set(value) == {"secure"}:
-            return SECRET_PLACEHOLDER, True
-        out, any_secret = {}, False
-        for k, v in value.items():
-            out[k], s = _unwrap_secrets(v)
-            any_secret |= s
-        return out, any_secret
-    if isinstance(value, list):
-        items = [_unwrap_secrets(v) for v in value]
-        return [v for v, _ in items], any(s for _, s in items)
-    return value, False
-
-
-def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """The `config:` block of a Pulumi stack file, and which keys hold secrets."""
-    document = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(document, dict):
-        raise ConfigError([])
-    values, secrets = {}, []
-    for key, value in (document.get("config") or {}).items():
-        values[key], is_secret = _unwrap_secrets(value)
-        if is_secret:
-            secrets.append(key)
-    return values, secrets
-
-
-def stack_file(stack: str, root: Path | None = None) -> Path:
-    return (root or Path.cwd()) / "stacks" / f"Pulumi.{stack}.yaml"
-
-
-def stack_name_of(path: Path) -> str:
-    name = path.name
-    return name[len("Pulumi.") : -len(".yaml")] if name.startswith("Pulumi.") else path.stem
-
-
-def load_stack(path: Path, stack: str | None = None) -> StackConfig:
-    """Parse and validate a stack file offline (no Pulumi runtime); a credential stored in
-    plain text is a problem (parse_stack_config drops credentials from the config)."""
-    values, secrets = read_stack_file(path)
-    return parse_stack_config(values, stack or stack_name_of(path), secret_keys=secrets)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,7 +149,7 @@ def run_program(
     from infra import program
 
     # Validate first: a bad config registers nothing (the program validates again itself).
-    parsed = load_values(values, stack, secret_keys or ()) if prevalidate else None
+    parsed = stack_front.from_values(values, stack, secret_keys or ()) if prevalidate else None
     project_id = str(values.get("gcp:project", "project"))
     recorded: list[Resource] = []
     outputs: dict[str, Any] = {}
@@ -239,19 +197,13 @@ def run_program(
         raise ProgramError(str(err), recorded) from err
     finally:
         gc.enable()
-    parsed = parsed or load_values(values, stack, secret_keys or ())
+    parsed = parsed or stack_front.from_values(values, stack, secret_keys or ())
     exported = settings.get_root_resource().outputs  # type: ignore[union-attr]
     resolved = _sync_await(pulumi.Output.secret(exported).future()) if exported else {}
     outputs.update(_mask_outputs(exported, resolved or {}))
     # Registration order depends on when outputs resolve; sort so renders diff cleanly.
     recorded.sort(key=lambda r: (r.type, r.name))
-    return Rendered(config=parsed, resources=recorded, outputs=outputs)
-
-
-def load_values(
-    values: dict[str, Any], stack: str, secret_keys: Collection[str] | None = None
-) -> StackConfig:
-    return parse_stack_config(values, stack, secret_keys=secret_keys)
+    return Rendered(plan=parsed, resources=recorded, outputs=outputs)
 
 
 def render_stack_file(path: Path, stack: str | None = None) -> Rendered:

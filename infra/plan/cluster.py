@@ -1,0 +1,116 @@
+"""The GKE Standard cluster and its node service account, as plain arguments.
+
+The component (infra/components/cluster.py) adds what only exists at run time: the network
+it joins and the node service account's e-mail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from infra.plan.node_pools import CLOUD_PLATFORM_SCOPE
+from infra.resolve import StackPlan
+
+# What nodes need to run, log and report metrics; nothing else (no default compute SA).
+NODE_ROLES = (
+    "roles/logging.logWriter",
+    "roles/monitoring.metricWriter",
+    "roles/monitoring.viewer",
+    "roles/stackdriver.resourceMetadata.writer",
+    "roles/autoscaling.metricsWriter",
+)
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    name: str  # the GKE cluster's name
+    project: str
+    node_service_account_id: str
+    node_roles: tuple[str, ...]
+    args: dict[str, Any]  # container.Cluster arguments, except network, subnetwork, node SA
+
+
+def cluster(plan: StackPlan) -> ClusterPlan:
+    spec = plan.spec
+    cfg = spec.cluster
+    ray_operator: dict[str, Any] = {"enabled": spec.kuberay.install == "addon"}
+    if ray_operator["enabled"]:
+        ray_operator |= {
+            "ray_cluster_logging_config": {"enabled": spec.kuberay.logging},
+            "ray_cluster_monitoring_config": {"enabled": spec.kuberay.monitoring},
+        }
+    authorized = cfg.master_authorized_networks
+    args: dict[str, Any] = {
+        "name": cfg.name,
+        "location": spec.zone,
+        # The default pool is replaced by our own pools; it runs as our SA while it exists.
+        "remove_default_node_pool": True,
+        "initial_node_count": 1,
+        "node_config": {"oauth_scopes": [CLOUD_PLATFORM_SCOPE]},
+        "min_master_version": cfg.version,
+        "release_channel": {"channel": cfg.release_channel},
+        "deletion_protection": cfg.deletion_protection,
+        "datapath_provider": "ADVANCED_DATAPATH",  # Dataplane V2 enforces NetworkPolicy
+        "ip_allocation_policy": {
+            "cluster_secondary_range_name": spec.network.pods_range_name,
+            "services_secondary_range_name": spec.network.services_range_name,
+        },
+        "workload_identity_config": {"workload_pool": f"{spec.project}.svc.id.goog"},
+        "private_cluster_config": {
+            "enable_private_nodes": cfg.private_nodes,
+            "enable_private_endpoint": cfg.private_endpoint,
+            "master_ipv4_cidr_block": spec.network.master_cidr,
+        },
+        "master_authorized_networks_config": (
+            {"cidr_blocks": [{"cidr_block": n.cidr, "display_name": n.name} for n in authorized]}
+            if authorized or cfg.private_endpoint
+            else None
+        ),
+        "addons_config": {
+            "gcs_fuse_csi_driver_config": {"enabled": True},
+            "ray_operator_configs": [ray_operator],
+        },
+        "monitoring_config": {
+            "managed_prometheus": {"enabled": True},
+            "enable_components": ["SYSTEM_COMPONENTS"],
+        },
+        "logging_config": {"enable_components": ["SYSTEM_COMPONENTS", "WORKLOADS"]},
+        # The Gateway controller serves the IAP-protected Ray dashboard (opt-in only).
+        "gateway_api_config": (
+            {"channel": "CHANNEL_STANDARD"} if spec.observability.expose_dashboard else None
+        ),
+        "enable_shielded_nodes": True,
+        "security_posture_config": {"mode": "BASIC", "vulnerability_mode": "VULNERABILITY_BASIC"},
+    }
+    return ClusterPlan(
+        name=cfg.name,
+        project=spec.project,
+        node_service_account_id=plan.names.node_service_account_id,
+        node_roles=NODE_ROLES,
+        args=args,
+    )
+
+
+def kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
+    """A kubeconfig that authenticates with gke-gcloud-auth-plugin (no static credentials)."""
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: {name}
+  cluster:
+    server: https://{endpoint}
+    certificate-authority-data: {ca_certificate}
+contexts:
+- name: {name}
+  context: {{cluster: {name}, user: {name}}}
+current-context: {name}
+users:
+- name: {name}
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: gke-gcloud-auth-plugin
+      provideClusterInfo: true
+      installHint: Install gke-gcloud-auth-plugin (gcloud components install gke-gcloud-auth-plugin)
+"""

@@ -1,0 +1,52 @@
+"""The bucket for checkpoints and models, the image registry, and the workload identity: a
+Google service account that holds only bucket-scoped roles, bound to the Ray pods' Kubernetes
+service account through Workload Identity. No service-account keys exist anywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from infra.resolve import StackPlan
+
+BUCKET_ROLES = ("roles/storage.objectUser",)  # read, write, list, delete objects of the bucket
+REGISTRY_READER_ROLE = "roles/artifactregistry.reader"
+WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
+
+
+@dataclass(frozen=True)
+class StoragePlan:
+    bucket: dict[str, Any]  # storage.Bucket arguments
+    registry: dict[str, Any]  # artifactregistry.Repository arguments
+    registry_url: str
+    workload_account: dict[str, Any]  # serviceaccount.Account arguments
+    bucket_roles: tuple[str, ...]
+    workload_identity_member: str  # the Ray pods' principal: PROJECT.svc.id.goog[ns/ksa]
+
+
+def storage(plan: StackPlan) -> StoragePlan:
+    spec, names = plan.spec, plan.names
+    return StoragePlan(
+        bucket={
+            "name": names.bucket,
+            "location": (spec.storage.location or spec.region).upper(),
+            "uniform_bucket_level_access": True,
+            "public_access_prevention": "enforced",
+            "versioning": {"enabled": spec.storage.versioning},
+            "force_destroy": spec.storage.force_destroy,
+            "hierarchical_namespace": {"enabled": False},
+        },
+        registry={
+            "repository_id": names.registry_repository,
+            "location": spec.region,
+            "format": "DOCKER",
+            "description": "park-gke workload images",
+        },
+        registry_url=names.registry_url,
+        workload_account={
+            "account_id": names.workload_service_account_id,
+            "display_name": "park-gke Ray workloads (Workload Identity)",
+        },
+        bucket_roles=BUCKET_ROLES,
+        workload_identity_member=names.workload_identity_member,
+    )

@@ -1,0 +1,289 @@
+"""The resolve step: every number and name derived from the stack spec, computed once.
+
+`resolve(spec)` turns a typed StackConfig into a frozen StackPlan: per TPU pool its slice (from
+the catalog) and totals; training's workers, slices and hosts; per served model its tensor
+parallel size and the slices it holds; the serving pool's slice budget; the stack's cloud
+names and images. Rules, plan functions, cost, docs, the CLI and `park local` read these
+fields; nothing else multiplies chips by slices.
+
+The serving rule (one rule, used by validation, the RayService, the node pools and cost):
+Ray 2.60 Serve LLM gives every replica of an LLMConfig whose `accelerator_config` names a
+topology a SlicePlacementGroup of that whole topology (`ray/llm/_internal/serve/core/configs/
+accelerators.py` TPUAccelerator.create_placement_group → `ray/util/tpu.py`
+get_tpu_worker_resources: bundles = every chip of the topology, whatever the TP), and a
+multi-host slice is claimed through its head resource. So a replica holds one whole slice:
+slices needed = the sum of the models' replicas, and idle chips = slice chips - TP.
+The budget is the pool's slices, halved when upgrades build a second cluster beside the first
+(`upgradeStrategy` NewCluster*: blue/green needs room for both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra import catalog, names
+from infra.spec.models import (
+    GpuPoolConfig,
+    ServedModel,
+    ServingConfig,
+    StackConfig,
+    TpuPoolConfig,
+    TrainingConfig,
+)
+from infra.versions import IMAGE_TAG
+
+# Images, by what runs in them: one TorchTPU image for training and vLLM-TorchTPU serving; a
+# separate JAX image for the vllm-tpu engine (its libtpu pins conflict with torch_tpu).
+WORKLOAD_IMAGE = "park-workloads"
+VLLM_TPU_IMAGE = "park-serve-vllm-tpu"
+CHECKPOINTS_PREFIX = "checkpoints"
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """One TPU pool of `park:tpuPools`: `slices` slices of one (machine type, topology)."""
+
+    index: int  # position in park:tpuPools, for config keys
+    spec: TpuPoolConfig
+    slice: catalog.TpuSlice  # one slice: chips, hosts, labels (the catalog's answer)
+    total_chips: int  # every slice of the pool
+    total_hosts: int
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def slices(self) -> int:
+        return self.spec.slices
+
+    @property
+    def capacity(self) -> str:
+        return self.spec.capacity
+
+    @property
+    def queued(self) -> bool:
+        return self.spec.capacity == "queued"
+
+    @property
+    def key(self) -> str:
+        return f"park:tpuPools[{self.index}]"
+
+
+@dataclass(frozen=True)
+class GpuPoolPlan:
+    index: int
+    spec: GpuPoolConfig
+    total_gpus: int  # at full size
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """The training RayJob: one Ray Train worker per chip of `slices` slices of its pool."""
+
+    spec: TrainingConfig
+    pool: PoolPlan
+    slices: int
+    workers: int  # chips of those slices
+    hosts: int  # TPU hosts (Ray worker pods) of those slices
+    image: str
+    run_name: str
+    storage_path: str  # where Ray Train keeps checkpoints (the stack's bucket)
+    queue_name: str | None  # the Kueue LocalQueue when the pool is queued
+
+
+@dataclass(frozen=True)
+class ServedModelPlan:
+    """One served model: its tensor parallel size and the slices its replicas hold."""
+
+    index: int
+    spec: ServedModel
+    tensor_parallel: int  # default: every chip of one slice
+    min_slices: int  # one whole slice per replica (module docstring)
+    max_slices: int
+    idle_chips_per_replica: int
+
+    @property
+    def key(self) -> str:
+        return f"park:serving.models[{self.index}]"
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    """The serving RayService on one pool, and how many of its slices the models hold."""
+
+    spec: ServingConfig
+    pool: PoolPlan
+    models: tuple[ServedModelPlan, ...]
+    image: str
+    min_slices: int  # held at the models' minReplicas: the worker group's starting size
+    max_slices: int  # held at maxReplicas: the worker group's maximum
+    slice_budget: int  # slices one RayService cluster may hold (halved for blue/green)
+    upgrade_clusters: int  # Ray clusters during an upgrade: 2 for NewCluster*, else 1
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """A validated stack with everything derived from it."""
+
+    spec: StackConfig
+    names: names.StackNames
+    tpu_pools: tuple[PoolPlan, ...]
+    gpu_pools: tuple[GpuPoolPlan, ...]
+    training: TrainingPlan | None
+    serving: ServingPlan | None
+
+    @property
+    def stack(self) -> str:
+        return self.spec.stack
+
+    def pool(self, name: str) -> PoolPlan:
+        for pool in self.tpu_pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(f"no TPU pool {name!r}")
+
+    @property
+    def multi_host(self) -> bool:
+        """Any multi-host slice: KubeRay then needs the TPU webhook."""
+        return any(p.slice.multi_host for p in self.tpu_pools)
+
+    @property
+    def queued_pools(self) -> tuple[PoolPlan, ...]:
+        return tuple(p for p in self.tpu_pools if p.queued)
+
+    @property
+    def total_chips(self) -> int:
+        return sum(p.total_chips for p in self.tpu_pools)
+
+    @property
+    def total_hosts(self) -> int:
+        return sum(p.total_hosts for p in self.tpu_pools)
+
+    @property
+    def total_slices(self) -> int:
+        return sum(p.slices for p in self.tpu_pools)
+
+
+# ---- one function per derived fact ---------------------------------------------------------
+
+
+def resolve_pool(spec: TpuPoolConfig, index: int = 0) -> PoolPlan:
+    """A TPU pool's slice and totals; raises catalog.CatalogError for an unknown pair."""
+    tpu = catalog.lookup(spec.machine_type, spec.topology)
+    return PoolPlan(
+        index=index,
+        spec=spec,
+        slice=tpu,
+        total_chips=tpu.chips * spec.slices,
+        total_hosts=tpu.hosts * spec.slices,
+    )
+
+
+def training_workers(pool: PoolPlan, slices: int) -> tuple[int, int]:
+    """(workers, hosts) of a run on `slices` slices: one worker per chip, one pod per host."""
+    return pool.slice.chips * slices, pool.slice.hosts * slices
+
+
+def resolve_served_model(model: ServedModel, index: int, tpu: catalog.TpuSlice) -> ServedModelPlan:
+    tp = model.tensor_parallel_size or tpu.chips
+    return ServedModelPlan(
+        index=index,
+        spec=model,
+        tensor_parallel=tp,
+        min_slices=model.min_replicas,
+        max_slices=model.max_replicas,
+        idle_chips_per_replica=max(tpu.chips - tp, 0),
+    )
+
+
+def upgrade_clusters(strategy: str) -> int:
+    """Ray clusters a RayService holds while it upgrades: blue/green builds a second one."""
+    return 2 if strategy.startswith("NewCluster") else 1
+
+
+def image(spec: StackConfig, registry_url: str, section: TrainingConfig | ServingConfig) -> str:
+    """The configured image, else ours in the stack's registry."""
+    if section.image:
+        return section.image
+    name = WORKLOAD_IMAGE
+    if isinstance(section, ServingConfig) and section.engine == "vllm-tpu":
+        name = VLLM_TPU_IMAGE
+    return f"{registry_url}/{name}:{IMAGE_TAG}"
+
+
+def _names(spec: StackConfig) -> names.StackNames:
+    return names.stack_names(
+        project=spec.project,
+        region=spec.region,
+        stack=spec.stack,
+        cluster=spec.cluster.name,
+        namespace=spec.namespace,
+        bucket=spec.storage.bucket,
+        registry_repository=spec.registry.repository,
+    )
+
+
+def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
+    """The StackPlan of a stack spec.
+
+    With `partial`, what cannot be resolved (a pool the catalog does not know, a workload on a
+    missing pool) is left out instead of raising: the rules use this to report every problem
+    at once. The program and the tools resolve a validated spec, where nothing is left out.
+    """
+    stack_names = _names(spec)
+    pools = []
+    for i, pool_spec in enumerate(spec.tpu_pools):
+        try:
+            pools.append(resolve_pool(pool_spec, i))
+        except catalog.CatalogError:
+            if not partial:
+                raise
+    by_name = {p.name: p for p in pools}
+    gpus = tuple(
+        GpuPoolPlan(i, g, g.accelerator_count * g.nodes) for i, g in enumerate(spec.gpu_pools)
+    )
+
+    training = None
+    if spec.training.enabled and (spec.training.pool in by_name or not partial):
+        pool = by_name[spec.training.pool]
+        slices = spec.training.num_slices
+        workers, hosts = training_workers(pool, slices)
+        training = TrainingPlan(
+            spec=spec.training,
+            pool=pool,
+            slices=slices,
+            workers=workers,
+            hosts=hosts,
+            image=image(spec, stack_names.registry_url, spec.training),
+            run_name=f"{spec.stack}-{names.TRAINING_JOB_NAME}",
+            storage_path=f"gs://{stack_names.bucket}/{CHECKPOINTS_PREFIX}",
+            queue_name=names.local_queue_name(pool.name) if pool.queued else None,
+        )
+
+    serving = None
+    if spec.serving.enabled and (spec.serving.pool in by_name or not partial):
+        pool = by_name[spec.serving.pool]
+        models = tuple(
+            resolve_served_model(m, i, pool.slice) for i, m in enumerate(spec.serving.models)
+        )
+        clusters = upgrade_clusters(spec.serving.upgrade_strategy)
+        serving = ServingPlan(
+            spec=spec.serving,
+            pool=pool,
+            models=models,
+            image=image(spec, stack_names.registry_url, spec.serving),
+            min_slices=sum(m.min_slices for m in models),
+            max_slices=sum(m.max_slices for m in models),
+            slice_budget=pool.slices // clusters,
+            upgrade_clusters=clusters,
+        )
+
+    return StackPlan(
+        spec=spec,
+        names=stack_names,
+        tpu_pools=tuple(pools),
+        gpu_pools=gpus,
+        training=training,
+        serving=serving,
+    )

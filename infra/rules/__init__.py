@@ -1,0 +1,38 @@
+"""Every rule of a stack, run together: the spec's own rules, then those that need the
+resolved numbers. `check(spec)` returns the StackPlan or raises ConfigError with all problems.
+
+- `pools`: zone, GKE version, TPU and GPU pools (catalog entries, capacity preconditions);
+- `workloads`: the training RayJob and the serving RayService (workers, TP, slices);
+- `platform`: names, network ranges, lifecycle, Kueue, observability.
+"""
+
+from __future__ import annotations
+
+from infra.resolve import StackPlan, resolve
+from infra.rules import platform, pools, workloads
+from infra.spec.errors import ConfigError, ConfigProblem
+from infra.spec.models import StackConfig
+
+
+def problems(spec: StackConfig) -> list[ConfigProblem]:
+    """Every problem of a typed spec (empty: it is valid)."""
+    plan = resolve(spec, partial=True)
+    found: list[ConfigProblem] = []
+    found += pools.check_location(spec)
+    found += pools.check_pools(spec)
+    found += workloads.check_training(plan)
+    found += workloads.check_serving(plan)
+    found += platform.check_names(spec, plan.names)
+    found += platform.check_ranges(spec)
+    found += platform.check_lifecycle(spec)
+    found += platform.check_kueue(spec)
+    found += platform.check_observability(spec)
+    return found
+
+
+def check(spec: StackConfig) -> StackPlan:
+    """The StackPlan of a valid spec; ConfigError naming every problem otherwise."""
+    found = problems(spec)
+    if found:
+        raise ConfigError(found)
+    return resolve(spec)

@@ -1,0 +1,250 @@
+"""Rules for names, network ranges, lifecycle, Kueue and observability: what GCP or Kubernetes
+would reject at `pulumi up`, or a guardrail of the policy pack (policy/) caught before anything
+runs."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from infra.names import HF_TOKEN_DIR, StackNames
+from infra.spec.errors import ConfigProblem
+from infra.spec.models import StackConfig
+from infra.versions import KUEUE_VERSION
+
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_CLUSTER_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+_BUCKET_RE = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
+_REPOSITORY_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Where every Ray pod already mounts something (infra/plan/ray.py): not for the bucket.
+_RESERVED_MOUNTS = ("/", "/tmp", "/dev/shm", HF_TOKEN_DIR)
+
+
+def _cidr(key: str, value: str, problems: list[ConfigProblem]) -> ipaddress.IPv4Network | None:
+    try:
+        return ipaddress.IPv4Network(value)
+    except ValueError as err:
+        problems.append(ConfigProblem(key, value, f"not an IPv4 CIDR range: {err}"))
+        return None
+
+
+def check_names(config: StackConfig, stack_names: StackNames) -> list[ConfigProblem]:
+    """Names GKE, GCS, Artifact Registry and Kubernetes accept."""
+    problems = []
+    if not _DNS_LABEL_RE.match(config.namespace) or config.namespace.startswith("kube-"):
+        problems.append(
+            ConfigProblem(
+                "park:namespace",
+                config.namespace,
+                "a Kubernetes namespace: lowercase letters, digits and '-', ≤ 63 chars, not kube-*",
+            )
+        )
+    if not _CLUSTER_NAME_RE.match(config.cluster.name):
+        problems.append(
+            ConfigProblem(
+                "park:cluster.name",
+                config.cluster.name,
+                "a GKE cluster name: lowercase letters, digits and '-', starts with a letter, "
+                "≤ 40 chars",
+            )
+        )
+    bucket = stack_names.bucket
+    if not _BUCKET_RE.match(bucket) or bucket.startswith("goog") or ".." in bucket:
+        how = "" if config.storage.bucket else f" (derived from the project and stack: {bucket})"
+        problems.append(
+            ConfigProblem(
+                "park:storage.bucket",
+                config.storage.bucket or bucket,
+                f"a bucket name: 3-63 lowercase letters, digits, '-', '_' or '.'{how}",
+            )
+        )
+    mount = config.storage.mount_path
+    if not mount.startswith("/") or mount.rstrip("/") in ("", *_RESERVED_MOUNTS):
+        problems.append(
+            ConfigProblem(
+                "park:storage.mountPath",
+                mount,
+                f"an absolute path other than {', '.join(_RESERVED_MOUNTS)} (Ray pods mount "
+                "those already)",
+            )
+        )
+    if not _REPOSITORY_RE.match(config.registry.repository):
+        problems.append(
+            ConfigProblem(
+                "park:registry.repository",
+                config.registry.repository,
+                "an Artifact Registry repository id: lowercase letters, digits and '-', starts "
+                "with a letter",
+            )
+        )
+    for i, zone in enumerate(config.extra_tpu_zones):
+        if not zone.startswith(config.region + "-"):
+            problems.append(
+                ConfigProblem(
+                    f"park:extraTpuZones[{i}]",
+                    zone,
+                    f"must be a zone of gcp:region {config.region}",
+                )
+            )
+    if config.cpu_pool.min_nodes > config.cpu_pool.max_nodes:
+        problems.append(
+            ConfigProblem(
+                "park:cpuPool.minNodes",
+                config.cpu_pool.min_nodes,
+                f"must not exceed park:cpuPool.maxNodes ({config.cpu_pool.max_nodes})",
+            )
+        )
+    if config.kuberay.tpu_webhook_chart and config.kuberay.install != "helm":
+        problems.append(
+            ConfigProblem(
+                "park:kuberay.tpuWebhookChart",
+                config.kuberay.tpu_webhook_chart,
+                "only used with install: helm (GKE's Ray add-on brings its own TPU webhook)",
+            )
+        )
+    return problems
+
+
+def check_ranges(config: StackConfig) -> list[ConfigProblem]:
+    """Valid, non-overlapping ranges; the control plane not open to the whole internet."""
+    problems: list[ConfigProblem] = []
+    net = config.network
+    if net.existing_subnetwork and not net.existing_network:
+        problems.append(
+            ConfigProblem(
+                "park:network.existingSubnetwork",
+                net.existing_subnetwork,
+                "needs park:network.existingNetwork (the network it belongs to)",
+            )
+        )
+    fields = {"masterCidr": net.master_cidr}
+    if not net.existing_network:  # an existing network brings its own subnet ranges
+        fields |= {
+            "subnetCidr": net.subnet_cidr,
+            "podsCidr": net.pods_cidr,
+            "servicesCidr": net.services_cidr,
+        }
+    ranges = {}
+    for name, value in fields.items():
+        parsed = _cidr(f"park:network.{name}", value, problems)
+        if parsed is not None:
+            ranges[name] = parsed
+    master = ranges.get("masterCidr")
+    if master is not None and master.prefixlen != 28:
+        problems.append(
+            ConfigProblem("park:network.masterCidr", net.master_cidr, "GKE needs a /28 range")
+        )
+    names = list(ranges)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            if ranges[first].overlaps(ranges[second]):
+                problems.append(
+                    ConfigProblem(
+                        f"park:network.{second}",
+                        str(ranges[second]),
+                        f"overlaps park:network.{first} ({ranges[first]})",
+                    )
+                )
+    for i, authorized in enumerate(config.cluster.master_authorized_networks):
+        key = f"park:cluster.masterAuthorizedNetworks[{i}].cidr"
+        parsed = _cidr(key, authorized.cidr, problems)
+        if parsed is not None and parsed.prefixlen == 0:
+            problems.append(
+                ConfigProblem(
+                    key, authorized.cidr, "opens the control plane to everyone; list your ranges"
+                )
+            )
+    return problems
+
+
+def check_lifecycle(config: StackConfig) -> list[ConfigProblem]:
+    """Prod-like stacks (park:policy.prodLike, default: the stack is prod*) keep the cluster
+    and the bucket through a stray destroy, unless their policy makes that rule advisory."""
+    policy = config.policy
+    if not policy.is_prod_like(config.stack):
+        return []
+    if policy.level("deletion-protection-prod") != "mandatory":
+        return []
+    why = (
+        f"stack {config.stack} is prod-like; set park:policy.enforcement."
+        "deletion-protection-prod to advisory to allow it"
+    )
+    problems = []
+    if not config.cluster.deletion_protection:
+        problems.append(
+            ConfigProblem("park:cluster.deletionProtection", False, f"must be true: {why}")
+        )
+    if config.storage.force_destroy:
+        problems.append(
+            ConfigProblem(
+                "park:storage.forceDestroy",
+                True,
+                f"would delete every checkpoint and model on destroy: {why}",
+            )
+        )
+    return problems
+
+
+_CHART_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+
+
+def check_kueue(config: StackConfig) -> list[ConfigProblem]:
+    """Kueue comes from its Helm chart only when a pool is queued (DWS); the chart version
+    has no leading 'v'."""
+    queued = any(p.capacity == "queued" for p in config.tpu_pools)
+    if queued and not _CHART_VERSION_RE.match(config.kueue.version):
+        return [
+            ConfigProblem(
+                "park:kueue.version",
+                config.kueue.version,
+                f"a Kueue Helm chart version, e.g. {KUEUE_VERSION} (no leading 'v')",
+            )
+        ]
+    return []
+
+
+_IAP_MEMBER_RE = re.compile(r"^(user|group|serviceAccount|domain):[^\s]+$")
+
+
+def check_observability(config: StackConfig) -> list[ConfigProblem]:
+    """The dashboard leaves the cluster only behind IAP, and only with all that IAP needs."""
+    obs = config.observability
+    problems: list[ConfigProblem] = []
+    for i, member in enumerate(obs.iap_members):
+        if not _IAP_MEMBER_RE.match(member):
+            problems.append(
+                ConfigProblem(
+                    f"park:observability.iapMembers[{i}]",
+                    member,
+                    "an IAM member: user:, group:, serviceAccount: or domain: followed by a name",
+                )
+            )
+    if not obs.expose_dashboard:
+        return problems
+    why = "needed when park:observability.exposeDashboard is true"
+    if not obs.iap_members:
+        problems.append(
+            ConfigProblem(
+                "park:observability.iapMembers",
+                obs.iap_members,
+                f"{why}: who IAP lets in (e.g. group:ml@example.com); without it nobody could",
+            )
+        )
+    required = {
+        "dashboardDomain": (obs.dashboard_domain, "the host name the certificate is issued for"),
+        "iapOauthClientId": (obs.iap_oauth_client_id, "the OAuth client IAP signs users in with"),
+        "iapOauthSecret": (obs.iap_oauth_secret, "the Secret holding that client's secret"),
+    }
+    for key, (value, what) in required.items():
+        if not value:
+            problems.append(ConfigProblem(f"park:observability.{key}", value, f"{why}: {what}"))
+    if not config.serving.enabled:
+        problems.append(
+            ConfigProblem(
+                "park:observability.exposeDashboard",
+                True,
+                "the exposed dashboard is the RayService's (park:serving.enabled is false); a "
+                "training job's dashboard is reached with kubectl port-forward",
+            )
+        )
+    return problems

@@ -1,0 +1,248 @@
+"""The stack spec: a typed model of every `park:*` key (and the `gcp:*` ones the program reads).
+
+Types, enums and ranges only. Rules that need the TPU catalog or several keys at once live in
+`infra.rules`; numbers derived from the spec (chips, hosts, workers, slices, names) in
+`infra.resolve`. Keys are camelCase in YAML and snake_case here; an unknown key is an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat
+from pydantic.alias_generators import to_camel
+
+from infra import catalog
+from infra.versions import KUBERAY_VERSION, KUEUE_VERSION
+
+Capacity = Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
+CAPACITY_TYPES: tuple[str, ...] = get_args(Capacity)
+# What the offline reader puts where a stack file holds a `secure:` value.
+SECRET_PLACEHOLDER = "[secret]"
+
+
+class _Model(BaseModel):
+    """camelCase keys in YAML, snake_case in Python; unknown keys are errors, not silence."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class AuthorizedNetwork(_Model):
+    cidr: str
+    name: str = "authorized"
+
+
+class NetworkConfig(_Model):
+    """A new VPC (default) or an existing network and subnetwork by name."""
+
+    existing_network: str | None = None
+    existing_subnetwork: str | None = None
+    subnet_cidr: str = "10.10.0.0/20"
+    pods_cidr: str = "10.16.0.0/14"
+    services_cidr: str = "10.20.0.0/20"
+    master_cidr: str = "172.16.0.0/28"
+    pods_range_name: str = "pods"
+    services_range_name: str = "services"
+
+
+class ClusterConfig(_Model):
+    name: str = "park"
+    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
+    version: str = catalog.GENERATIONS["v6e"].min_gke_version
+    private_nodes: bool = True
+    private_endpoint: bool = False
+    master_authorized_networks: list[AuthorizedNetwork] = []
+    deletion_protection: bool = True
+
+
+class CpuPoolConfig(_Model):
+    machine_type: str = "e2-standard-8"
+    min_nodes: int = Field(1, ge=0)
+    max_nodes: int = Field(3, ge=1)
+    disk_size_gb: int = Field(100, ge=10)
+
+
+class KubeRayConfig(_Model):
+    install: Literal["addon", "helm"] = "addon"
+    version: str = KUBERAY_VERSION
+    logging: bool = False  # GKE Ray add-on: Ray logs to Cloud Logging
+    monitoring: bool = False  # GKE Ray add-on: Ray metrics to Managed Prometheus
+    tpu_webhook_chart: str | None = None  # helm only: path of ai-on-gke's kuberay-tpu-webhook chart
+
+
+class KueueConfig(_Model):
+    """Kueue, installed by Helm only when a TPU pool has `capacity: queued` (DWS)."""
+
+    version: str = KUEUE_VERSION
+
+
+class TpuPoolConfig(_Model):
+    name: str
+    machine_type: str
+    topology: str
+    slices: int = 1
+    capacity: Capacity = "on-demand"
+    reservation: str | None = None
+    autoscaling: bool = True
+    max_run_duration: str | None = None  # flex-start only, e.g. "86400s"
+    disk_size_gb: int = Field(100, ge=10)
+
+
+class GpuPoolConfig(_Model):
+    name: str
+    machine_type: str  # e.g. a3-highgpu-8g
+    accelerator_type: str  # e.g. nvidia-h100-80gb
+    accelerator_count: int = Field(8, ge=1)
+    nodes: int = Field(1, ge=1)  # max nodes; the pool scales to 0 while idle
+    capacity: Capacity = "on-demand"
+    reservation: str | None = None
+    autoscaling: bool = True
+    disk_size_gb: int = Field(200, ge=10)
+
+
+class StorageConfig(_Model):
+    bucket: str | None = None  # default: <project>-<stack>-park
+    location: str | None = None  # default: the region
+    versioning: bool = True
+    force_destroy: bool = False
+    mount_path: str = "/data"  # where pods see the bucket (GCS FUSE)
+
+
+class RegistryConfig(_Model):
+    repository: str = "park"
+
+
+class TrainingConfig(_Model):
+    enabled: bool = False
+    pool: str = ""
+    image: str | None = None  # default: <registry>/park-workloads:<version>
+    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
+    model_size: Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"] = "gpt2-small"
+    steps: int = Field(1000, ge=1)
+    global_batch_size: int = Field(64, ge=1)
+    seq_len: int = Field(1024, ge=8)
+    learning_rate: float = Field(3e-4, gt=0)
+    checkpoint_every: int = Field(100, ge=1)
+    num_slices: int = Field(1, ge=1)
+    max_failures: int = Field(3, ge=0)
+    data: str = "synthetic"  # "synthetic", a path under the bucket mount, or gs://...
+    ttl_seconds_after_finished: int = Field(600, ge=0)
+    active_deadline_seconds: int = Field(86400, ge=60)
+    backoff_limit: int = Field(0, ge=0)
+    estimated_step_seconds: float = Field(1.0, gt=0)  # for `park cost`'s run estimate
+
+
+class ServedModel(_Model):
+    name: str  # the OpenAI model id clients ask for
+    source: str  # Hugging Face id, gs://..., or a path under the bucket mount
+    tensor_parallel_size: int | None = None  # default: every chip of one slice
+    max_model_len: int = Field(8192, ge=16)
+    enable_expert_parallel: bool = False
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    engine_kwargs: dict[str, Any] = {}
+
+
+class ServingConfig(_Model):
+    enabled: bool = False
+    pool: str = ""
+    image: str | None = None
+    engine: Literal["vllm-torchtpu", "vllm-tpu"] = "vllm-torchtpu"
+    models: list[ServedModel] = []
+    upgrade_strategy: Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"] = "None"
+    expose_publicly: bool = False
+    hf_token: Any = None  # a Pulumi secret; never read as plain config
+
+
+class PricesConfig(_Model):
+    """`park:prices`: your own rates over infra/data/prices.yaml (negotiated, regional, newer)."""
+
+    source: str | None = None  # where these figures come from; `park cost` prints it
+    tpu_chip_hour: dict[Capacity, NonNegativeFloat] = {}  # USD / chip-hour by capacity type
+    machine_hour: dict[str, NonNegativeFloat] = {}  # USD / node-hour by machine type (CPU, GPU)
+    cluster_hour: float | None = Field(None, ge=0)  # GKE cluster management fee
+
+
+class ObservabilityConfig(_Model):
+    """Metrics to Managed Prometheus and how people reach the dashboards (private by default)."""
+
+    pod_monitoring: bool = True  # PodMonitoring for Ray head and worker metrics
+    tpu_metrics: bool = True  # TPU chip metrics where the webhook exposes the device plugin
+    expose_dashboard: bool = False  # opt-in: the Ray dashboard behind IAP
+    iap_members: list[str] = []  # who IAP lets in, e.g. "group:ml@example.com"
+    dashboard_domain: str | None = None  # host name for the IAP ingress certificate
+    # IAP's OAuth client: its id, and the name of a Secret in the workload namespace whose key
+    # "key" holds the client secret (created out of band: the secret never enters the stack).
+    iap_oauth_client_id: str | None = None
+    iap_oauth_secret: str | None = None
+    grafana: bool = False  # Grafana dashboards for Ray as ConfigMaps
+    training_metrics: bool = True  # loss and tokens/s from the training logs (log-based metrics)
+    scrape_interval: str = Field("30s", pattern=r"^[0-9]+(ms|s|m|h)$")
+
+
+# The policy pack's rules (policy/rules.py asserts it has exactly these, in this order): a typo
+# in a stack's park:policy.enforcement is a config error, not a level silently never applied.
+PolicyRule = Literal[
+    "tpu-pool-shape",
+    "tpu-topology-multi-host-only",
+    "tpu-compact-single-zone",
+    "pool-capacity",
+    "tpu-idle-scale-to-zero",
+    "rayjob-shutdown-after-finish",
+    "tpu-requires-toleration",
+    "ray-tpu-worker-shape",
+    "ray-workers-target-tpu-pools",
+    "gke-workload-identity",
+    "no-service-account-keys",
+    "node-sa-not-default",
+    "gke-private-nodes",
+    "bucket-uniform-access",
+    "no-public-iam-members",
+    "workload-roles-bucket-scoped",
+    "ray-not-public",
+    "deletion-protection-prod",
+    "no-plaintext-secrets",
+    "pod-hardening",
+]
+POLICY_RULE_NAMES: tuple[str, ...] = get_args(PolicyRule)
+
+
+class PolicyConfig(_Model):
+    """Per-stack policy settings: rule name → mandatory | advisory | disabled."""
+
+    enforcement: dict[PolicyRule, Literal["mandatory", "advisory", "disabled"]] = {}
+    prod_like: bool | None = None  # default: the stack name starts with "prod"
+
+    def is_prod_like(self, stack: str) -> bool:
+        """Prod-like stacks keep deletion protection (config rules and the policy pack)."""
+        return self.prod_like if self.prod_like is not None else stack.startswith("prod")
+
+    def level(self, rule: PolicyRule, default: str = "mandatory") -> str:
+        return self.enforcement.get(rule, default)
+
+
+class StackConfig(_Model):
+    """Everything one stack declares, validated."""
+
+    project: str
+    region: str
+    stack: str = "dev"
+    zone: str
+    extra_tpu_zones: list[str] = []
+    namespace: str = "park"
+    network: NetworkConfig = NetworkConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    cpu_pool: CpuPoolConfig = CpuPoolConfig()
+    kuberay: KubeRayConfig = KubeRayConfig()
+    kueue: KueueConfig = KueueConfig()
+    tpu_pools: list[TpuPoolConfig] = []
+    gpu_pools: list[GpuPoolConfig] = []
+    storage: StorageConfig = StorageConfig()
+    registry: RegistryConfig = RegistryConfig()
+    training: TrainingConfig = TrainingConfig()
+    serving: ServingConfig = ServingConfig()
+    prices: PricesConfig = PricesConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
+    policy: PolicyConfig = PolicyConfig()

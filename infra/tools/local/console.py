@@ -1,0 +1,68 @@
+"""What `park local` prints: the CPU changes, training progress, and the closing summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from workloads.protocol import SMOKE_MARKER
+
+if TYPE_CHECKING:
+    from infra.tools.local.ray_head import LocalRay
+    from infra.tools.local.run import Outcome
+
+
+def fmt(value: Any, spec: str = ",.1f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def metrics_line(data: dict[str, Any], total_steps: int) -> str:
+    mfu = data.get("mfu")
+    return (
+        f"step {data.get('step')}/{total_steps}  loss {fmt(data.get('loss'), '.4f')}  "
+        f"tokens/s {fmt(data.get('tokens_per_s'))} "
+        f"({fmt(data.get('tokens_per_s_per_worker'))}/worker)  "
+        f"mfu {'n/a' if mfu is None else f'{mfu:.1%}'}"
+    )
+
+
+def changes(console: Console, title: str, lines: list[str]) -> None:
+    console.print(title, highlight=False)
+    for change in lines:
+        console.print(f"  - {escape(change)}", highlight=False, soft_wrap=True)
+
+
+def summary(
+    console: Console, outcome: Outcome, ray: LocalRay, run_dir: Path, *, keep: bool
+) -> None:
+    console.rule("3. summary")
+    table = Table(show_header=False, box=None)
+    table.add_column("what", style="bold")
+    table.add_column("")
+    table.add_row("Ray", f"local head {ray.gcs_address}, dashboard {ray.dashboard_url}")
+    if outcome.trained is not None:
+        result = outcome.trained
+        metrics = outcome.last_metrics or {}
+        table.add_row(
+            "training",
+            f"job {outcome.train_job} {result.get('status')} in {outcome.train_seconds:.0f}s: "
+            f"{result.get('num_workers')} {result.get('accelerator')} workers, "
+            f"{result.get('strategy')}, step {result.get('final_step')}, "
+            f"loss {fmt(result.get('final_loss'), '.4f')}, "
+            f"{fmt(metrics.get('tokens_per_s'))} tokens/s",
+        )
+        table.add_row("checkpoint", str(result.get("checkpoint_path")))
+    if outcome.endpoint is not None:
+        table.add_row("endpoint", f"{outcome.endpoint} (OpenAI API)")
+        reply = (outcome.smoke or "").removeprefix(f"{SMOKE_MARKER}chat completion ")
+        table.add_row("chat completion", f"{reply} (tiny model, random weights)")
+        if outcome.serve_seconds is not None:
+            table.add_row("serving ready", f"in {outcome.serve_seconds:.0f}s")
+    table.add_row("changed for CPU", f"{len(outcome.changes)} change(s), listed above")
+    table.add_row("logs", str(run_dir))
+    table.add_row("next", "Ctrl-C stops serving and Ray" if keep else "stopping everything")
+    console.print(table)

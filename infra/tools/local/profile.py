@@ -1,0 +1,81 @@
+"""The CPU profile of the training job: every change `park local` makes to the RayJob's
+entrypoint, in one place, each with its reason.
+
+The entrypoint is read and written through the workloads' own protocol (workloads/protocol.py):
+field names of TrainConfig, not hand-parsed flags.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from workloads import protocol
+
+# field -> (new value, or None to drop it; why). "{storage}" is this run's local folder.
+TRAIN_CPU_PROFILE: dict[str, tuple[str | None, str]] = {
+    "accelerator": ("cpu", "no TPU here: torch on CPU, gloo process group"),
+    "num_workers": ("2", "two Ray Train workers on this machine"),
+    "tpu_topology": (None, "no TPU slice"),
+    "tpu_accelerator_type": (None, "no TPU slice"),
+    "torch_tpu_topology": (None, "no TPU slice"),
+    "chips_per_host": (None, "no TPU slice"),
+    "num_slices": (None, "no TPU slice"),
+    "peak_tflops_per_device": (None, "a TPU peak; MFU on CPU is not meaningful"),
+    "model_size": ("tiny", "a model a CPU trains in seconds"),
+    "steps": ("30", "a few dozen steps"),
+    "global_batch_size": ("4", "2 sequences per worker"),
+    "seq_len": ("64", "short sequences"),
+    "checkpoint_every": ("10", "checkpoints within 30 steps"),
+    "report_every": ("5", "progress every 5 steps"),
+    "max_failures": ("0", "fail fast instead of retrying"),
+    "storage_path": ("{storage}", "a local folder instead of the bucket"),
+}
+
+
+class ProfileError(ValueError):
+    """The RayJob cannot be run on CPU as it is (not our entrypoint, a broken runtime env)."""
+
+
+def cpu_entrypoint(entrypoint: str, storage: str) -> tuple[str, list[str]]:
+    """Apply TRAIN_CPU_PROFILE to a rendered RayJob entrypoint; return it and what changed."""
+    head, fields = protocol.split_entrypoint(entrypoint)
+    if not protocol.runs_training(head):
+        raise ProfileError(
+            f"the RayJob entrypoint does not run {protocol.TRAIN_MODULE}: {entrypoint!r}"
+        )
+    changes: list[str] = []
+    out: dict[str, Any] = {}
+    for field, value in fields.items():
+        if field not in TRAIN_CPU_PROFILE:
+            out[field] = True if value is None else value
+            continue
+        new, why = TRAIN_CPU_PROFILE[field]
+        new = None if new is None else new.format(storage=storage)
+        if new is None:
+            changes.append(f"{protocol.flag(field)} {value}: dropped ({why})")
+            continue
+        if new != value:
+            changes.append(f"{protocol.flag(field)} {value} -> {new} ({why})")
+        out[field] = new
+    for field, (new, why) in TRAIN_CPU_PROFILE.items():
+        if field not in fields and new is not None:
+            new = new.format(storage=storage)
+            changes.append(f"{protocol.flag(field)} {new}: added ({why})")
+            out[field] = new
+    return protocol.render_entrypoint(out), changes
+
+
+def total_steps() -> int:
+    """The steps a local run trains (the profile's `steps`)."""
+    return int(TRAIN_CPU_PROFILE["steps"][0] or 0)
+
+
+def runtime_env_of(rayjob: dict[str, Any]) -> dict[str, Any]:
+    """The RayJob's runtimeEnvYAML as the runtime_env the Jobs API takes (unchanged)."""
+    text = (rayjob.get("spec") or {}).get("runtimeEnvYAML") or "{}"
+    env = yaml.safe_load(text) or {}
+    if not isinstance(env, dict):
+        raise ProfileError("the RayJob's runtimeEnvYAML is not a mapping")
+    return env

@@ -1,0 +1,156 @@
+"""A private local Ray head for `park local`: `ray start --head --block` on free ports, in its
+own temp dir, with a token of its own; stopped by its process id (others may run Ray here)."""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workloads.protocol import free_port
+
+# The local Ray: what the RayJob's cluster would have had as TPU hosts, CPU here.
+RAY_NUM_CPUS = max(4, os.cpu_count() or 1)  # logical CPUs: 2 train workers, or LLM server (2)
+RAY_OBJECT_STORE_BYTES = 400 * 1024**2
+
+
+class LocalRunError(RuntimeError):
+    """The local run failed; the message says at which step and where the logs are."""
+
+
+@dataclass
+class LocalRay:
+    """A private Ray head: `ray start --head --block` on free ports, stopped by its pid."""
+
+    temp_dir: Path
+    log_path: Path
+    gcs_port: int = field(default_factory=free_port)
+    dashboard_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def gcs_address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def command(self) -> list[str]:
+        base = random.randrange(20000, 31000, 500)  # workers: a window others are unlikely to use
+        ports = {
+            "--port": self.gcs_port,
+            "--dashboard-port": self.dashboard_port,
+            "--ray-client-server-port": free_port(),
+            "--node-manager-port": free_port(),
+            "--object-manager-port": free_port(),
+            "--dashboard-agent-listen-port": free_port(),
+            "--dashboard-agent-grpc-port": free_port(),
+            "--runtime-env-agent-port": free_port(),
+            "--metrics-export-port": free_port(),
+            "--min-worker-port": base,
+            "--max-worker-port": base + 499,
+        }
+        ray = Path(sys.executable).with_name("ray")
+        return [
+            str(ray) if ray.exists() else "ray",
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            f"--num-cpus={RAY_NUM_CPUS}",
+            f"--object-store-memory={RAY_OBJECT_STORE_BYTES}",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+            *[f"{flag}={port}" for flag, port in ports.items()],
+        ]
+
+    def start(self, timeout_s: float = 300) -> None:
+        env = {**os.environ, **ray_auth_env()}
+        # The entrypoint says `python`: make it this interpreter (the one with workloads).
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        # On a busy 2-core machine the dashboard agent can take over a minute to come up; the
+        # raylet would give up on it and crash the node.
+        env.setdefault("RAY_agent_register_timeout_ms", "600000")
+        env.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "600")
+        env["PYTHONUNBUFFERED"] = "1"
+        with self.log_path.open("wb") as log:
+            # Own session: a Ctrl-C in the terminal reaches park, which stops Ray in order.
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.temp_dir,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise LocalRunError(
+                    f"ray start exited with {self.process.returncode}; see {self.log_path}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.dashboard_url}/api/version", timeout=5):
+                    return
+            except urllib.error.HTTPError:
+                return  # it answers (e.g. 401 before a token is shown): it is up
+            except (OSError, ValueError):
+                pass
+            time.sleep(1)
+        raise LocalRunError(
+            f"Ray's dashboard did not answer in {timeout_s:.0f}s; see {self.log_path}"
+        )
+
+    def stop(self) -> None:
+        """SIGTERM our `ray start --block`, which stops the processes it started; then any of
+        ours left (found by our temp dir in their command line), by pid."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        for pid in _pids_mentioning(str(self.temp_dir)):
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+
+
+def ray_auth_env() -> dict[str, str]:
+    """Token authentication with a token private to this run, for the head and every client.
+
+    Ray 2.60 turns token auth on by itself when ~/.ray/auth_token exists, and then clients that
+    do not find the token are refused. A token of our own, in the environment of the head, of
+    this process (the Jobs API client) and of the serving subprocess, works either way.
+    """
+    global _TOKEN
+    if _TOKEN is None:
+        _TOKEN = secrets.token_hex(32)
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _TOKEN}
+
+
+_TOKEN: str | None = None
+
+
+def _pids_mentioning(text: str) -> list[int]:
+    """Processes whose command line contains `text` (our private temp dir), except us."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with suppress(OSError):
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="ignore")
+            if text in cmdline and int(entry.name) != os.getpid():
+                pids.append(int(entry.name))
+    return pids

@@ -1,0 +1,348 @@
+"""`park local`: the stack's own RayJob and RayService on a local Ray, on this machine's CPU.
+
+What runs is what KubeRay would run, taken from the rendered manifests, with the changes CPU
+needs made in two visible places and printed:
+
+- training: `profile.TRAIN_CPU_PROFILE` rewrites fields of the RayJob's `entrypoint` (gloo
+  instead of the TPU, 2 workers, the tiny model, a few dozen steps, a local folder for
+  checkpoints); the `runtimeEnvYAML` goes through unchanged. Both are submitted through the Ray
+  Jobs API, as KubeRay's submitter does (`ray job submit --runtime-env-json ... -- <entrypoint>`).
+- serving: the RayService's `serveConfigV2` goes unchanged to `python -m workloads.serve.local`,
+  whose `workloads/serve/cpu_profile.py` makes (and prints) the CPU changes: no accelerator, the
+  tiny local model, vLLM's CPU knobs. It attaches to the same Ray and answers one chat completion.
+
+Training is an entrypoint string run by Ray, serving a module run as a subprocess; what passes
+between them and us is workloads/protocol.py. The Ray head (ray_head.py) runs in a private
+temp dir on free ports and is stopped by its process id at the end, unless --keep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+from infra.tools.local import console as console_out
+from infra.tools.local.profile import ProfileError, cpu_entrypoint, runtime_env_of, total_steps
+from infra.tools.local.ray_head import RAY_NUM_CPUS, LocalRay, LocalRunError, ray_auth_env
+from workloads import protocol
+
+TRAIN_TIMEOUT_S = 1800.0
+SERVE_TIMEOUT_S = 1800.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class Outcome:
+    """What ran, for the summary."""
+
+    trained: dict[str, Any] | None = None  # the PARK_RESULT
+    train_job: str | None = None
+    train_seconds: float | None = None
+    last_metrics: dict[str, Any] | None = None
+    endpoint: str | None = None
+    smoke: str | None = None
+    serve_seconds: float | None = None
+    changes: list[str] = field(default_factory=list)
+
+
+def run_dir_for(stack: str) -> Path:
+    """Where a run keeps its checkpoints and logs: `$PARK_CACHE_DIR` or ~/.cache/park-gke."""
+    root = Path(os.environ.get("PARK_CACHE_DIR") or Path.home() / ".cache" / "park-gke")
+    return root / "local-runs" / f"{stack}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _manifest(rendered: Any, kind: str) -> dict[str, Any] | None:
+    found = [m for m in rendered.manifests() if m.get("kind") == kind]
+    return found[0] if found else None
+
+
+def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) -> Outcome:
+    """Train and/or serve the rendered stack on a local Ray; raise LocalRunError on failure."""
+    stack = rendered.config.stack
+    rayjob = _manifest(rendered, "RayJob") if only != "serve" else None
+    rayservice = _manifest(rendered, "RayService") if only != "train" else None
+    if rayjob is None and rayservice is None:
+        raise LocalRunError(
+            f"stack {stack} has nothing to run"
+            + (f" for --only {only}" if only else "")
+            + ": enable park:training and/or park:serving"
+        )
+    run_dir = run_dir_for(stack)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    outcome = Outcome()
+    console.print(
+        f"[bold]park local {escape(stack)}[/]: the stack's "
+        + " and ".join(
+            n for n, m in (("RayJob", rayjob), ("RayService", rayservice)) if m is not None
+        )
+        + f" on a local Ray (CPU); run folder {run_dir}",
+        highlight=False,
+    )
+    # SIGTERM (kill, a supervisor) stops the run as Ctrl-C does: Ray goes down in order.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with _local_ray(run_dir, console) as ray:
+            try:
+                if rayjob is not None:
+                    _train(rayjob, ray, run_dir, console, outcome)
+                if rayservice is not None:
+                    _serve(rayservice, ray, run_dir, console, outcome, keep=keep, stack=stack)
+                else:
+                    console_out.summary(console, outcome, ray, run_dir, keep=False)
+            except KeyboardInterrupt:
+                console.print("interrupted: stopping", highlight=False)
+                raise LocalRunError("interrupted before the run finished") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return outcome
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _local_ray(run_dir: Path, console: Console) -> Iterator[LocalRay]:
+    # Short path: Ray's unix sockets live under the temp dir (107-byte limit).
+    temp_dir = Path(tempfile.mkdtemp(prefix="park-ray-", dir="/tmp"))
+    ray = LocalRay(temp_dir=temp_dir, log_path=run_dir / "ray-start.log")
+    with console.status("starting a local Ray head..."):
+        started = time.monotonic()
+        try:
+            ray.start()
+        except BaseException:
+            ray.stop()
+            raise
+    console.print(
+        f"Ray head up in {time.monotonic() - started:.0f}s: GCS {ray.gcs_address}, "
+        f"dashboard {ray.dashboard_url} (no Kubernetes: one node, {RAY_NUM_CPUS} logical CPUs)",
+        highlight=False,
+    )
+    ok = False
+    try:
+        yield ray
+        ok = True
+    finally:
+        with console.status("stopping Ray..."):
+            ray.stop()
+        if ok:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            console.print("Ray stopped.", highlight=False)
+        else:
+            console.print(f"Ray stopped; its logs are kept in {temp_dir}", highlight=False)
+
+
+def _train(
+    rayjob: dict[str, Any], ray: LocalRay, run_dir: Path, console: Console, outcome: Outcome
+) -> None:
+    """Submit the RayJob's entrypoint + runtime env through the Jobs API; stream progress."""
+    os.environ.update(ray_auth_env())  # before Ray reads it: the client sends our token
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    storage = str(run_dir / "checkpoints")
+    try:
+        entrypoint, changes = cpu_entrypoint(rayjob["spec"]["entrypoint"], storage)
+        runtime_env = runtime_env_of(rayjob)
+    except ProfileError as err:
+        raise LocalRunError(str(err)) from None
+    outcome.changes += [f"training: {c}" for c in changes]
+    console.rule("1. training: the RayJob's entrypoint through the Ray Jobs API")
+    console_out.changes(
+        console, "changed for CPU (infra/tools/local/profile.py TRAIN_CPU_PROFILE):", changes
+    )
+    console.print(f"runtime_env (runtimeEnvYAML, unchanged): {json.dumps(runtime_env)}")
+    console.print(f"entrypoint: {escape(entrypoint)}", highlight=False, soft_wrap=True)
+    total = total_steps()
+    client = JobSubmissionClient(ray.dashboard_url)
+    started = time.monotonic()
+    job_id = _submit(client, entrypoint, runtime_env)
+    outcome.train_job = job_id
+    console.print(f"submitted job {job_id}; waiting for its progress...", highlight=False)
+    seen = 0
+    log_path = run_dir / "train.log"
+    status = None
+    try:
+        while True:
+            status = client.get_job_status(job_id)
+            logs = client.get_job_logs(job_id)
+            lines = logs.splitlines()
+            for line in lines[seen:]:
+                parsed = protocol.parse_line(line)
+                if parsed and parsed[0] == protocol.METRICS:
+                    last = (outcome.last_metrics or {}).get("step")
+                    outcome.last_metrics = parsed[1]
+                    if parsed[1].get("step") != last:  # Ray may forward a line twice
+                        console.print(
+                            f"  {console_out.metrics_line(parsed[1], total)}", highlight=False
+                        )
+                elif parsed:
+                    outcome.trained = parsed[1]
+            seen = len(lines)
+            if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+                break
+            if time.monotonic() - started > TRAIN_TIMEOUT_S:
+                client.stop_job(job_id)
+                raise LocalRunError(f"training did not finish in {TRAIN_TIMEOUT_S:.0f}s")
+            time.sleep(1)
+    except KeyboardInterrupt:
+        with suppress(Exception):
+            client.stop_job(job_id)
+        raise
+    finally:
+        with suppress(Exception):
+            log_path.write_text(client.get_job_logs(job_id))
+    outcome.train_seconds = time.monotonic() - started
+    if status != JobStatus.SUCCEEDED or not outcome.trained:
+        tail = "\n".join(log_path.read_text().splitlines()[-30:]) if log_path.exists() else ""
+        console.print(escape(tail), highlight=False)
+        raise LocalRunError(f"training job {job_id} ended {status}; full log: {log_path}")
+    result = outcome.trained
+    console.print(
+        f"training {result.get('status')} in {outcome.train_seconds:.0f}s: step "
+        f"{result.get('final_step')}, loss {console_out.fmt(result.get('final_loss'), '.4f')}, "
+        f"checkpoint {result.get('checkpoint_path')}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _submit(client: Any, entrypoint: str, runtime_env: dict[str, Any]) -> str:
+    """Submit, retrying while the head's job agent comes up (it may lag the dashboard)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return str(client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env))
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(3)
+
+
+def _serve(
+    rayservice: dict[str, Any],
+    ray: LocalRay,
+    run_dir: Path,
+    console: Console,
+    outcome: Outcome,
+    *,
+    keep: bool,
+    stack: str,
+) -> None:
+    """Deploy the RayService's serveConfigV2 with the serving workload's CPU profile."""
+    text = (rayservice.get("spec") or {}).get("serveConfigV2")
+    if not isinstance(text, str):
+        raise LocalRunError("the RayService has no serveConfigV2")
+    config_path = run_dir / "serveConfigV2.yaml"
+    config_path.write_text(text)
+    models = [
+        llm.get("model_loading_config", {}).get("model_id")
+        for app in (yaml.safe_load(text) or {}).get("applications") or []
+        for llm in ((app.get("args") or {}).get("llm_configs") or [])
+        if isinstance(llm, dict)
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        protocol.SERVE_LOCAL_MODULE,
+        "--serve-config",
+        str(config_path),
+        "--address",
+        ray.gcs_address,
+        "--smoke",
+        "--timeout",
+        str(int(SERVE_TIMEOUT_S)),
+    ]
+    if len(models) > 1:  # each vLLM on CPU takes 2 CPUs and GBs: serve the first one
+        command += ["--model", str(models[0])]
+    if keep:
+        command.append("--keep")
+    console.rule("2. serving: the RayService's serveConfigV2 on Ray Serve LLM + vLLM (CPU)")
+    console.print(f"serveConfigV2 (as rendered): {config_path}", highlight=False)
+    console.print(f"running: {escape(shlex.join(command))}", highlight=False, soft_wrap=True)
+    stderr_path = run_dir / "serve.log"
+    started = time.monotonic()
+    env = {**os.environ, **ray_auth_env(), "PYTHONUNBUFFERED": "1"}
+    with stderr_path.open("w") as stderr:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            cwd=run_dir,
+            start_new_session=True,  # park forwards Ctrl-C as SIGTERM, once
+        )
+        try:
+            _follow_serve(process, console, outcome, ray, run_dir, keep=keep, started=started)
+        except KeyboardInterrupt:
+            console.print("interrupted: stopping the deployment", highlight=False)
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+    if process.returncode not in (0, -signal.SIGTERM) or outcome.smoke is None:
+        tail = "\n".join(stderr_path.read_text().splitlines()[-30:])
+        console.print(escape(tail), highlight=False)
+        raise LocalRunError(
+            f"serving {stack} failed (exit {process.returncode}); log: {stderr_path}"
+        )
+
+
+def _follow_serve(
+    process: subprocess.Popen[str],
+    console: Console,
+    outcome: Outcome,
+    ray: LocalRay,
+    run_dir: Path,
+    *,
+    keep: bool,
+    started: float,
+) -> None:
+    """Echo the serving process' output; note its endpoint and smoke reply; print the summary."""
+    assert process.stdout is not None
+    in_changes = False
+    for raw in process.stdout:
+        line = raw.rstrip("\n")
+        if line.startswith(protocol.CHANGES_HEADER):
+            in_changes = True
+            console.print(f"{line[:-1]} (workloads/serve/cpu_profile.py):", highlight=False)
+            continue
+        if in_changes and line.startswith(protocol.CHANGE_ITEM):
+            outcome.changes.append(f"serving: {line[len(protocol.CHANGE_ITEM) :]}")
+            console.print(escape(line), highlight=False, soft_wrap=True)
+            continue
+        in_changes = False
+        if line.startswith(protocol.ENDPOINT_MARKER):
+            outcome.endpoint = line.split(" ", 1)[1].strip()
+        if line.startswith(protocol.SMOKE_MARKER):
+            outcome.smoke = line
+            outcome.serve_seconds = time.monotonic() - started
+        console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+        if line.startswith(protocol.SMOKE_MARKER):
+            console_out.summary(console, outcome, ray, run_dir, keep=keep)
+            if keep:
+                console.print("serving until Ctrl-C...", highlight=False)
+    process.wait()

@@ -1,0 +1,148 @@
+"""The contract between the workloads and whoever runs them (the infra's RayJob, `park local`).
+
+Torch-free and Ray-free, so `infra` may import it without pulling either in. It owns:
+
+- the training entrypoint: `python -m workloads.train --flag value ...`, rendered from field
+  names of `workloads.train.config.TrainConfig` (``num_workers`` → ``--num-workers``) and read
+  back the same way;
+- the progress lines the training loop prints (`PARK_METRICS {json}` per report, `PARK_RESULT
+  {json}` at the end) and their parser;
+- the markers `python -m workloads.serve.local` prints for its caller;
+- `free_port`, and the port torch_tpu's slice builder listens on by default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+# ---- training entrypoint --------------------------------------------------------------------
+
+TRAIN_MODULE = "workloads.train"
+TRAIN_COMMAND = ("python", "-m", TRAIN_MODULE)
+# torch_tpu's TORCH_TPU_BASE_PORT default: worker i of a host listens on base + local rank.
+TORCH_TPU_BASE_PORT = 8070
+
+
+def flag(field: str) -> str:
+    """``num_workers`` → ``--num-workers``."""
+    return "--" + field.replace("_", "-")
+
+
+def field_of(flag_name: str) -> str:
+    """``--num-workers`` → ``num_workers``."""
+    return flag_name.removeprefix("--").replace("-", "_")
+
+
+def _word(value: Any) -> str:
+    """A value as a command-line word: floats as short as they stay exact (3e-4, 918)."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
+def render_entrypoint(fields: Mapping[str, Any]) -> str:
+    """The command line for these TrainConfig fields, in the order given (booleans as
+    ``--flag`` / ``--no-flag``; None values are left out)."""
+    words = list(TRAIN_COMMAND)
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            words.append(flag(name) if value else "--no-" + name.replace("_", "-"))
+        else:
+            words += [flag(name), _word(value)]
+    return shlex.join(words)
+
+
+def training_entrypoint(fields: Mapping[str, Any]) -> str:
+    """Render, after checking that the fields form a valid TrainConfig (the job's own rules):
+    a flag the workload does not know fails here, at preview, not in the pod."""
+    from workloads.train.config import TrainConfig, validate
+
+    validate(TrainConfig.from_dict(fields))
+    return render_entrypoint(fields)
+
+
+def split_entrypoint(entrypoint: str) -> tuple[list[str], dict[str, str | None]]:
+    """(the words before the first flag, ``{field: value}``); a bare flag maps to None.
+
+    Raises ValueError when the line is not a shell command line."""
+    words = shlex.split(entrypoint)
+    head: list[str] = []
+    while words and not words[0].startswith("--"):
+        head.append(words.pop(0))
+    fields: dict[str, str | None] = {}
+    while words:
+        name = words.pop(0)
+        value = words.pop(0) if words and not words[0].startswith("--") else None
+        fields[field_of(name)] = value
+    return head, fields
+
+
+def runs_training(head: list[str]) -> bool:
+    """Whether the words before the flags run our training module."""
+    return head[-2:] == ["-m", TRAIN_MODULE]
+
+
+# ---- progress lines -------------------------------------------------------------------------
+
+METRICS_PREFIX = "PARK_METRICS "
+RESULT_PREFIX = "PARK_RESULT "
+METRICS = METRICS_PREFIX.strip()
+RESULT = RESULT_PREFIX.strip()
+_LINE = re.compile(rf"({METRICS}|{RESULT}) (\{{.*\}})\s*$")
+
+
+def format_line(prefix: str, payload: Mapping[str, Any]) -> str:
+    return prefix + json.dumps(dict(payload), sort_keys=True)
+
+
+def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
+    """``("PARK_METRICS", {...})`` for a progress line, also behind Ray's ``(pid=...)`` prefix.
+
+    Ray forwards a worker's stdout as ``(RayTrainWorker pid=12, ip=10.0.0.1) PARK_METRICS {...}``,
+    so the marker is looked for anywhere in the line, not only at its start.
+    """
+    match = _LINE.search(line)
+    if match is None:
+        return None
+    try:
+        return match.group(1), json.loads(match.group(2))
+    except json.JSONDecodeError:
+        return None
+
+
+# ---- what `python -m workloads.serve.local` prints ------------------------------------------
+
+SERVE_LOCAL_MODULE = "workloads.serve.local"
+ENDPOINT_MARKER = "PARK_ENDPOINT "  # then the OpenAI base URL
+RAY_ADDRESS_MARKER = "PARK_RAY_ADDRESS "  # then the GCS address it attached to
+CHANGES_HEADER = "changed for CPU:"  # then one "  - <change>" line per change
+CHANGE_ITEM = "  - "
+SMOKE_MARKER = "smoke: "  # then the smoke request's reply
+
+
+# ---- ports ----------------------------------------------------------------------------------
+
+_HANDED_OUT: set[int] = set()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, and never one this process handed out before.
+
+    Never assume a default port is free (others share the machine). The kernel may give the
+    same port to two bind-and-close calls in a row; two servers given it answer each other's
+    requests (seen: Ray's runtime-env agent answered by its metrics exporter with HTTP 405)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
