@@ -39,6 +39,7 @@ from infra.names import (
     WORKLOAD_KSA,
     WORKLOAD_LABEL,
 )
+from infra.plan import serve_tuning
 from infra.resolve import PoolPlan, ServingPlan, StackPlan, TrainingPlan
 from infra.versions import RAY_VERSION
 from workloads import protocol
@@ -442,9 +443,11 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
                     "autoscaling_config": {
                         "min_replicas": spec.min_replicas,
                         "max_replicas": spec.max_replicas,
-                    }
+                    },
+                    **serve_tuning.deployment_options(),
                 },
                 "runtime_env": {"env_vars": env},
+                **serve_tuning.llm_config_options(),
             }
         )
     return {
@@ -453,7 +456,7 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
                 "name": "llm",
                 "route_prefix": "/",
                 "import_path": "ray.serve.llm:build_openai_app",
-                "args": {"llm_configs": llm_configs},
+                "args": {"llm_configs": llm_configs, **serve_tuning.app_args()},
             }
         ]
     }

@@ -61,7 +61,7 @@ def test_park_local_dev(tmp_path):
     print(f"park local dev took {seconds:.0f}s")
 
     # 1. training: the CPU changes are listed, progress streamed, the job succeeded
-    assert "changed for CPU (infra/local.py TRAIN_CPU_PROFILE):" in out
+    assert "changed for CPU (infra/tools/local/profile.py TRAIN_CPU_PROFILE):" in out
     assert "--accelerator tpu -> cpu" in out
     steps = [int(s) for s in re.findall(r"step (\d+)/30  loss \d", out)]
     assert steps and steps[-1] == 30, out
