@@ -7,6 +7,7 @@ which the resolve step calls once; nothing else builds one of these strings.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -41,7 +42,6 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 
 # ---- Kubernetes objects -------------------------------------------------------------------
 
-WORKLOAD_KSA = "park-workload"  # the KSA every Ray pod runs as (Workload Identity)
 HF_SECRET_NAME = "hf-token"
 HF_SECRET_KEY = "token"
 NETWORK_POLICY_NAME = "ray-pods"
@@ -78,16 +78,25 @@ RAY_UID = 1000
 RAY_GID = 100
 
 # ---- cloud names of one stack -------------------------------------------------------------
+# Service accounts, the registry repository, networks, routers, log metrics and the dashboard's
+# address live in the project, not in a cluster: two stacks in one project must not share any
+# of them. Workload Identity makes the same namespace/KSA in any cluster of a project the same
+# principal ("identity sameness"), so the KSA is per stack too. Everything derives from the
+# stack's prefix, `park-<stack>`; a repository is shared only when a stack says so.
+
+SERVICE_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")  # 6-30 chars (IAM)
+RFC1035_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")  # networks, routers (Compute)
 
 
 @dataclass(frozen=True)
 class StackNames:
     """The project-scoped names of one stack, derived once (infra.resolve)."""
 
+    prefix: str  # park-<stack>, DNS-safe
+    project: str
     cluster: str
     node_service_account_id: str
     workload_service_account_id: str
-    workload_service_account_email: str
     registry_repository: str
     registry_url: str
     bucket: str
@@ -99,17 +108,43 @@ class StackNames:
     log_metric_prefix: str  # Cloud Logging metric names of the training run
     dashboard: str  # the IAP dashboard's static address and certificate
     namespace: str
-    workload_ksa: str = WORKLOAD_KSA
+    workload_ksa: str
+
+    @property
+    def workload_service_account_email(self) -> str:
+        return f"{self.workload_service_account_id}@{self.project}.iam.gserviceaccount.com"
+
+    @property
+    def workload_pool(self) -> str:
+        """The project's Workload Identity pool (it exists once a WI cluster does)."""
+        return f"{self.project}.svc.id.goog"
 
     @property
     def workload_identity_member(self) -> str:
-        """The Workload Identity principal of the Ray pods (project pool, namespace, KSA)."""
-        project = self.workload_service_account_email.split("@", 1)[1].split(".", 1)[0]
-        return f"serviceAccount:{project}.svc.id.goog[{self.namespace}/{self.workload_ksa}]"
+        """The Ray pods' Workload Identity principal: project pool, namespace, KSA."""
+        return f"serviceAccount:{self.workload_pool}[{self.namespace}/{self.workload_ksa}]"
 
 
 def _metric_id(text: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", text.lower())
+
+
+def dns_label(text: str) -> str:
+    """``My_Stack.1`` → ``my-stack-1``: lowercase letters, digits and single dashes."""
+    label = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return label or "stack"
+
+
+def service_account_id(prefix: str, role: str) -> str:
+    """``<prefix>-<role>`` as a valid IAM account id (6-30 chars, ends in a letter or digit);
+    a prefix too long to fit is shortened and made unique with a hash of the whole of it."""
+    candidate = f"{prefix}-{role}"
+    if len(candidate) <= 30 and SERVICE_ACCOUNT_ID.match(candidate):
+        return candidate
+    digest = hashlib.sha256(prefix.encode()).hexdigest()[:6]
+    keep = 30 - len(role) - len(digest) - 2
+    head = prefix[:keep].rstrip("-") or "park"
+    return f"{head}-{digest}-{role}"
 
 
 def stack_names(
@@ -117,30 +152,32 @@ def stack_names(
     project: str,
     region: str,
     stack: str,
-    cluster: str,
+    cluster: str | None,
     namespace: str,
     bucket: str | None,
-    registry_repository: str,
+    registry_repository: str | None,
 ) -> StackNames:
     """Names for one stack's project-scoped resources."""
-    workload_sa = "park-workload"
-    repository = registry_repository
+    prefix = f"park-{dns_label(stack)}"
+    repository = registry_repository or prefix
     return StackNames(
-        cluster=cluster,
-        node_service_account_id=f"{cluster}-nodes"[:30],
-        workload_service_account_id=workload_sa,
-        workload_service_account_email=f"{workload_sa}@{project}.iam.gserviceaccount.com",
+        prefix=prefix,
+        project=project,
+        cluster=cluster or prefix,
+        node_service_account_id=service_account_id(prefix, "nodes"),
+        workload_service_account_id=service_account_id(prefix, "workload"),
         registry_repository=repository,
         registry_url=f"{region}-docker.pkg.dev/{project}/{repository}",
         bucket=bucket or f"{project}-{stack}-park",
-        network=f"{cluster}-vpc",
-        subnetwork=f"{cluster}-nodes",
-        router=f"{cluster}-router",
-        nat=f"{cluster}-nat",
+        network=f"{prefix}-vpc",
+        subnetwork=f"{prefix}-nodes",
+        router=f"{prefix}-router",
+        nat=f"{prefix}-nat",
         stack_id=_metric_id(stack),
         log_metric_prefix=f"park_{_metric_id(stack)}_train",
-        dashboard=f"{cluster}-{DASHBOARD_NAME}",
+        dashboard=f"{prefix}-{DASHBOARD_NAME}",
         namespace=namespace,
+        workload_ksa=f"{prefix}-workload",
     )
 
 

@@ -52,10 +52,13 @@ def load_plan() -> tuple[StackPlan, pulumi.Output[str] | None]:
     # A credential set without --secret sits in plain text in the stack file: refuse it.
     secret_keys = [key for key in values if pulumi.runtime.is_config_secret(key)]
     try:
-        return stack.from_values(values, pulumi.get_stack(), secret_keys), hf_token
+        plan = stack.from_values(values, pulumi.get_stack(), secret_keys)
     except ConfigError as err:
         # Fails the preview before any resource is registered.
         raise pulumi.RunError(str(err)) from None
+    for warning in plan.warnings:
+        pulumi.log.warn(str(warning))
+    return plan, hf_token
 
 
 def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
@@ -81,12 +84,18 @@ def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
         network_name=network.network_name,
         subnetwork_name=network.subnetwork_name,
     )
-    storage = Storage(
-        "storage", storage_plan.storage(plan), node_service_account=cluster.node_service_account
-    )
     after_cluster: list[pulumi.Resource] = [cluster.resource]
+    storage = Storage(
+        "storage",
+        storage_plan.storage(plan),
+        node_service_account=cluster.node_service_account,
+        workload_identity_pool=after_cluster,
+    )
     node_sa = cluster.node_service_account
-    CpuPool(node_pools.cpu_pool(spec.cpu_pool, zone), cluster.name, node_sa, after_cluster)
+    cpu = CpuPool(node_pools.cpu_pool(spec.cpu_pool, zone), cluster.name, node_sa, after_cluster)
+    # The default pool is removed: nothing in the cluster can run (Helm's atomic waits, the
+    # operator's pods, Kueue's webhook) before the system pool has nodes.
+    after_system_pool: list[pulumi.Resource] = [cluster.resource, cpu.node_pool]
     tpu_pools = {
         pool.name: TpuSlicePool(
             pool,
@@ -106,10 +115,14 @@ def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
         spec.kuberay.install,
         operator_plan.helm_releases(plan),
         provider,
-        depends_on=after_cluster,
+        depends_on=after_system_pool,
     )
     space = Workspace(
-        "workspace", workspace_plan.workspace(plan), provider, hf_token, depends_on=after_cluster
+        "workspace",
+        workspace_plan.workspace(plan),
+        provider,
+        hf_token,
+        depends_on=after_system_pool,
     )
     ready = [*kuberay.ready, *space.ready]
     if plan.queued_pools:
@@ -119,7 +132,7 @@ def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
             kueue_plan.helm_release(plan),
             kueue_plan.manifests(plan),
             provider,
-            after_cluster,
+            after_system_pool,
             namespace_ready=space.ready,
         )
         ready += queues.ready

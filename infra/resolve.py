@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra import catalog, names
+from infra import catalog, gke, names
+from infra.spec.errors import ConfigProblem
 from infra.spec.models import (
     GpuPoolConfig,
     ServedModel,
@@ -132,6 +133,8 @@ class StackPlan:
     gpu_pools: tuple[GpuPoolPlan, ...]
     training: TrainingPlan | None
     serving: ServingPlan | None
+    cluster_version: gke.GkeVersion  # the pin, or the release channel's default
+    warnings: tuple[ConfigProblem, ...] = ()  # valid, but worth saying (infra.rules.warnings)
 
     @property
     def stack(self) -> str:
@@ -142,6 +145,11 @@ class StackPlan:
             if pool.name == name:
                 return pool
         raise KeyError(f"no TPU pool {name!r}")
+
+    @property
+    def kubernetes_version(self) -> str:
+        """The Kubernetes minor the cluster runs, for schema checks: ``1.35.0``."""
+        return f"{self.cluster_version.major}.{self.cluster_version.minor}.0"
 
     @property
     def multi_host(self) -> bool:
@@ -279,6 +287,8 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             upgrade_clusters=clusters,
         )
 
+    cluster = spec.cluster
+    pinned = cluster.version if gke.parse(cluster.version or "") else None  # rules say why not
     return StackPlan(
         spec=spec,
         names=stack_names,
@@ -286,4 +296,5 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         gpu_pools=gpus,
         training=training,
         serving=serving,
+        cluster_version=gke.cluster_version(cluster.release_channel, pinned),
     )

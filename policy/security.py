@@ -17,6 +17,7 @@ from pulumi_policy import (
 
 from infra.names import EXPOSE_DASHBOARD_ANNOTATION, EXPOSE_SERVE_ANNOTATION
 from infra.plan.pods import containers
+from infra.spec import secrets
 from policy._props import get, is_true, items, mapping, stack_of, strings
 from policy.kuberay import kind_of, templates
 from policy.tpu import NODE_POOL
@@ -317,21 +318,8 @@ def deletion_protection_prod(
         )
 
 
-# Values that are credentials whatever their key: tokens with a known prefix and key material.
-CREDENTIAL_PATTERNS = {
-    "a Hugging Face token": re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),
-    "a Google API key": re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),
-    "a Google OAuth access token": re.compile(r"\bya29\.[0-9A-Za-z_\-]{20,}"),
-    "a GitHub token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
-    "a private key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
-    "a service-account key file": re.compile(r'"private_key_id"\s*:'),
-}
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL)", re.I)
-_REFERENCE_SUFFIXES = ("_PATH", "_FILE", "_DIR", "_NAME", "_URL")
-
-
-def _secret_named(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name)) and not name.upper().endswith(_REFERENCE_SUFFIXES)
+CREDENTIAL_PATTERNS = secrets.CREDENTIAL_PATTERNS
+_secret_named = secrets.secret_named
 
 
 def _env_vars(node: Any, where: str) -> Iterator[tuple[str, str, Any]]:

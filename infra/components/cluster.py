@@ -51,11 +51,18 @@ class Cluster(pulumi.ComponentResource):
         self.name = cluster.name
         self.endpoint = cluster.endpoint
         self.node_service_account = node_sa.email
-        self.kubeconfig = pulumi.Output.secret(
-            pulumi.Output.all(
+        if plan.dns_endpoint:
+            dns = cluster.control_plane_endpoints_config.apply(
+                lambda c: c.dns_endpoint_config.endpoint if c and c.dns_endpoint_config else ""
+            )
+            config = pulumi.Output.all(cluster.name, dns).apply(
+                lambda a: kubeconfig(a[0], a[1], None)
+            )
+        else:
+            config = pulumi.Output.all(
                 cluster.name, cluster.endpoint, cluster.master_auth.cluster_ca_certificate
             ).apply(lambda a: kubeconfig(a[0], a[1], a[2] or ""))
-        )
+        self.kubeconfig = pulumi.Output.secret(config)
         self._cluster = cluster
         self.register_outputs(
             {

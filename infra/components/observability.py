@@ -106,13 +106,15 @@ class DashboardAccess(pulumi.ComponentResource):
             managed={"domains": [access.domain]},
             opts=child,
         )
-        # Project-wide: GKE names the backend service, so a per-backend grant cannot be declared.
+        # Project-wide: GKE names the backend service, so a per-backend grant cannot be declared;
+        # the condition keeps it to this stack's host (infra/plan/observability.py).
         for member in access.iap_members:
             WebIamMember(
                 f"iap-{member.replace(':', '-').replace('@', '-at-')}",
                 project=project,
                 role=IAP_ROLE,
                 member=member,
+                condition=access.iap_condition,
                 opts=child,
             )
         in_cluster = pulumi.ResourceOptions(

@@ -21,16 +21,22 @@ class Storage(pulumi.ComponentResource):
         name: str,
         plan: StoragePlan,
         node_service_account: pulumi.Input[str],
+        workload_identity_pool: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ):
+        """`workload_identity_pool`: what creates the project's Workload Identity pool (the
+        cluster): a binding to PROJECT.svc.id.goog[ns/ksa] made before it exists fails with
+        400 "Identity Pool does not exist" on a project that never had a WI cluster."""
         super().__init__("park:gcp:Storage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
         bucket = Bucket(f"{name}-bucket", **plan.bucket, opts=child)
-        registry = Repository(f"{name}-registry", **plan.registry, opts=child)
+        repository: pulumi.Input[str] = plan.registry["repository_id"]
+        if plan.create_registry:
+            repository = Repository(f"{name}-registry", **plan.registry, opts=child).name
         RepositoryIamMember(
             f"{name}-registry-nodes-read",
-            repository=registry.name,
+            repository=repository,
             location=plan.registry["location"],
             role=REGISTRY_READER_ROLE,
             member=pulumi.Output.from_input(node_service_account).apply(
@@ -53,7 +59,7 @@ class Storage(pulumi.ComponentResource):
             service_account_id=gsa.name,
             role=WORKLOAD_IDENTITY_ROLE,
             member=plan.workload_identity_member,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=workload_identity_pool),
         )
         self.bucket = bucket.name
         self.registry_url = pulumi.Output.from_input(plan.registry_url)

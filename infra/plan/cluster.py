@@ -29,6 +29,7 @@ class ClusterPlan:
     node_service_account_id: str
     node_roles: tuple[str, ...]
     args: dict[str, Any]  # container.Cluster arguments, except network, subnetwork, node SA
+    dns_endpoint: bool  # the kubeconfig (and so `pulumi up` in CI) uses the DNS endpoint
 
 
 def cluster(plan: StackPlan) -> ClusterPlan:
@@ -42,12 +43,15 @@ def cluster(plan: StackPlan) -> ClusterPlan:
         }
     authorized = cfg.master_authorized_networks
     args: dict[str, Any] = {
-        "name": cfg.name,
+        "name": plan.names.cluster,
         "location": spec.zone,
         # The default pool is replaced by our own pools; it runs as our SA while it exists.
         "remove_default_node_pool": True,
         "initial_node_count": 1,
         "node_config": {"oauth_scopes": [CLOUD_PLATFORM_SCOPE]},
+        # A pin is sent as the cluster's *initial* version (pulumi-gcp/terraform: Cluster.
+        # initialClusterVersion, never read back); unset, the channel's default is used and the
+        # channel upgrades the cluster. infra/rules/pools.py checks a pin against the channel.
         "min_master_version": cfg.version,
         "release_channel": {"channel": cfg.release_channel},
         "deletion_protection": cfg.deletion_protection,
@@ -56,7 +60,7 @@ def cluster(plan: StackPlan) -> ClusterPlan:
             "cluster_secondary_range_name": spec.network.pods_range_name,
             "services_secondary_range_name": spec.network.services_range_name,
         },
-        "workload_identity_config": {"workload_pool": f"{spec.project}.svc.id.goog"},
+        "workload_identity_config": {"workload_pool": plan.names.workload_pool},
         "private_cluster_config": {
             "enable_private_nodes": cfg.private_nodes,
             "enable_private_endpoint": cfg.private_endpoint,
@@ -83,24 +87,35 @@ def cluster(plan: StackPlan) -> ClusterPlan:
         "enable_shielded_nodes": True,
         "security_posture_config": {"mode": "BASIC", "vulnerability_mode": "VULNERABILITY_BASIC"},
     }
+    if cfg.dns_endpoint:
+        # A DNS name for the control plane that IAM guards (container.clusters.connect), reachable
+        # from outside the VPC without opening masterAuthorizedNetworks: how CI runners and
+        # laptops reach a private cluster. masterAuthorizedNetworks keep guarding the IP endpoint.
+        args["control_plane_endpoints_config"] = {
+            "dns_endpoint_config": {"allow_external_traffic": True}
+        }
     return ClusterPlan(
-        name=cfg.name,
+        name=plan.names.cluster,
         project=spec.project,
         node_service_account_id=plan.names.node_service_account_id,
         node_roles=NODE_ROLES,
         args=args,
+        dns_endpoint=cfg.dns_endpoint,
     )
 
 
-def kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
-    """A kubeconfig that authenticates with gke-gcloud-auth-plugin (no static credentials)."""
+def kubeconfig(name: str, endpoint: str, ca_certificate: str | None) -> str:
+    """A kubeconfig that authenticates with gke-gcloud-auth-plugin (no static credentials).
+
+    The DNS endpoint (`<uid>.<region>.gke.goog`) serves a publicly trusted certificate, so it
+    carries no CA (as `gcloud container clusters get-credentials --dns-endpoint` writes it)."""
+    authority = f"\n    certificate-authority-data: {ca_certificate}" if ca_certificate else ""
     return f"""apiVersion: v1
 kind: Config
 clusters:
 - name: {name}
   cluster:
-    server: https://{endpoint}
-    certificate-authority-data: {ca_certificate}
+    server: https://{endpoint}{authority}
 contexts:
 - name: {name}
   context: {{cluster: {name}, user: {name}}}

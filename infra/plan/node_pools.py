@@ -37,7 +37,9 @@ def _taint(key: str, value: str) -> dict[str, str]:
 
 
 def _capacity_args(capacity: str, reservation: str | None) -> dict[str, Any]:
-    """node_config fields for a capacity type (GKE's preconditions, see FACTS.md)."""
+    """node_config fields for a capacity type (GKE's preconditions, see FACTS.md). Queued
+    provisioning is flex-start capacity handed out through ProvisioningRequests: GKE's docs
+    create such pools with both --flex-start and --enable-queued-provisioning."""
     if capacity == "spot":
         return {"spot": True}
     if capacity == "reservation":
@@ -49,8 +51,10 @@ def _capacity_args(capacity: str, reservation: str | None) -> dict[str, Any]:
             }
         }
     if capacity in ("flex-start", "queued"):
-        extra = {"flex_start": True} if capacity == "flex-start" else {}
-        return {**extra, "reservation_affinity": {"consume_reservation_type": "NO_RESERVATION"}}
+        return {
+            "flex_start": True,
+            "reservation_affinity": {"consume_reservation_type": "NO_RESERVATION"},
+        }
     return {}
 
 

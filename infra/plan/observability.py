@@ -276,6 +276,10 @@ class DashboardAccess:
     certificate_name: str  # Google-managed certificate for `domain`
     domain: str
     iap_members: tuple[str, ...]
+    # The grant is project-wide (GKE names the backend service), so it is conditioned on this
+    # stack's host name: two stacks granting one group are then two bindings, and a destroy of
+    # one does not revoke the other's (IAM conditions on IAP: request.host).
+    iap_condition: dict[str, str]
     manifests: tuple[dict[str, Any], ...]
 
 
@@ -365,6 +369,11 @@ def dashboard_access(plan: StackPlan) -> DashboardAccess | None:
         certificate_name=base,
         domain=obs.dashboard_domain,
         iap_members=tuple(obs.iap_members),
+        iap_condition={
+            "title": f"{base} only",
+            "description": f"IAP access to the Ray dashboard of stack {plan.stack}",
+            "expression": f'request.host == "{obs.dashboard_domain}"',
+        },
         manifests=(service, policy, gateway, route),
     )
 

@@ -36,7 +36,6 @@ from infra.names import (
     SERVICE_NAME,
     TPU_DEVICE_PLUGIN_METRICS_PORT,
     TRAINING_JOB_NAME,
-    WORKLOAD_KSA,
     WORKLOAD_LABEL,
 )
 from infra.plan import serve_tuning
@@ -52,7 +51,7 @@ class RayPods:
     namespace: str
     bucket: str
     mount_path: str  # where pods see the bucket (GCS FUSE)
-    service_account: str = WORKLOAD_KSA
+    service_account: str  # the KSA, bound to the workload GSA through Workload Identity
     tpu_metrics: bool = True  # TPU chip metrics from the device plugin
 
 

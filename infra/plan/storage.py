@@ -18,6 +18,7 @@ WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
 class StoragePlan:
     bucket: dict[str, Any]  # storage.Bucket arguments
     registry: dict[str, Any]  # artifactregistry.Repository arguments
+    create_registry: bool  # false: the repository exists already (shared by several stacks)
     registry_url: str
     workload_account: dict[str, Any]  # serviceaccount.Account arguments
     bucket_roles: tuple[str, ...]
@@ -42,6 +43,7 @@ def storage(plan: StackPlan) -> StoragePlan:
             "format": "DOCKER",
             "description": "park-gke workload images",
         },
+        create_registry=spec.registry.create,
         registry_url=names.registry_url,
         workload_account={
             "account_id": names.workload_service_account_id,

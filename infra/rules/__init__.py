@@ -8,6 +8,8 @@ resolved numbers. `check(spec)` returns the StackPlan or raises ConfigError with
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from infra.resolve import StackPlan, resolve
 from infra.rules import platform, pools, workloads
 from infra.spec.errors import ConfigError, ConfigProblem
@@ -19,6 +21,7 @@ def problems(spec: StackConfig) -> list[ConfigProblem]:
     plan = resolve(spec, partial=True)
     found: list[ConfigProblem] = []
     found += pools.check_location(spec)
+    found += pools.check_version(spec)
     found += pools.check_pools(spec)
     found += workloads.check_training(plan)
     found += workloads.check_serving(plan)
@@ -30,9 +33,14 @@ def problems(spec: StackConfig) -> list[ConfigProblem]:
     return found
 
 
+def warnings(spec: StackConfig) -> list[ConfigProblem]:
+    """What is valid but likely to hurt later; printed by park and by the program."""
+    return [*pools.version_warnings(spec)]
+
+
 def check(spec: StackConfig) -> StackPlan:
     """The StackPlan of a valid spec; ConfigError naming every problem otherwise."""
     found = problems(spec)
     if found:
         raise ConfigError(found)
-    return resolve(spec)
+    return replace(resolve(spec), warnings=tuple(warnings(spec)))

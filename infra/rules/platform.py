@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from infra.names import HF_TOKEN_DIR, StackNames
+from infra.names import HF_TOKEN_DIR, RFC1035_NAME, StackNames
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import StackConfig
 from infra.versions import KUEUE_VERSION
@@ -39,11 +39,11 @@ def check_names(config: StackConfig, stack_names: StackNames) -> list[ConfigProb
                 "a Kubernetes namespace: lowercase letters, digits and '-', ≤ 63 chars, not kube-*",
             )
         )
-    if not _CLUSTER_NAME_RE.match(config.cluster.name):
+    if not _CLUSTER_NAME_RE.match(stack_names.cluster):
         problems.append(
             ConfigProblem(
                 "park:cluster.name",
-                config.cluster.name,
+                stack_names.cluster,
                 "a GKE cluster name: lowercase letters, digits and '-', starts with a letter, "
                 "≤ 40 chars",
             )
@@ -68,15 +68,32 @@ def check_names(config: StackConfig, stack_names: StackNames) -> list[ConfigProb
                 "those already)",
             )
         )
-    if not _REPOSITORY_RE.match(config.registry.repository):
+    if not _REPOSITORY_RE.match(stack_names.registry_repository):
         problems.append(
             ConfigProblem(
                 "park:registry.repository",
-                config.registry.repository,
+                stack_names.registry_repository,
                 "an Artifact Registry repository id: lowercase letters, digits and '-', starts "
                 "with a letter",
             )
         )
+    derived = {
+        "network": stack_names.network,
+        "subnetwork": stack_names.subnetwork,
+        "router": stack_names.router,
+        "NAT": stack_names.nat,
+        "dashboard address": stack_names.dashboard,
+    }
+    for what, name in derived.items():
+        if not RFC1035_NAME.match(name):
+            problems.append(
+                ConfigProblem(
+                    "stack",
+                    config.stack,
+                    f"the stack's {what} name {name!r} (park-<stack>-...) is not a valid GCP "
+                    "name: ≤ 63 lowercase letters, digits and '-'; use a shorter stack name",
+                )
+            )
     for i, zone in enumerate(config.extra_tpu_zones):
         if not zone.startswith(config.region + "-"):
             problems.append(

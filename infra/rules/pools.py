@@ -8,21 +8,11 @@ from __future__ import annotations
 
 import re
 
-from infra import catalog
+from infra import catalog, gke
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import GpuPoolConfig, StackConfig, TpuPoolConfig
 
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?$")
 POOL_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
-
-
-def gke_version_tuple(version: str) -> tuple[int, int, int, int] | None:
-    """``"1.31.2-gke.1115000"`` → ``(1, 31, 2, 1115000)``; ``"1.32"`` → ``(1, 32, 0, 0)``."""
-    match = _VERSION_RE.match(version)
-    if not match:
-        return None
-    major, minor, patch, gke = (int(g or 0) for g in match.groups())
-    return major, minor, patch, gke
 
 
 def capacity_problems(
@@ -90,51 +80,111 @@ def tpu_pool_problems(prefix: str, pool: TpuPoolConfig) -> list[ConfigProblem]:
     return problems
 
 
-def _zone_and_version(config: StackConfig, pool: TpuPoolConfig) -> list[ConfigProblem]:
-    """The stack's zone and GKE version must offer the pool's TPU generation."""
+def _zone(config: StackConfig, pool: TpuPoolConfig) -> list[ConfigProblem]:
+    """The stack's zone must offer the pool's TPU generation."""
     machine = catalog.MACHINE_TYPES.get(pool.machine_type)
     if machine is None:
         return []
     generation = catalog.GENERATIONS[machine.generation]
-    problems = []
     zones = (*generation.zones, *config.extra_tpu_zones)
-    if config.zone not in zones:
-        problems.append(
-            ConfigProblem(
-                "park:zone",
-                config.zone,
-                f"no TPU {generation.name} known in this zone (pool {pool.name}); "
-                f"known: {', '.join(generation.zones)}; add a newer zone to park:extraTpuZones",
-            )
+    if config.zone in zones:
+        return []
+    return [
+        ConfigProblem(
+            "park:zone",
+            config.zone,
+            f"no TPU {generation.name} known in this zone (pool {pool.name}); "
+            f"known: {', '.join(generation.zones)}; add a newer zone to park:extraTpuZones",
         )
-    version = gke_version_tuple(config.cluster.version)
-    floor = gke_version_tuple(generation.min_gke_version)
-    if version is not None and floor is not None and version < floor:
-        problems.append(
-            ConfigProblem(
-                "park:cluster.version",
-                config.cluster.version,
-                f"TPU {generation.name} needs GKE ≥ {generation.min_gke_version}",
-            )
+    ]
+
+
+def _feature_minimums(config: StackConfig) -> list[tuple[str, gke.GkeVersion, str]]:
+    """(what, minimum version, source) for every GKE feature the stack uses."""
+    needs: list[tuple[str, gke.GkeVersion, str]] = []
+    for pool in config.tpu_pools:
+        machine = catalog.MACHINE_TYPES.get(pool.machine_type)
+        if machine is not None:
+            generation = catalog.GENERATIONS[machine.generation]
+            floor = gke.parse(generation.min_gke_version)
+            assert floor is not None
+            needs.append((f"TPU {generation.name} (pool {pool.name})", floor, "the TPU catalog"))
+        feature = {"flex-start": "flex-start-tpu", "queued": "queued-provisioning-tpu"}.get(
+            pool.capacity
         )
+        if feature:
+            version, source = gke.minimum(feature)
+            needs.append((f"{pool.capacity} TPU capacity (pool {pool.name})", version, source))
+    if config.kuberay.install == "addon":
+        version, source = gke.minimum("ray-operator-addon")
+        needs.append(("GKE's Ray Operator add-on", version, source))
+    return needs
+
+
+def check_version(config: StackConfig) -> list[ConfigProblem]:
+    """A pinned version must be one the channel still offers and new enough for every feature
+    the stack uses; unpinned, the channel's default must be (it is, as of infra/data/gke.yaml)."""
+    channel = gke.channel(config.cluster.release_channel)
+    pinned = config.cluster.version
+    key = "park:cluster.version"
+    if pinned is None:
+        version, what = channel.default, f"channel {channel.name}'s default {channel.default}"
+    else:
+        parsed = gke.parse(pinned)
+        if parsed is None:
+            return [
+                ConfigProblem(
+                    key,
+                    pinned,
+                    "not a GKE version; use a minor such as 1.35 (its newest patch), an exact "
+                    "version such as 1.35.8-gke.1036000, or leave it unset to follow the channel",
+                )
+            ]
+        if not parsed.satisfies(channel.oldest_minor):
+            return [
+                ConfigProblem(
+                    key,
+                    pinned,
+                    f"older than release channel {channel.name} offers (oldest minor "
+                    f"{channel.oldest_minor}, default {channel.default} as read "
+                    f"{gke.read_date()}): GKE would refuse it as the initial version; pin "
+                    f"{channel.default.major}.{channel.default.minor} or leave it unset",
+                )
+            ]
+        version, what = parsed, pinned
+    problems = []
+    for feature, floor, source in _feature_minimums(config):
+        if not version.satisfies(floor):
+            problems.append(
+                ConfigProblem(key, pinned, f"{what}: {feature} needs GKE ≥ {floor} ({source})")
+            )
     return problems
+
+
+def version_warnings(config: StackConfig) -> list[ConfigProblem]:
+    """An exact patch is retired by GKE within weeks: a later create (a second stack, a
+    rebuilt cluster) would fail with it, so say so before the first `pulumi up`."""
+    pinned = config.cluster.version
+    parsed = gke.parse(pinned) if pinned else None
+    if pinned is None or parsed is None or not parsed.exact:
+        return []
+    return [
+        ConfigProblem(
+            "park:cluster.version",
+            pinned,
+            "an exact patch: GKE offers each patch for a few weeks only, and the provider sends "
+            f"it as the initial version; pin the minor ({parsed.major}.{parsed.minor}) or leave "
+            "it unset unless you need this patch",
+        )
+    ]
 
 
 def check_location(config: StackConfig) -> list[ConfigProblem]:
-    problems = []
-    if not config.zone.startswith(config.region + "-"):
-        problems.append(
-            ConfigProblem("park:zone", config.zone, f"must be a zone of gcp:region {config.region}")
-        )
-    if gke_version_tuple(config.cluster.version) is None:
-        problems.append(
-            ConfigProblem(
-                "park:cluster.version",
-                config.cluster.version,
-                "not a GKE version; use e.g. 1.31.2-gke.1115000 or 1.32",
-            )
-        )
-    return problems
+    if config.zone.startswith(config.region + "-"):
+        return []
+    return [
+        ConfigProblem("park:zone", config.zone, f"must be a zone of gcp:region {config.region}")
+    ]
 
 
 def check_pools(config: StackConfig) -> list[ConfigProblem]:
@@ -152,7 +202,7 @@ def check_pools(config: StackConfig) -> list[ConfigProblem]:
             )
         if isinstance(pool, TpuPoolConfig):
             problems += tpu_pool_problems(prefix, pool)
-            problems += _zone_and_version(config, pool)
+            problems += _zone(config, pool)
         else:
             problems += gpu_pool_problems(prefix, pool)
     return problems

@@ -5,12 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from infra.spec.secrets import redact
+
 
 @dataclass(frozen=True)
 class ConfigProblem:
     key: str  # e.g. "park:tpuPools[1].topology"
-    value: Any
+    value: Any  # as given, except what may be a credential (infra.spec.secrets.redact)
     message: str  # what is wrong and what is allowed
+
+    def __post_init__(self) -> None:
+        # Problems are printed, logged and raised into Pulumi's output: never with a token.
+        object.__setattr__(self, "value", redact(self.value, self.key.rsplit(".", 1)[-1]))
 
     def __str__(self) -> str:
         return f"{self.key} = {self.value!r}: {self.message}"

@@ -12,7 +12,6 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat
 from pydantic.alias_generators import to_camel
 
-from infra import catalog
 from infra.versions import KUBERAY_VERSION, KUEUE_VERSION
 
 Capacity = Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
@@ -48,9 +47,12 @@ class NetworkConfig(_Model):
 
 
 class ClusterConfig(_Model):
-    name: str = "park"
-    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
-    version: str = catalog.GENERATIONS["v6e"].min_gke_version
+    name: str | None = None  # default: park-<stack>
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    # None: the channel's default version. A pin is GKE's initial version (a minor such as
+    # "1.35" takes its newest patch); the channel upgrades the cluster from there.
+    version: str | None = None
+    dns_endpoint: bool = True  # the DNS-based control-plane endpoint (IAM-authorized)
     private_nodes: bool = True
     private_endpoint: bool = False
     master_authorized_networks: list[AuthorizedNetwork] = []
@@ -61,7 +63,7 @@ class CpuPoolConfig(_Model):
     machine_type: str = "e2-standard-8"
     min_nodes: int = Field(1, ge=0)
     max_nodes: int = Field(3, ge=1)
-    disk_size_gb: int = Field(100, ge=10)
+    disk_size_gb: int = Field(100, ge=15)  # GKE: 15 GB from 1.36.3-gke.1480000
 
 
 class KubeRayConfig(_Model):
@@ -87,7 +89,7 @@ class TpuPoolConfig(_Model):
     reservation: str | None = None
     autoscaling: bool = True
     max_run_duration: str | None = None  # flex-start only, e.g. "86400s"
-    disk_size_gb: int = Field(100, ge=10)
+    disk_size_gb: int = Field(100, ge=15)  # GKE: 15 GB from 1.36.3-gke.1480000
 
 
 class GpuPoolConfig(_Model):
@@ -99,7 +101,7 @@ class GpuPoolConfig(_Model):
     capacity: Capacity = "on-demand"
     reservation: str | None = None
     autoscaling: bool = True
-    disk_size_gb: int = Field(200, ge=10)
+    disk_size_gb: int = Field(200, ge=15)  # GKE: 15 GB from 1.36.3-gke.1480000
 
 
 class StorageConfig(_Model):
@@ -111,7 +113,8 @@ class StorageConfig(_Model):
 
 
 class RegistryConfig(_Model):
-    repository: str = "park"
+    repository: str | None = None  # default: park-<stack>
+    create: bool = True  # false: use an existing repository (e.g. one several stacks share)
 
 
 class TrainingConfig(_Model):

@@ -138,13 +138,52 @@ def _unwrap_secrets(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
+class StackFileError(ValueError):
+    """A stack file that cannot be read as one: `<file>:<line>: what is wrong`."""
+
+
+def _line_of(text: str, key: str) -> int:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith(f"{key}:"):
+            return number
+    return 1
+
+
 def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """The `config:` block of a Pulumi stack file, and which keys hold secrets."""
-    document = yaml.safe_load(path.read_text()) or {}
+    """The `config:` block of a Pulumi stack file, and which keys hold secrets.
+
+    Raises StackFileError (file and line, no contents echoed) for a file that is not UTF-8,
+    not YAML, or not a mapping with a `config:` mapping."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise StackFileError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save it as UTF-8"
+        ) from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(err, "problem", None) or "cannot be parsed"
+        raise StackFileError(f"{path}:{line}: not YAML: {problem}") from None
+    if document is None:
+        document = {}
     if not isinstance(document, dict):
-        raise ConfigError([])
+        raise StackFileError(
+            f"{path}:1: a stack file is a YAML mapping with a `config:` key, not a "
+            f"{type(document).__name__}"
+        )
+    config = document.get("config") or {}
+    if not isinstance(config, dict):
+        raise StackFileError(
+            f"{path}:{_line_of(text, 'config')}: `config:` must be a mapping of keys to values, "
+            f"not a {type(config).__name__}"
+        )
     values, secrets = {}, []
-    for key, value in (document.get("config") or {}).items():
+    for key, value in config.items():
         values[key], is_secret = _unwrap_secrets(value)
         if is_secret:
             secrets.append(key)

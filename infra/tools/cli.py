@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from infra.spec.errors import ConfigError
+from infra.spec.read import StackFileError
 from infra.tools import report
 
 if TYPE_CHECKING:
@@ -124,6 +125,9 @@ def _plan(path: Path, stack: str, out: Console = err_console) -> StackPlan:
     except ConfigError as err:
         report.config_error(err, out)
         raise typer.Exit(1) from None
+    except StackFileError as err:
+        err_console.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def _rendered(path: Path, stack: str) -> Rendered:
@@ -133,6 +137,9 @@ def _rendered(path: Path, stack: str) -> Rendered:
         return render_stack_file(path, stack)
     except ConfigError as err:
         report.config_error(err, err_console)
+        raise typer.Exit(1) from None
+    except StackFileError as err:
+        err_console.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
         raise typer.Exit(1) from None
 
 
@@ -193,9 +200,11 @@ def validate(
     console.print(f"validating {escape(str(path))}", highlight=False)
     plan = _plan(path, stack, console)
     console.print("  [green]ok[/] config: every park:* key")
+    resources = None
     if manifests is None:
         try:
-            docs, where = _rendered(path, stack).manifests(), "rendered"
+            rendered = _rendered(path, stack)
+            docs, where, resources = rendered.manifests(), "rendered", rendered.resources
         except typer.Exit:
             raise
         except Exception as err:  # the program itself failed under mocks: a plan problem
@@ -207,9 +216,11 @@ def validate(
     else:
         docs, where = load_manifest_dir(manifests), str(manifests)
     count = 0
-    for section in manifest_sections(
-        docs, plan, where=where, serve_check=serve_check, status=console.status
-    ):
+    report.warnings(plan, console)
+    sections = manifest_sections(
+        docs, plan, where=where, resources=resources, serve_check=serve_check, status=console.status
+    )
+    for section in sections:
         report.section(section, console)
         count += len(section.problems)
     if count:

@@ -115,6 +115,10 @@ def _mock_outputs(type_token: str, name: str, inputs: dict[str, Any], project: s
     outputs.setdefault("name", name)
     if type_token == "gcp:container/cluster:Cluster":
         outputs["endpoint"] = "203.0.113.10"
+        if "controlPlaneEndpointsConfig" in inputs:
+            dns = {**inputs["controlPlaneEndpointsConfig"].get("dnsEndpointConfig", {})}
+            dns["endpoint"] = "gke-0123456789abcdef.us-east5.gke.goog"
+            outputs["controlPlaneEndpointsConfig"] = {"dnsEndpointConfig": dns}
         outputs["masterAuth"] = {"clusterCaCertificate": "LS0tLS1CRUdJTi1NT0NLLUNBLS0tLS0="}
     if type_token == "gcp:serviceaccount/account:Account":
         email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"

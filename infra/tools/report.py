@@ -31,6 +31,16 @@ def config_error(err: ConfigError, out: Console) -> None:
         )
 
 
+def warnings(plan: StackPlan, out: Console) -> None:
+    """What is valid but worth saying (infra.rules.warnings)."""
+    for warning in plan.warnings:
+        out.print(
+            f"  [yellow]warning[/] [bold]{escape(warning.key)}[/] = {escape(repr(warning.value))}: "
+            f"{escape(warning.message)}",
+            soft_wrap=True,
+        )
+
+
 def render_summary(rendered: Rendered, out: Console) -> None:
     by_type = Counter(r.type for r in rendered.resources)
     table = Table(title=f"stack {rendered.plan.stack}: {len(rendered.resources)} resources")
@@ -40,6 +50,7 @@ def render_summary(rendered: Rendered, out: Console) -> None:
         table.add_row(type_token, str(count))
     out.print(table)
     out.print(pools_table(rendered.plan))
+    warnings(rendered.plan, out)
 
 
 def pools_table(plan: StackPlan) -> Table:

@@ -22,6 +22,8 @@ from infra import catalog
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 # The Kubernetes minor the GKE floor for v6e implies (1.31.2-gke...).
+# Without a stack: the Kubernetes minor of the GKE floor for v6e (1.31.2-gke...). With one, the
+# cluster's own version (StackPlan.cluster_version: the pin, or the channel's default).
 KUBERNETES_VERSION = ".".join(catalog.GENERATIONS["v6e"].min_gke_version.split(".")[:2]) + ".0"
 
 
@@ -97,7 +99,9 @@ def _format_path(parts: Any) -> str:
     return out
 
 
-def validate_manifest(manifest: dict[str, Any]) -> list[ManifestProblem]:
+def validate_manifest(
+    manifest: dict[str, Any], kubernetes: str = KUBERNETES_VERSION
+) -> list[ManifestProblem]:
     kind = manifest.get("kind", "?")
     name = f"{kind}/{(manifest.get('metadata') or {}).get('name', '?')}"
     key = (manifest.get("apiVersion", ""), kind)
@@ -111,14 +115,14 @@ def validate_manifest(manifest: dict[str, Any]) -> list[ManifestProblem]:
             ManifestProblem(name, _format_path(e.absolute_path), e.message)
             for e in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path))
         ]
-    return _validate_core(name, manifest)
+    return _validate_core(name, manifest, kubernetes)
 
 
-def _validate_core(name: str, manifest: dict[str, Any]) -> list[ManifestProblem]:
+def _validate_core(name: str, manifest: dict[str, Any], kubernetes: str) -> list[ManifestProblem]:
     import kubernetes_validate
 
     try:
-        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+        kubernetes_validate.validate(manifest, kubernetes, strict=True)
     except kubernetes_validate.ValidationError as err:
         return [ManifestProblem(name, _format_path(err.path), err.message)]
     except kubernetes_validate.SchemaNotFoundError:
@@ -130,8 +134,10 @@ def _validate_core(name: str, manifest: dict[str, Any]) -> list[ManifestProblem]
     return []
 
 
-def validate_manifests(manifests: list[dict[str, Any]]) -> list[ManifestProblem]:
+def validate_manifests(
+    manifests: list[dict[str, Any]], kubernetes: str = KUBERNETES_VERSION
+) -> list[ManifestProblem]:
     problems: list[ManifestProblem] = []
     for manifest in manifests:
-        problems += validate_manifest(manifest)
+        problems += validate_manifest(manifest, kubernetes)
     return problems

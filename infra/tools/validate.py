@@ -16,8 +16,10 @@ from typing import Any
 import yaml
 
 from infra.resolve import StackPlan
+from infra.tools import gke_api
 from infra.tools.checks import check_manifests, ray_serve_check
-from infra.tools.schemas import KUBERNETES_VERSION, crd_schemas, validate_manifests
+from infra.tools.netpol import flow_problems
+from infra.tools.schemas import crd_schemas, validate_manifests
 
 
 @dataclass
@@ -75,20 +77,34 @@ def manifest_sections(
     plan: StackPlan,
     *,
     where: str,
+    resources: list[Any] | None = None,
     serve_check: bool = True,
     status: Callable[[str], AbstractContextManager[Any]] = lambda _: nullcontext(),
 ) -> Iterator[Section]:
-    """The schema, plan and serve sections for these manifests (rendered or from a folder)."""
+    """The sections for these manifests (rendered or from a folder) and, given the render's
+    `resources`, the GKE API check of its clusters and node pools."""
+    if resources is not None:
+        yield Section(
+            "gke",
+            f"Cluster and NodePool inputs vs GKE's API schema (discovery revision "
+            f"{gke_api.revision()}, after the provider's renames)",
+            gke_api.check_resources(resources),
+        )
     custom = sum(1 for d in docs if (d.get("apiVersion"), d.get("kind")) in crd_schemas())
     yield Section(
         "schema",
         f"{len(docs)} {where} manifests: {custom} against vendored CRD schemas, "
-        f"{len(docs) - custom} against Kubernetes {KUBERNETES_VERSION}",
-        [str(p) for p in validate_manifests(docs)],
+        f"{len(docs) - custom} against Kubernetes {plan.kubernetes_version}",
+        [str(p) for p in validate_manifests(docs, plan.kubernetes_version)],
     )
     yield Section(
         "plan",
         "TPU worker groups vs catalog and pools, entrypoint flags, TP",
         [str(p) for p in check_manifests(docs, plan)],
+    )
+    yield Section(
+        "network",
+        "NetworkPolicies vs the flows Ray on GKE needs (operator, workers, metrics, clients)",
+        flow_problems(docs, plan),
     )
     yield _serve_section(docs, serve_check, status)

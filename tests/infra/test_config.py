@@ -92,8 +92,15 @@ def test_tpu_pool_problems(pool_fields, key, fragment):
 
 
 def test_gke_version_below_v6e_floor():
-    problems = problems_of(config_with(park__cluster={"version": "1.30.5-gke.100"}))
-    assert "1.31.2-gke.1115000" in problems["park:cluster.version"]
+    # EXTENDED still offers 1.31 (infra/data/gke.yaml), so only the v6e floor refuses this pin
+    cluster = {"releaseChannel": "EXTENDED", "version": "1.31.1-gke.100"}
+    problems = problems_of(config_with(park__cluster=cluster))
+    assert "TPU v6e (pool serve) needs GKE ≥ 1.31.2-gke.1115000" in problems["park:cluster.version"]
+
+
+def test_gke_version_older_than_the_channel_offers():
+    problems = problems_of(config_with(park__cluster={"version": "1.31.2-gke.1115000"}))
+    assert "older than release channel REGULAR offers" in problems["park:cluster.version"]
 
 
 def test_gke_version_must_parse():
@@ -227,7 +234,7 @@ def test_problem_string_names_key_value_and_allowed():
 
 def test_default_images_follow_the_engine():
     plan = from_values(BASE, "dev")
-    registry = "us-east5-docker.pkg.dev/p/park"
+    registry = "us-east5-docker.pkg.dev/p/park-dev"
     assert plan.training and plan.training.image == f"{registry}/park-workloads:0.1.0"
     assert plan.serving and plan.serving.image == f"{registry}/park-workloads:0.1.0"
     jax = config_with(park__serving={**BASE["park:serving"], "engine": "vllm-tpu"})

@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from infra import catalog
-from infra.names import WORKLOAD_KSA
 from infra.plan import ray as ray_plan
 from infra.tools.schemas import KUBERNETES_VERSION, validate_manifest, validate_manifests
 
@@ -26,7 +25,13 @@ def test_every_emitted_manifest_is_schema_valid(rendered):
 
 
 def test_kubernetes_version_follows_the_gke_floor():
-    assert KUBERNETES_VERSION == "1.31.0"
+    assert KUBERNETES_VERSION == "1.31.0"  # without a stack: the v6e floor's minor
+
+
+def test_schemas_follow_the_stacks_cluster_version(rendered):
+    version = rendered.plan.cluster_version
+    assert rendered.plan.kubernetes_version == f"{version.major}.{version.minor}.0"
+    assert validate_manifests(rendered.manifests(), rendered.plan.kubernetes_version) == []
 
 
 def test_unknown_field_is_caught_as_the_api_server_would_prune_it(rendered):
@@ -82,7 +87,7 @@ def test_worker_groups_follow_the_catalog(rendered):
         assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
             "tolerations"
         ]
-        assert pod["serviceAccountName"] == WORKLOAD_KSA
+        assert pod["serviceAccountName"] == f"park-{rendered.plan.stack}-workload"
         (gcs,) = [v for v in pod["volumes"] if "csi" in v]
         assert gcs["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
         assert gcs["csi"]["volumeAttributes"]["bucketName"] == rendered.plan.names.bucket

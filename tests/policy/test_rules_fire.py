@@ -77,7 +77,7 @@ def _do(*mutations: Callable[[Records], None]) -> Callable[[Records], None]:
     return mutate
 
 
-WI_MEMBER = "serviceAccount:park-workload@my-gcp-project.iam.gserviceaccount.com"
+WI_MEMBER = "serviceAccount:park-prod-workload@my-gcp-project.iam.gserviceaccount.com"
 
 CASES = [
     # --- TPU ---------------------------------------------------------------------------------

@@ -1,0 +1,176 @@
+"""The recorded `gcp:container` Cluster and NodePool inputs, checked against GKE's own API schema.
+
+The schema is GKE's discovery document (infra/schemas/gke-container-v1/container.v1.json, from
+google-api-python-client). The provider (pulumi-gcp 10.2.0, generated from terraform-provider-
+google) names some fields differently from the API; `cluster_body` / `node_pool_body` rewrite
+the recorded inputs the way the provider's expand functions do, then every field must exist in
+the API's schema, with the API's type, and every enum value must be one the API lists. A field
+the provider keeps for itself (deletionProtection, removeDefaultNodePool, ...) is not sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+DISCOVERY = (
+    Path(__file__).resolve().parents[1] / "schemas" / "gke-container-v1" / "container.v1.json"
+)
+CLUSTER = "gcp:container/cluster:Cluster"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+
+# Provider-only arguments: they shape what the provider does, the API never sees them.
+CLUSTER_PROVIDER_ONLY = {"deletionProtection", "removeDefaultNodePool", "location", "project"}
+NODE_POOL_PROVIDER_ONLY = {"cluster", "location", "project", "nodeCount"}
+
+
+@cache
+def discovery() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DISCOVERY.read_text())
+    return data
+
+
+def revision() -> str:
+    return str(discovery()["revision"])
+
+
+def _node_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """pulumi's nodeConfig → the API's NodeConfig (guestAccelerators → accelerators)."""
+    body = {k: v for k, v in config.items() if k != "guestAccelerators"}
+    accelerators = []
+    for accelerator in config.get("guestAccelerators") or []:
+        item = {k: v for k, v in accelerator.items() if k not in ("type", "count")}
+        item["acceleratorType"] = accelerator.get("type")
+        item["acceleratorCount"] = accelerator.get("count")
+        accelerators.append(item)
+    if accelerators:
+        body["accelerators"] = accelerators
+    return body
+
+
+def _move(body: dict[str, Any], source: str, target: str) -> None:
+    """Move `source` (a top-level key) to the dotted `target` path, if it is set."""
+    if source not in body:
+        return
+    value = body.pop(source)
+    *parents, leaf = target.split(".")
+    node = body
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def cluster_body(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """What the provider sends as CreateClusterRequest.cluster for these inputs."""
+    body = {k: v for k, v in inputs.items() if k not in CLUSTER_PROVIDER_ONLY}
+    _move(body, "minMasterVersion", "initialClusterVersion")
+    _move(body, "datapathProvider", "networkConfig.datapathProvider")
+    _move(body, "gatewayApiConfig", "networkConfig.gatewayApiConfig")
+    if "enableShieldedNodes" in body:
+        body["shieldedNodes"] = {"enabled": body.pop("enableShieldedNodes")}
+    if "nodeConfig" in body:
+        body["nodeConfig"] = _node_config(body["nodeConfig"])
+    addons = body.get("addonsConfig")
+    if isinstance(addons, Mapping) and "rayOperatorConfigs" in addons:
+        addons = dict(addons)
+        configs = addons.pop("rayOperatorConfigs") or [{}]
+        addons["rayOperatorConfig"] = configs[0]  # a list in pulumi, one object in the API
+        body["addonsConfig"] = addons
+    for section in ("monitoringConfig", "loggingConfig"):
+        config = body.get(section)
+        if isinstance(config, Mapping):
+            config = dict(config)
+            if "enableComponents" in config:
+                config["componentConfig"] = {"enableComponents": config.pop("enableComponents")}
+            if "managedPrometheus" in config:
+                config["managedPrometheusConfig"] = config.pop("managedPrometheus")
+            body[section] = config
+    if "masterAuthorizedNetworksConfig" in body:
+        # terraform sends it as the IP endpoint's authorized networks (the top-level field is
+        # deprecated, and the API refuses both at once)
+        authorized = body.pop("masterAuthorizedNetworksConfig")
+        endpoints = dict(body.get("controlPlaneEndpointsConfig") or {})
+        ip = dict(endpoints.get("ipEndpointsConfig") or {})
+        ip["authorizedNetworksConfig"] = {**authorized, "enabled": True}
+        endpoints["ipEndpointsConfig"] = ip
+        body["controlPlaneEndpointsConfig"] = endpoints
+    return body
+
+
+def node_pool_body(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """What the provider sends as CreateNodePoolRequest.nodePool for these inputs."""
+    body = {k: v for k, v in inputs.items() if k not in NODE_POOL_PROVIDER_ONLY}
+    if "nodeConfig" in body:
+        body["config"] = _node_config(body.pop("nodeConfig"))
+    _move(body, "nodeLocations", "locations")
+    if "nodeCount" in inputs:
+        body["initialNodeCount"] = inputs["nodeCount"]  # a fixed size is created at that size
+    if isinstance(body.get("autoscaling"), Mapping):
+        body["autoscaling"] = {**body["autoscaling"], "enabled": True}  # terraform always sets it
+    return body
+
+
+def _problems(value: Any, schema: Mapping[str, Any], path: str) -> list[str]:
+    schemas = discovery()["schemas"]
+    if "$ref" in schema:
+        schema = schemas[schema["$ref"]]
+    kind = schema.get("type")
+    if value is None:
+        return []
+    if kind == "object" and "properties" in schema:
+        if not isinstance(value, Mapping):
+            return [f"{path}: expected an object ({schema.get('id', 'object')}), got {value!r}"]
+        found = []
+        for key, item in value.items():
+            field = schema["properties"].get(key)
+            if field is None:
+                known = ", ".join(sorted(schema["properties"]))
+                found.append(
+                    f"{path}.{key}: no such field in the API's {schema.get('id')}; it has {known}"
+                )
+                continue
+            found += _problems(item, field, f"{path}.{key}")
+        return found
+    if kind == "object":  # a map
+        if not isinstance(value, Mapping):
+            return [f"{path}: expected a map, got {value!r}"]
+        inner = schema.get("additionalProperties") or {}
+        return [p for k, v in value.items() for p in _problems(v, inner, f"{path}.{k}")]
+    if kind == "array":
+        if not isinstance(value, list):
+            return [f"{path}: expected a list, got {value!r}"]
+        items = schema.get("items") or {}
+        return [p for i, v in enumerate(value) for p in _problems(v, items, f"{path}[{i}]")]
+    if kind == "boolean" and not isinstance(value, bool):
+        return [f"{path}: expected true or false, got {value!r}"]
+    if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        return [f"{path}: expected an integer, got {value!r}"]
+    if kind == "number" and not isinstance(value, int | float):
+        return [f"{path}: expected a number, got {value!r}"]
+    if kind == "string":
+        int64 = schema.get("format") in ("int64", "uint64")
+        if not (isinstance(value, str) or (int64 and isinstance(value, int))):
+            return [f"{path}: expected a string, got {value!r}"]
+        allowed = schema.get("enum")
+        if allowed and value not in allowed:
+            return [f"{path}: {value!r} is not one of the API's values: {', '.join(allowed)}"]
+    return []
+
+
+def check(resource_type: str, name: str, inputs: Mapping[str, Any]) -> list[str]:
+    """Problems of one recorded resource against the API (empty for other types)."""
+    if resource_type == CLUSTER:
+        body, schema = cluster_body(inputs), "Cluster"
+    elif resource_type == NODE_POOL:
+        body, schema = node_pool_body(inputs), "NodePool"
+    else:
+        return []
+    return [f"{schema} {name}: {p}" for p in _problems(body, {"$ref": schema}, schema)]
+
+
+def check_resources(resources: list[Any]) -> list[str]:
+    """Every Cluster and NodePool of a render (`infra.tools.render.Resource`s)."""
+    return [p for r in resources for p in check(r.type, r.name, r.inputs)]
