@@ -136,13 +136,14 @@ def _volume_mounts(pods: RayPods, *, hf_token: bool = False) -> list[dict[str, A
     return mounts
 
 
-def _env(hf_token: bool) -> list[dict[str, Any]]:
+def _env(hf_token: bool, extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "HOME", "value": "/tmp"},  # caches go to the writable scratch
     ]
     if hf_token:
         env.append({"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/{HF_SECRET_KEY}"})
+    env += [{"name": k, "value": v} for k, v in sorted((extra or {}).items())]
     return env
 
 
@@ -166,7 +167,12 @@ def _pod_metadata() -> dict[str, Any]:
 
 
 def head_group(
-    pods: RayPods, image: str, *, hf_token: bool = False, autoscaler: bool = False
+    pods: RayPods,
+    image: str,
+    *,
+    hf_token: bool = False,
+    autoscaler: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Ray head on the CPU pool. It runs no tasks (num-cpus 0); the dashboard listens on the
     pod network only — the head Service is ClusterIP and no Ingress is created. Only a head
@@ -195,7 +201,7 @@ def head_group(
                         "imagePullPolicy": "Always",
                         "ports": ports,
                         "resources": _resources(2, "8Gi"),
-                        "env": _env(hf_token),
+                        "env": _env(hf_token, extra_env),
                         "volumeMounts": _volume_mounts(pods, hf_token=hf_token),
                         "securityContext": _security_context(),
                     }
@@ -245,6 +251,7 @@ def tpu_worker_group(
     min_replicas: int,
     max_replicas: int,
     hf_token: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The worker group shared by training and serving: one Ray pod per TPU host, one replica
     per slice."""
@@ -279,7 +286,7 @@ def tpu_worker_group(
                         "resources": _resources(
                             tpu.pod_cpu, f"{tpu.pod_memory_gib}Gi", tpu.chips_per_host
                         ),
-                        "env": [*_env(hf_token), *_tpu_metrics_env(pods)],
+                        "env": [*_env(hf_token, extra_env), *_tpu_metrics_env(pods)],
                         "volumeMounts": _volume_mounts(pods, hf_token=hf_token),
                         "securityContext": _security_context(),
                     }
@@ -468,6 +475,7 @@ def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[s
     cluster of the same size while it runs; the default "None" updates the serve config in
     place and needs no spare slice."""
     spec, image = serving.spec, serving.image
+    ray_env = serve_tuning.ray_env()  # Ray Serve settings read from the process environment
     service_type = "LoadBalancer" if spec.expose_publicly else "ClusterIP"
     metadata: dict[str, Any] = {
         "name": SERVICE_NAME,
@@ -494,7 +502,9 @@ def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[s
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": True,
-                "headGroupSpec": head_group(pods, image, hf_token=hf_token, autoscaler=True),
+                "headGroupSpec": head_group(
+                    pods, image, hf_token=hf_token, autoscaler=True, extra_env=ray_env
+                ),
                 "workerGroupSpecs": [
                     tpu_worker_group(
                         pods,
@@ -504,6 +514,7 @@ def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[s
                         min_replicas=0,
                         max_replicas=serving.max_slices,
                         hf_token=hf_token,
+                        extra_env=ray_env,
                     )
                 ],
             },
