@@ -69,6 +69,36 @@ def training_entrypoint(fields: Mapping[str, Any]) -> str:
     return render_entrypoint(fields)
 
 
+# Where a run's Hugging Face exports go, unless --export-path says otherwise: beside Ray's run
+# folder, ``<storage_path>/<run_name>/export/final`` at the end of the run and
+# ``.../export/step_NNNNNNNN`` for --export-every. Serving points at the final one; on GKE the
+# bucket is mounted at the pods' /data, so ``gs://BUCKET/p`` is ``/data/p`` there.
+EXPORT_DIR = "export"
+FINAL_EXPORT = "final"
+
+
+def training_export_path(
+    storage_path: str, run_name: str, export_path: str | None = None, step: int | None = None
+) -> str:
+    """The export folder of a run: the final one, or the one of checkpoint ``step``.
+
+    ``training_export_path("gs://b/checkpoints", "dev-park-train")`` is
+    ``gs://b/checkpoints/dev-park-train/export/final``. A local storage path is expanded
+    (``~``) the way the trainer expands it."""
+    import os.path
+
+    root = export_path or f"{storage_path.rstrip('/')}/{run_name}/{EXPORT_DIR}"
+    if "://" not in root:
+        root = os.path.abspath(os.path.expanduser(root))
+    leaf = FINAL_EXPORT if step is None else f"step_{step:08d}"
+    return f"{root.rstrip('/')}/{leaf}"
+
+
+def training_export_root(storage_path: str, run_name: str, export_path: str | None = None) -> str:
+    """The folder holding all of a run's exports (``final/``, ``step_N/``)."""
+    return training_export_path(storage_path, run_name, export_path).rsplit("/", 1)[0]
+
+
 def split_entrypoint(entrypoint: str) -> tuple[list[str], dict[str, str | None]]:
     """(the words before the first flag, ``{field: value}``); a bare flag maps to None.
 

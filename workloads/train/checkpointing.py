@@ -7,6 +7,9 @@ with any world size. The training state (step, last loss) rides along as ``train
 
 DCP coordinates ranks with object collectives; they run on a gloo group so that they work
 whatever the training backend is (tpu_dist, nccl or gloo).
+
+Each rank also writes where its data stream stands, ``data_state/rank-NNNNN.json``: a name of
+its own, since Ray merges every rank's folder into one.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,6 +26,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 STATE_FILE = "train_state.json"
+DATA_STATE_DIR = "data_state"
 
 
 @dataclass
@@ -47,16 +52,37 @@ def save(
     optimizer: torch.optim.Optimizer,
     state: TrainState,
     group: dist.ProcessGroup | None = None,
+    data_state: dict[str, Any] | None = None,
 ) -> None:
-    """Write this rank's shards (and, on rank 0, the metadata and train state) to ``directory``."""
+    """Write this rank's shards and data position (and, on rank 0, the metadata and train
+    state) to ``directory``."""
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save(
         {"model": model_state, "optim": optim_state},
         checkpoint_id=str(directory),
         process_group=group,
     )
-    if not dist.is_initialized() or dist.get_rank() == 0:
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if data_state is not None:
+        folder = Path(directory) / DATA_STATE_DIR
+        folder.mkdir(exist_ok=True)
+        (folder / f"rank-{rank:05d}.json").write_text(json.dumps({"step": state.step} | data_state))
+    if rank == 0:
         (Path(directory) / STATE_FILE).write_text(json.dumps(asdict(state)))
+
+
+def load_data_state(directory: str | Path, rank: int, step: int) -> dict[str, Any]:
+    """This rank's data position in a checkpoint; for a checkpoint without one (older runs,
+    or a rank that did not exist then), rank 0's, else just the step."""
+    folder = Path(directory) / DATA_STATE_DIR
+    for name in (f"rank-{rank:05d}.json", "rank-00000.json"):
+        path = folder / name
+        if path.exists():
+            found: dict[str, Any] = json.loads(path.read_text())
+            if name != f"rank-{rank:05d}.json":
+                found["world_size"] = -1  # another rank's position: start a new epoch
+            return found
+    return {"step": step}
 
 
 def load(

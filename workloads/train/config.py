@@ -25,9 +25,20 @@ ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
 STRATEGIES = ("ddp", "fsdp2")
 MODEL_SIZES = ("tiny", "small", "gpt2-small", "gpt2-medium", "1b")
 PRECISIONS = ("auto", "bf16", "fp32")
-DATA_SUFFIXES = (".txt", ".bin", ".npy")
+INITS = ("auto", "pretrained", "config")
+OBJECTIVES = ("clm", "sft")
+LR_SCHEDULES = ("cosine", "linear", "constant")
+EXPORT_DTYPES = ("auto", "float32", "bfloat16")
+# Token files (ids, sampled as random windows) and text files (tokenized with the model's
+# tokenizer, streamed in order). ``.txt`` is text for a Hugging Face model and bytes for a preset.
+TOKEN_SUFFIXES = (".bin", ".npy")
+TEXT_SUFFIXES = (".jsonl", ".json", ".parquet", ".txt")
+DATA_SUFFIXES = (".txt", ".bin", ".npy", ".jsonl", ".json", ".parquet")
+BUILTIN_PREFIX = "park:"  # models and data sets built on the worker, no download
+HF_DATA_PREFIX = "hf:"  # a data set of the Hugging Face hub, through `datasets`
 ENTRYPOINT = " ".join(TRAIN_COMMAND)
 DEFAULT_BATCH_PER_WORKER = 4
+DEFAULT_HF_SEQ_LEN = 1024  # for --model when --seq-len is not given (capped by the model)
 
 
 class ConfigError(ValueError):
@@ -67,34 +78,111 @@ class TrainConfig:
     )
     # What to train.
     strategy: str = _opt("ddp", "data parallelism: ddp or fsdp2", choices=STRATEGIES)
-    model_size: str = _opt("tiny", "model preset", choices=MODEL_SIZES)
+    model: str | None = _opt(
+        None,
+        "Hugging Face causal LM: a hub id (e.g. Qwen/Qwen2.5-0.5B), gs://bucket/folder, a local "
+        "folder, or park:tiny-llama (built here); default: the GPT preset of --model-size",
+    )
+    tokenizer: str | None = _opt(None, "tokenizer source like --model (default: the model's)")
+    init: str = _opt(
+        "auto",
+        "pretrained (the source's weights) or config (random weights, pretraining from "
+        "scratch); auto: config for park: models, pretrained otherwise",
+        choices=INITS,
+    )
+    model_size: str = _opt(
+        "tiny", "GPT preset when no --model (synthetic or token-file runs)", choices=MODEL_SIZES
+    )
     vocab_size: int | None = _opt(None, "override the preset's vocabulary size", type=int)
     precision: str = _opt("auto", "bf16 on TPU/GPU, fp32 on CPU when auto", choices=PRECISIONS)
-    compile: bool = _opt(False, "torch.compile the model (backend 'tpu' on TPU)", type=bool)
+    compile: bool = _opt(False, "torch.compile each block (backend 'tpu' on TPU)", type=bool)
+    activation_checkpointing: bool = _opt(
+        False, "recompute each block's activations in backward (--model only)", type=bool
+    )
     # How long and how fast.
     steps: int = _opt(100, "optimizer steps in total (a resumed run continues to this)", type=int)
     global_batch_size: int | None = _opt(
         None, "sequences per step across all workers (default: 4 per worker)", type=int
     )
     seq_len: int | None = _opt(
-        None, "tokens per sequence (default: the preset's context)", type=int
+        None,
+        f"tokens per sequence (default: the preset's context; {DEFAULT_HF_SEQ_LEN} for --model, "
+        "at most its max_position_embeddings)",
+        type=int,
     )
     lr: float = _opt(3e-4, "peak learning rate (AdamW)", type=float)
-    warmup_steps: int = _opt(10, "linear warmup steps, then cosine decay to 10%", type=int)
+    warmup_steps: int = _opt(10, "linear warmup steps, then --lr-schedule", type=int)
+    lr_schedule: str = _opt(
+        "cosine",
+        "after warmup: cosine or linear decay to --min-lr-ratio, or constant",
+        choices=LR_SCHEDULES,
+    )
+    min_lr_ratio: float = _opt(0.1, "final learning rate as a fraction of --lr", type=float)
     weight_decay: float = _opt(0.1, "AdamW weight decay on matrices", type=float)
     grad_clip: float = _opt(1.0, "max global gradient norm (0: off)", type=float)
     seed: int = _opt(0, "seed for weights and data order", type=int)
     # Data.
-    data: str = _opt("synthetic", "synthetic, a .txt/.bin/.npy file or folder, or gs://...")
-    # Checkpoints, fault tolerance, reporting.
+    data: str = _opt(
+        "synthetic",
+        "synthetic; token files .bin/.npy; text .jsonl/.json/.parquet/.txt (a file, a folder "
+        "or gs://...); hf:NAME[:CONFIG] (a hub data set, needs `datasets`); park:facts",
+    )
+    objective: str = _opt(
+        "clm",
+        "clm: next-token loss on packed text; sft: chat template, loss on the responses only",
+        choices=OBJECTIVES,
+    )
+    data_split: str = _opt("train", "split of an hf: data set")
+    text_field: str = _opt("text", "record field holding the text (--objective clm)")
+    messages_field: str = _opt(
+        "messages", "record field holding a chat, [{role, content}, ...] (--objective sft)"
+    )
+    prompt_field: str = _opt(
+        "prompt",
+        "record field(s) of the prompt when a record has no chat, comma-separated fields are "
+        "joined by a blank line (e.g. instruction,input)",
+    )
+    response_field: str = _opt("completion", "record field of the response (with --prompt-field)")
+    # Checkpoints, exports, fault tolerance, reporting.
     checkpoint_every: int = _opt(
         50, "checkpoint every N steps and at the end (0: only at the end)", type=int
     )
     keep_checkpoints: int = _opt(2, "checkpoints kept in storage", type=int)
     storage_path: str = _opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
     run_name: str = _opt("park-train", "run name; rerunning a name resumes its last checkpoint")
+    export: bool = _opt(
+        True, "write a Hugging Face folder at the end of the run (--model only)", type=bool
+    )
+    export_every: int = _opt(
+        0, "also export at every Nth checkpoint, into step_NNNNNNNN/ (0: only at the end)", type=int
+    )
+    export_path: str | None = _opt(
+        None, "where exports go (default: <storage-path>/<run-name>/export); final/ at the end"
+    )
+    export_dtype: str = _opt(
+        "auto",
+        "weights' dtype in the export; auto: bfloat16 if trained in bf16, else float32",
+        choices=EXPORT_DTYPES,
+    )
+    export_max_shard_size: str = _opt(
+        "5GB", "largest safetensors file of an export (e.g. 500MB, 5GB, 2GiB); more get an index"
+    )
     max_failures: int = _opt(3, "worker failures to recover from (-1: forever)", type=int)
-    report_every: int = _opt(10, "print and report metrics every N steps", type=int)
+    report_every: int = _opt(10, "print metrics every N steps", type=int)
+
+    # ---- derived values -------------------------------------------------------------------
+
+    @property
+    def is_hf(self) -> bool:
+        """A Hugging Face model (``--model``), not a GPT preset."""
+        return self.model is not None
+
+    @property
+    def init_mode(self) -> str:
+        """``pretrained`` or ``config``: what ``--init auto`` means for this model."""
+        if self.init != "auto":
+            return self.init
+        return "config" if (self.model or "").startswith(BUILTIN_PREFIX) else "pretrained"
 
     # ---- derived values -------------------------------------------------------------------
 
@@ -248,6 +336,10 @@ def validate(cfg: TrainConfig) -> None:
         ("strategy", STRATEGIES),
         ("model_size", MODEL_SIZES),
         ("precision", PRECISIONS),
+        ("init", INITS),
+        ("objective", OBJECTIVES),
+        ("lr_schedule", LR_SCHEDULES),
+        ("export_dtype", EXPORT_DTYPES),
     ):
         if getattr(cfg, name) not in allowed:
             raise ConfigError(
@@ -264,16 +356,20 @@ def validate(cfg: TrainConfig) -> None:
         "peak_tflops_per_device",
         optional=True,
     )
-    for name in ("checkpoint_every", "warmup_steps", "grad_clip", "weight_decay"):
+    for name in ("checkpoint_every", "warmup_steps", "grad_clip", "weight_decay", "export_every"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{flag(name)} must be >= 0, got {getattr(cfg, name)}")
     if cfg.lr <= 0:
         raise ConfigError(f"--lr must be > 0, got {cfg.lr}")
+    if not 0 <= cfg.min_lr_ratio <= 1:
+        raise ConfigError(f"--min-lr-ratio must be in [0, 1], got {cfg.min_lr_ratio}")
     if cfg.max_failures < -1:
         raise ConfigError(f"--max-failures must be >= -1, got {cfg.max_failures}")
     if not cfg.run_name or "/" in cfg.run_name:
         raise ConfigError(f"--run-name must be a non-empty name without '/', got {cfg.run_name!r}")
-    _validate_data(cfg.data)
+    parse_size(cfg.export_max_shard_size, "export_max_shard_size")
+    _validate_model(cfg)
+    _validate_data(cfg)
     if cfg.is_tpu:
         _validate_tpu(cfg)
     if cfg.num_workers and cfg.global_batch_size and cfg.global_batch_size % cfg.num_workers:
@@ -281,6 +377,34 @@ def validate(cfg: TrainConfig) -> None:
             f"--global-batch-size ({cfg.global_batch_size}) must be a multiple of "
             f"--num-workers ({cfg.num_workers})"
         )
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+
+
+def parse_size(text: str, name: str = "export_max_shard_size") -> int:
+    """``5GB`` → 5·10⁹, ``2GiB`` → 2·2³⁰ (Hugging Face's reading of shard sizes), ``1000`` bytes."""
+    cleaned = str(text).strip().upper().replace(" ", "")
+    number = cleaned.rstrip("KMGTIB")
+    unit = cleaned[len(number) :]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in _SIZE_UNITS or value <= 0:
+        raise ConfigError(f"{flag(name)}: expected a size such as 500MB, 5GB or 2GiB, got {text!r}")
+    return int(value * _SIZE_UNITS[unit])
 
 
 def _check_positive(cfg: TrainConfig, *names: str, optional: bool = False) -> None:
@@ -292,15 +416,93 @@ def _check_positive(cfg: TrainConfig, *names: str, optional: bool = False) -> No
             raise ConfigError(f"{flag(name)} must be > 0, got {value}")
 
 
-def _validate_data(data: str) -> None:
-    if data == "synthetic" or data.startswith("gs://"):
+BUILTIN_MODELS = ("tiny-llama",)
+BUILTIN_DATA = ("facts",)
+
+
+def _validate_model(cfg: TrainConfig) -> None:
+    model = cfg.model
+    if model is None:
+        for name in ("tokenizer", "activation_checkpointing"):
+            if getattr(cfg, name):
+                raise ConfigError(f"{flag(name)} needs --model (a Hugging Face model)")
+        if cfg.init == "pretrained":
+            raise ConfigError("--init pretrained needs --model; the GPT presets start from random")
+        if cfg.objective == "sft":
+            raise ConfigError(
+                "--objective sft needs --model: a tokenizer with a chat template (a GPT preset "
+                "has neither)"
+            )
+        if cfg.export_every:
+            raise ConfigError("--export-every needs --model: exports are Hugging Face folders")
         return
-    path = Path(data)
-    if path.suffix and path.suffix not in DATA_SUFFIXES:
+    if not model.strip():
+        raise ConfigError("--model must name a hub id, gs://..., a folder or park:tiny-llama")
+    if cfg.vocab_size is not None:
+        raise ConfigError("--vocab-size only applies to the GPT presets; --model has its own")
+    if model.startswith(BUILTIN_PREFIX):
+        name = model.removeprefix(BUILTIN_PREFIX)
+        if name not in BUILTIN_MODELS:
+            raise ConfigError(
+                f"--model {model!r}: built-in models are "
+                + ", ".join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)
+            )
+        if cfg.init == "pretrained":
+            raise ConfigError(
+                f"--model {model} is a config without weights: use --init config (or auto)"
+            )
+
+
+def data_kind(data: str) -> str:
+    """What ``--data`` names: ``synthetic``, ``tokens`` (ids), ``text``, ``hf`` or ``builtin``."""
+    if data == "synthetic":
+        return "synthetic"
+    if data.startswith(HF_DATA_PREFIX):
+        return "hf"
+    if data.startswith(BUILTIN_PREFIX):
+        return "builtin"
+    suffix = Path(data.rstrip("/")).suffix
+    if suffix in TOKEN_SUFFIXES:
+        return "tokens"
+    if suffix in TEXT_SUFFIXES:
+        return "text"
+    return "folder"  # a folder or gs:// prefix: its files decide
+
+
+def _validate_data(cfg: TrainConfig) -> None:
+    data = cfg.data
+    kind = data_kind(data)
+    suffix = Path(data.rstrip("/")).suffix
+    if kind == "folder" and suffix and "://" not in data:
         raise ConfigError(
-            f"--data {data!r}: expected 'synthetic', gs://..., a folder, or a "
-            f"file ending in {', '.join(DATA_SUFFIXES)}"
+            f"--data {data!r}: expected 'synthetic', hf:NAME, park:facts, gs://..., a folder, "
+            f"or a file ending in {', '.join(DATA_SUFFIXES)}"
         )
+    if kind == "builtin" and data.removeprefix(BUILTIN_PREFIX) not in BUILTIN_DATA:
+        raise ConfigError(
+            f"--data {data!r}: built-in data sets are "
+            + ", ".join(BUILTIN_PREFIX + d for d in BUILTIN_DATA)
+        )
+    if kind == "hf" and not data.removeprefix(HF_DATA_PREFIX).strip(":"):
+        raise ConfigError("--data hf: needs a data set name, e.g. hf:tatsu-lab/alpaca")
+    if (not cfg.is_hf and kind in ("hf", "builtin")) or (
+        not cfg.is_hf and kind == "text" and suffix != ".txt"
+    ):
+        raise ConfigError(
+            f"--data {data}: text records need a tokenizer, so --model (e.g. park:tiny-llama); "
+            "the GPT presets read synthetic tokens, .bin/.npy ids or .txt bytes"
+        )
+    if cfg.objective == "sft":
+        if kind in ("synthetic", "tokens"):
+            raise ConfigError(
+                f"--objective sft needs chat or prompt/response records (.jsonl, .json, "
+                f".parquet, hf:, park:facts), not --data {data}"
+            )
+        if suffix == ".txt":
+            raise ConfigError(
+                "--objective sft needs chat or prompt/response records; a .txt file has only "
+                "lines of text (use --objective clm)"
+            )
 
 
 def _validate_tpu(cfg: TrainConfig) -> None:

@@ -1,14 +1,18 @@
-"""Token batches for language-model training: synthetic, local files, or ``gs://``.
+"""Batches for the training loop, and the token-id sources: synthetic, ``.bin``/``.npy`` files.
 
-Each batch is a pure function of (seed, step, rank): a resumed or restarted run sees exactly
-the batches it would have seen, with no loader state to checkpoint. Files are memory-mapped
-and sampled as random windows across all shards (nanoGPT-style), so every worker reads only
-the bytes of its own windows.
+The loop asks a batch source for :class:`Batch` es (inputs, targets with -100 where nothing is
+to be predicted, position ids) and for its state, which the checkpoint keeps per rank. Text
+and chat data for Hugging Face models live in :mod:`workloads.train.text`; this module holds
+the token sources, where each batch is a pure function of (seed, step, rank): a resumed or
+restarted run sees exactly the batches it would have seen. Files are memory-mapped and sampled
+as random windows across all shards (nanoGPT-style), so every worker reads only the bytes of
+its own windows.
 
-Formats: ``.bin`` raw uint16 token ids (nanoGPT's format), ``.npy`` an integer array, ``.txt``
-UTF-8 bytes as tokens (vocabulary 256, the ``tiny`` preset's). A folder or ``gs://`` prefix
-means every such file under it; ``gs://`` files are copied once per node to a local cache
-with pyarrow (a Ray dependency) and memory-mapped from there.
+Formats: ``.bin`` raw uint16 token ids (nanoGPT's format), ``.npy`` an integer array, and for
+the GPT presets ``.txt`` UTF-8 bytes as tokens (vocabulary 256, the ``tiny`` preset's; a
+Hugging Face model reads ``.txt`` as text). A folder or ``gs://`` prefix means every such file
+under it; ``gs://`` files are copied once per node to a local cache with pyarrow (a Ray
+dependency) and memory-mapped from there.
 """
 
 from __future__ import annotations
@@ -17,19 +21,49 @@ import fcntl
 import hashlib
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from workloads.train.config import DATA_SUFFIXES
-
-SUFFIXES = DATA_SUFFIXES
+SUFFIXES = (".txt", ".bin", ".npy")  # token sources (.txt: bytes, for the GPT presets)
 CACHE_DIR = Path(os.environ.get("PARK_DATA_CACHE", "/tmp/park-data-cache"))
+IGNORE = -100  # a target that is not trained on (cross_entropy's ignore_index)
 
 
 class DataError(ValueError):
     """Data that cannot feed the model (missing files, ids beyond the vocabulary)."""
+
+
+@dataclass
+class Batch:
+    """One worker's batch: ``[batch, seq_len]`` tensors on the CPU.
+
+    ``labels[b, t]`` is the token to predict after ``input_ids[b, t]``, or -100; ``n_targets``
+    counts the others (the loss is their mean over all workers). ``position_ids`` restart at
+    each packed document (None: one sequence per row).
+    """
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    position_ids: torch.Tensor | None
+    n_targets: int
+
+
+class BatchSource(Protocol):
+    """What the loop draws batches from; ``counts_vary`` says whether ``n_targets`` differs
+    between workers (then the loop sums it across them every step)."""
+
+    counts_vary: bool
+
+    def next_batch(self) -> Batch: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @property
+    def epoch(self) -> int: ...
 
 
 def _open_array(path: Path) -> np.ndarray:
@@ -171,8 +205,27 @@ class TokenBatches:
 def make_batches(
     data: str, *, vocab_size: int, seq_len: int, batch_size: int, seed: int, rank: int
 ) -> TokenBatches:
-    """The worker's batch source for ``--data``."""
+    """The worker's token batch source for ``--data`` (synthetic or token files)."""
     shards = None if data == "synthetic" else open_shards(data)
     return TokenBatches(
         shards, vocab_size=vocab_size, seq_len=seq_len, batch_size=batch_size, seed=seed, rank=rank
     )
+
+
+class TokenStream:
+    """:class:`TokenBatches` as a :class:`BatchSource`: its state is the last step drawn."""
+
+    counts_vary = False
+    epoch = 0
+
+    def __init__(self, batches: TokenBatches, state: dict[str, Any] | None = None) -> None:
+        self.batches = batches
+        self.step = int(state["step"]) if state else 0
+
+    def next_batch(self) -> Batch:
+        self.step += 1
+        inputs, targets = self.batches.batch(self.step)
+        return Batch(inputs, targets, None, int(targets.numel()))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step}

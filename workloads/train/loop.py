@@ -1,22 +1,42 @@
-"""The training loop each worker runs: one code path for TPU, GPU and CPU, DDP and FSDP2.
+"""The training loop each worker runs: one code path for TPU, GPU and CPU, DDP and FSDP2,
+Hugging Face models and the GPT presets, pretraining and fine-tuning.
 
 It restores the latest checkpoint if there is one (a restart after a lost worker, or a rerun
-of the same run name), trains to ``--steps``, reports every ``--report-every`` steps and
-checkpoints every ``--checkpoint-every`` steps and always at the end. Rank 0 prints each report as a
-``PARK_METRICS {json}`` line.
+of the same run name): weights, optimizer moments and each rank's data position. It trains to
+``--steps``, prints a ``PARK_METRICS {json}`` line on rank 0 every ``--report-every`` steps,
+checkpoints every ``--checkpoint-every`` steps and always at the end, and exports a Hugging
+Face folder at the end (and every ``--export-every`` checkpoints).
+
+Ray hears from the loop only at checkpoints: ``ray.train.report`` is a barrier across the
+workers and a round trip to the controller (whose result queue holds one report and is polled
+every couple of seconds), so reporting every few steps cost step time for nothing the run
+needs; progress goes to the log, where the CLI and the log-based metrics read it.
+
+The loss is the mean over every target token of the global batch: each rank's summed loss is
+divided by the token count of all ranks (an all-reduce when counts differ, as with SFT masks),
+so a rank with more response tokens weighs more, as it would on one device.
 """
 
 from __future__ import annotations
 
 import tempfile
+import time
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
-from workloads.train import checkpointing
-from workloads.train.config import TrainConfig
-from workloads.train.data import make_batches
+from workloads.protocol import training_export_path
+from workloads.train import checkpointing, modeling, storage
+from workloads.train.config import (
+    BUILTIN_PREFIX,
+    TEXT_SUFFIXES,
+    TrainConfig,
+    data_kind,
+    parse_size,
+)
+from workloads.train.data import IGNORE, BatchSource, TokenStream, make_batches
 from workloads.train.metrics import (
     METRICS_PREFIX,
     ThroughputMeter,
@@ -24,7 +44,6 @@ from workloads.train.metrics import (
     emit,
     peak_tflops,
 )
-from workloads.train.model import model_config, train_flops_per_token
 from workloads.train.runenv import RayTrainEnv, RunEnv
 from workloads.train.strategies import (
     autocast,
@@ -32,102 +51,207 @@ from workloads.train.strategies import (
     build_optimizer,
     compute_dtype,
     lr_at,
-    parallelize,
+    sdpa_backends,
 )
+
+
+def export_path(cfg: TrainConfig, step: int | None = None) -> str:
+    """The final export folder (or the one of checkpoint ``step``): under ``--export-path``,
+    by default ``<storage-path>/<run-name>/export/`` (the rule is workloads.protocol's)."""
+    return training_export_path(cfg.storage_path, cfg.run_name, cfg.export_path, step)
+
+
+def make_source(
+    cfg: TrainConfig,
+    model: modeling.TrainModel,
+    *,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    state: dict[str, Any] | None,
+) -> BatchSource:
+    """The worker's batches for ``--data``: token ids (synthetic or files) or text."""
+    kind = data_kind(cfg.data)
+    if model.source is not None and kind == "folder":
+        found = storage.list_files(cfg.data, TEXT_SUFFIXES) if storage.exists(cfg.data) else []
+        kind = "text" if found else "tokens"
+    if model.source is None or kind in ("synthetic", "tokens"):
+        batches = make_batches(
+            cfg.data,
+            vocab_size=model.vocab_size,
+            seq_len=model.seq_len,
+            batch_size=batch_size,
+            seed=cfg.seed,
+            rank=rank,
+        )
+        return TokenStream(batches, state)
+    from workloads.train import facts, text
+
+    spec = str(facts.facts_path()) if cfg.data == BUILTIN_PREFIX + "facts" else cfg.data
+    tokenizer = model.source.tokenizer
+    encoder = text.Encoder(
+        tokenizer,
+        objective=cfg.objective,
+        text_field=cfg.text_field,
+        messages_field=cfg.messages_field,
+        prompt_field=cfg.prompt_field,
+        response_field=cfg.response_field,
+    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return text.TextBatches(
+        text.plan_units(spec, split=cfg.data_split),
+        encoder,
+        seq_len=model.seq_len,
+        batch_size=batch_size,
+        seed=cfg.seed,
+        rank=rank,
+        world_size=world_size,
+        split_documents=cfg.objective == "clm",
+        pad_id=int(pad),
+        state=state,
+    )
+
+
+def _global_targets(local: int, world_size: int, device: torch.device) -> torch.Tensor:
+    count = torch.tensor(float(local), device=device)
+    if world_size > 1:
+        dist.all_reduce(count)
+    return count.clamp_min(1.0)
 
 
 def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
     """Train until ``cfg.steps``; the default process group must already be initialized."""
     device = env.device
-    model_cfg = model_config(cfg.model_size, vocab_size=cfg.vocab_size, seq_len=cfg.seq_len)
-    seq_len = model_cfg.block_size
     dtype = compute_dtype(cfg.precision, device.type)
     mesh = build_mesh(device.type, env.world_size, cfg.num_slices if cfg.is_tpu else 1)
-    model = parallelize(
-        model_cfg,
-        strategy=cfg.strategy,
-        device=device,
-        mesh=mesh,
-        dtype=dtype,
-        seed=cfg.seed,
-        compile=cfg.compile,
-    )
-    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
     group = checkpointing.coordination_group(device.type)
-
     state = checkpointing.TrainState()
+    data_state: dict[str, Any] | None = None
     with env.latest_checkpoint() as directory:
+        model = modeling.build(
+            cfg, device=device, mesh=mesh, dtype=dtype, restoring=directory is not None
+        )
+        optimizer = build_optimizer(model.module, lr=cfg.lr, weight_decay=cfg.weight_decay)
         if directory is not None:
-            state = checkpointing.load(directory, model, optimizer, group)
+            state = checkpointing.load(directory, model.module, optimizer, group)
+            data_state = checkpointing.load_data_state(directory, env.rank, state.step)
             state.resumes += 1
     resumed_from = state.step
 
-    batch_per_worker = cfg.batch // env.world_size
-    batches = make_batches(
-        cfg.data,
-        vocab_size=model_cfg.vocab_size,
-        seq_len=seq_len,
-        batch_size=batch_per_worker,
-        seed=cfg.seed,
+    data = make_source(
+        cfg,
+        model,
         rank=env.rank,
+        world_size=env.world_size,
+        batch_size=cfg.batch // env.world_size,
+        state=data_state,
     )
-    tokens_per_step = cfg.batch * seq_len
+    tokens_per_step = cfg.batch * model.seq_len
     peak = cfg.peak_tflops_per_device or peak_tflops(
         device_name(device, cfg.tpu_accelerator_type if cfg.is_tpu else None)
     )
     meter = ThroughputMeter(
         tokens_per_step=tokens_per_step,
         world_size=env.world_size,
-        flops_per_token=train_flops_per_token(model_cfg, seq_len),
+        flops_per_token=model.flops_per_token,
         peak_tflops_per_device=peak,
     )
     amp = autocast(cfg.strategy, device, dtype)
+    exports = _Exports(cfg, model, dtype, group)
+    first_step_at: float | None = None
 
     def extra(lr: float) -> dict[str, Any]:
-        return {
+        values: dict[str, Any] = {
             "lr": lr,
             "tokens_seen": state.tokens_seen,
             "resumed_from_step": resumed_from,
             "resumes": state.resumes,
             "world_size": env.world_size,
+            "data_epoch": data.epoch,
         }
+        if first_step_at is not None:
+            values["first_step_at"] = first_step_at
+        if exports.latest:
+            values["export_path"] = exports.latest
+        return values
 
-    model.train()
+    model.module.train()
     for step in range(state.step + 1, cfg.steps + 1):
-        lr = lr_at(step, base_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps)
+        lr = lr_at(
+            step,
+            base_lr=cfg.lr,
+            warmup_steps=cfg.warmup_steps,
+            total_steps=cfg.steps,
+            min_ratio=cfg.min_lr_ratio,
+            schedule=cfg.lr_schedule,
+        )
         for param_group in optimizer.param_groups:
             param_group["lr"] = lr
-        inputs, targets = (t.to(device, non_blocking=True) for t in batches.batch(step))
-        with amp:
-            logits = model(inputs)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
-        loss.backward()
+        batch = data.next_batch()
+        inputs = batch.input_ids.to(device, non_blocking=True)
+        labels = batch.labels.to(device, non_blocking=True)
+        positions = (
+            batch.position_ids.to(device, non_blocking=True)
+            if batch.position_ids is not None
+            else None
+        )
+        if data.counts_vary:
+            total: torch.Tensor | float = _global_targets(batch.n_targets, env.world_size, device)
+        else:
+            total = float(batch.n_targets * env.world_size)
+        with sdpa_backends(device.type):
+            with amp:
+                logits = model.forward(inputs, positions)
+            summed = F.cross_entropy(
+                logits.float().flatten(0, 1),
+                labels.flatten(),
+                ignore_index=IGNORE,
+                reduction="sum",
+            )
+            # Gradients are averaged over ranks, so the rank's share is scaled by the world.
+            loss = summed * env.world_size / total
+            loss.backward()
         if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(model.module.parameters(), cfg.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         meter.add(loss)
         state.step = step
         state.tokens_seen += tokens_per_step
+        if first_step_at is None:
+            float(loss.detach())  # waits for the device: the first step has really finished
+            first_step_at = time.time()
 
         last = step == cfg.steps
         # Always at the end: the trained model, and Ray keeps a run's metrics with checkpoints.
         save = last or (cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0)
-        if not (save or last or step % cfg.report_every == 0):
+        if not (save or step % cfg.report_every == 0):
             continue
         metrics = meter.flush(step) | extra(lr)
         state.loss = metrics["loss"]
-        if env.rank == 0:
-            emit(METRICS_PREFIX, metrics)
         if save:
+            export_now = exports.due(step, last)
+            if export_now:
+                metrics["export_path"] = export_now
+            if env.rank == 0:
+                emit(METRICS_PREFIX, metrics)
             with tempfile.TemporaryDirectory(prefix="park-ckpt-") as directory:
-                checkpointing.save(directory, model, optimizer, state, group)
+                checkpointing.save(
+                    directory, model.module, optimizer, state, group, data.state_dict()
+                )
                 env.report(metrics, directory, step)
+            if export_now:
+                exports.write(export_now, step, state)
         else:
-            env.report(metrics, None, step)
+            if env.rank == 0:
+                emit(METRICS_PREFIX, metrics)
+            env.progress(metrics)
         meter.restart_clock()
 
     if resumed_from >= cfg.steps:  # nothing left to do: say where the run stands
+        final = exports.due(state.step, True)
+        if final and not storage.exists(storage.join(final, "config.json")):
+            exports.write(final, state.step, state)  # the last attempt died while exporting
         env.report(
             {
                 "step": state.step,
@@ -136,13 +260,65 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
                 "tokens_per_s_per_worker": None,
                 "mfu": None,
             }
-            | extra(0.0),
+            | extra(0.0)
+            | ({"export_path": final} if final else {}),
             None,
             state.step,
         )
     return state
 
 
+class _Exports:
+    """When and where Hugging Face exports go: ``final/`` at the end, ``step_N/`` every
+    ``--export-every`` checkpoints."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        model: modeling.TrainModel,
+        dtype: torch.dtype,
+        group: dist.ProcessGroup | None,
+    ) -> None:
+        self.cfg, self.model, self.dtype, self.group = cfg, model, dtype, group
+        self.latest: str | None = None
+
+    def due(self, step: int, last: bool) -> str | None:
+        cfg = self.cfg
+        if not self.model.is_hf:
+            return None
+        if last and cfg.export:
+            return export_path(cfg)
+        every = cfg.checkpoint_every * cfg.export_every
+        if every and step % every == 0:
+            return export_path(cfg, step)
+        return None
+
+    def write(self, destination: str, step: int, state: checkpointing.TrainState) -> None:
+        from workloads.train import export
+
+        assert self.model.source is not None
+        export.export_model(
+            self.model.inner,
+            destination,
+            source=self.model.source,
+            dtype=export.export_dtype(self.cfg.export_dtype, self.dtype),
+            max_shard_bytes=parse_size(self.cfg.export_max_shard_size),
+            metadata={
+                "run_name": self.cfg.run_name,
+                "step": step,
+                "loss": state.loss,
+                "model": self.cfg.model,
+                "init": self.model.source.init,
+                "objective": self.cfg.objective,
+                "data": self.cfg.data,
+                "seq_len": self.model.seq_len,
+            },
+            group=self.group,
+        )
+        self.latest = destination
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """Ray Train's entry on every worker (Ray has set up the process group)."""
+    """Ray Train's entry on every worker (Ray has set up the process group; on TPU the bridge
+    set torch_tpu's environment before that)."""
     train(TrainConfig.from_dict(config), RayTrainEnv())

@@ -29,6 +29,10 @@ class RunEnv(Protocol):
         """Publish metrics (every rank calls this), with this rank's checkpoint shards if any."""
         ...
 
+    def progress(self, metrics: dict[str, Any]) -> None:
+        """Metrics between checkpoints (every rank calls this; it must not synchronize)."""
+        ...
+
 
 class RayTrainEnv:
     """Ray Train: checkpoints go to ``storage_path`` and come back after a restart."""
@@ -52,6 +56,10 @@ class RayTrainEnv:
             return
         with checkpoint.as_directory() as directory:
             yield directory
+
+    def progress(self, metrics: dict[str, Any]) -> None:
+        """Nothing for Ray: a ``ray.train.report`` is a barrier and a controller round trip
+        (the loop prints progress; Ray gets the metrics with each checkpoint)."""
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None, step: int) -> None:
         import ray.train
@@ -90,6 +98,9 @@ class LocalEnv:
     def latest_checkpoint(self) -> Iterator[str | None]:
         found = self._checkpoints()
         yield str(found[-1]) if found else None
+
+    def progress(self, metrics: dict[str, Any]) -> None:
+        self.reports.append(dict(metrics))
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None, step: int) -> None:
         self.reports.append(dict(metrics))

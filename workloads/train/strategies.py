@@ -1,11 +1,13 @@
 """Data parallelism: DDP or FSDP2, on whatever device the worker has (tpu, cuda, cpu).
 
 Both strategies start from a model on the meta device (no memory until it is placed), so one
-path serves a tiny CPU test and a 1B model on TPU. FSDP2 shards each block, then the root, on
-a DeviceMesh (1-D ``dp``; with several TPU slices 2-D ``(replicate, shard)``, i.e. HSDP: shard
-over a slice's ICI, replicate over DCN). Ray's ``prepare_model("fsdp")`` only knows CUDA, so
-``fully_shard`` is called here directly; tensor or sequence parallelism can later add mesh
-dimensions and DTensor plans without changing the loop.
+path serves a tiny CPU test and a 1B model on TPU, for the GPT presets and for Hugging Face
+models alike. FSDP2 shards each block, then the root, on a DeviceMesh (1-D ``dp``; with
+several TPU slices 2-D ``(replicate, shard)``, i.e. HSDP: shard over a slice's ICI, replicate
+over DCN), with bf16 parameters for compute and fp32 gradient reduction on TPU/GPU. Ray's
+``prepare_model("fsdp")`` only knows CUDA, so ``fully_shard`` is called here directly; tensor
+or sequence parallelism can later add mesh dimensions and DTensor plans without changing the
+loop.
 """
 
 from __future__ import annotations
@@ -48,11 +50,31 @@ def build_mesh(device_type: str, world_size: int, num_slices: int = 1) -> Device
     return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp",))
 
 
-def _compile_blocks(model: GPT, device_type: str) -> None:
+def compile_blocks(blocks: list[nn.Module], device_type: str) -> None:
     """Compile each block in place (smaller graphs, works under both DDP and FSDP2)."""
     backend = "tpu" if device_type == "tpu" else "inductor"
-    for block in model.blocks:
+    for block in blocks:
         block.compile(backend=backend)
+
+
+def shard(
+    model: nn.Module, blocks: list[nn.Module], *, mesh: DeviceMesh, dtype: torch.dtype
+) -> None:
+    """FSDP2 in place: every block, then the root (which keeps embeddings, final norm, head).
+
+    Mixed precision: parameters are gathered in ``dtype`` (bf16 on TPU/GPU) for compute while
+    the sharded fp32 copy is what the optimizer updates, and gradients are reduced in fp32.
+    """
+    policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
+def replicate(model: nn.Module, device: torch.device) -> DistributedDataParallel:
+    """DDP around a model already on its device."""
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids)
 
 
 def parallelize(
@@ -68,20 +90,17 @@ def parallelize(
     """Build the model on meta, shard or replicate it, place it on ``device``, fill weights."""
     with torch.device("meta"):
         model = GPT(cfg)
+    blocks = list(model.blocks)
     if compile:
-        _compile_blocks(model, device.type)
+        compile_blocks(blocks, device.type)
     if strategy == "fsdp2":
-        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-        for block in model.blocks:
-            fully_shard(block, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
+        shard(model, blocks, mesh=mesh, dtype=dtype)
     elif strategy != "ddp":
         raise ValueError(f"unknown strategy {strategy!r}")
     model.to_empty(device=device)
     init_weights(model, cfg, seed)
     if strategy == "ddp":
-        device_ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids)
+        return replicate(model, device)
     return model
 
 
@@ -106,11 +125,33 @@ def build_optimizer(model: nn.Module, *, lr: float, weight_decay: float) -> torc
 
 
 def lr_at(
-    step: int, *, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float = 0.1
+    step: int,
+    *,
+    base_lr: float,
+    warmup_steps: int,
+    total_steps: int,
+    min_ratio: float = 0.1,
+    schedule: str = "cosine",
 ) -> float:
-    """Linear warmup to ``base_lr``, then cosine decay to ``min_ratio · base_lr`` at the end."""
+    """Linear warmup to ``base_lr``, then cosine or linear decay to ``min_ratio · base_lr`` at
+    the last step, or constant."""
     if warmup_steps and step <= warmup_steps:
         return base_lr * step / warmup_steps
+    if schedule == "constant":
+        return base_lr
     span = max(total_steps - warmup_steps, 1)
     progress = min(max(step - warmup_steps, 0) / span, 1.0)
+    if schedule == "linear":
+        return base_lr * (1 - (1 - min_ratio) * progress)
     return base_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def sdpa_backends(device_type: str) -> contextlib.AbstractContextManager[None]:
+    """On TPU, attention through the backend a device registers its own fused kernel under
+    (``SDPBackend.OVERRIDEABLE``), as Google's TorchTPU fine-tuning sample runs forward and
+    backward; elsewhere PyTorch's own choice (flash / memory-efficient / math)."""
+    if device_type != "tpu":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.OVERRIDEABLE])

@@ -1,0 +1,419 @@
+"""Hugging Face causal LMs in the trainer: find the files, build, shard, fill with weights.
+
+A model comes from ``--model``: a hub id (downloaded with ``huggingface_hub``, which reads the
+token from ``HF_TOKEN`` or the file at ``HF_TOKEN_PATH``; pods get the latter at
+``/var/run/secrets/huggingface/token``), a ``gs://`` folder (mirrored once per node), a local
+folder, or ``park:tiny-llama`` (built on the worker). Any ``AutoModelForCausalLM`` architecture
+whose checkpoint keys are its state-dict keys works: the Llama, Qwen2/Qwen3, Mistral and Gemma
+families that vLLM serves. Models whose checkpoints transformers converts on load (fused MoE
+experts: Mixtral, Qwen-MoE) are refused with a message, because the sharded loader and the
+exporter below read and write the keys as they are.
+
+Build order, the same for DDP and FSDP2 and for TPU, GPU and CPU: the model is created on the
+meta device (no memory), sharded (FSDP2: ``fully_shard`` on each decoder block named in the
+model's ``_no_split_modules``, then the root; bf16 parameters and fp32 gradient reduction on
+TPU/GPU; a 2-D mesh is HSDP across slices), moved to the device with ``to_empty``, and filled:
+
+- ``--init pretrained``: ``torch.distributed.checkpoint`` reads the safetensors through
+  ``HuggingFaceStorageReader``; each rank reads only the slices of its own shards, so no worker
+  holds the whole model (safetensors files are memory-mapped);
+- ``--init config``: each module's own ``_init_weights`` (so each family's scheme, e.g. Gemma's
+  norms) runs on a CPU copy of that one module, seeded by (seed, module name); every rank copies
+  out the slice it holds. The weights depend on the seed only, not on the world size, the
+  strategy or the device's random number generator.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from workloads.train import storage, tiny_llama
+from workloads.train.config import BUILTIN_PREFIX, DEFAULT_HF_SEQ_LEN, TrainConfig
+
+# What a model folder needs besides weights; a gs:// folder is mirrored with these only.
+SIDE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "model.safetensors.index.json",
+)
+HUB_IGNORE = [
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.msgpack",
+    "*.h5",
+    "*.onnx",
+    "original/*",
+    "consolidated*",
+]
+HF_TOKEN_HINT = (
+    "a gated or private model needs a token: HF_TOKEN, or a file at HF_TOKEN_PATH "
+    "(pods get /var/run/secrets/huggingface/token)"
+)
+
+
+class ModelError(ValueError):
+    """A model source that cannot be trained; the message names the flag."""
+
+
+# ---- finding the files ------------------------------------------------------------------------
+
+
+def resolve_folder(source: str, *, weights: bool, flag_name: str = "--model") -> Path:
+    """A local folder holding ``source``'s files (weights only when ``weights``)."""
+    if source.startswith(BUILTIN_PREFIX):
+        return tiny_llama.build()
+    local = Path(os.path.expanduser(source.removeprefix("file://")))
+    if local.is_dir():
+        return local
+    if storage.is_remote(source):
+        try:
+            return storage.mirror(source, keep=lambda name: _wanted(name, weights))
+        except FileNotFoundError as err:
+            raise ModelError(f"{flag_name} {source}: no such folder") from err
+    if source.startswith(("/", ".", "~")) or source.count("/") != 1:
+        raise ModelError(
+            f"{flag_name} {source!r}: not a folder here, nor a hub id of the form org/name"
+        )
+    return _download(source, weights=weights, flag_name=flag_name)
+
+
+def _wanted(name: str, weights: bool) -> bool:
+    return name in SIDE_FILES or (weights and name.endswith(".safetensors"))
+
+
+def _download(repo_id: str, *, weights: bool, flag_name: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    patterns = [*SIDE_FILES, *(["*.safetensors"] if weights else [])]
+    try:
+        path = snapshot_download(
+            repo_id,
+            allow_patterns=patterns,
+            ignore_patterns=HUB_IGNORE,
+            cache_dir=str(storage.cache_dir() / "hub"),
+        )
+    except (GatedRepoError, RepositoryNotFoundError) as err:
+        raise ModelError(f"{flag_name} {repo_id}: the hub refused it; {HF_TOKEN_HINT}") from err
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as err:
+        raise ModelError(
+            f"{flag_name} {repo_id}: could not download it from the Hugging Face hub ({err}); "
+            f"offline, give a local folder or gs:// instead; {HF_TOKEN_HINT}"
+        ) from err
+    return Path(path)
+
+
+# ---- what a run trains --------------------------------------------------------------------------
+
+
+@dataclass
+class HFSource:
+    """The files and objects of ``--model`` / ``--tokenizer``, resolved on a worker."""
+
+    spec: str
+    folder: Path
+    config: Any  # transformers.PretrainedConfig
+    tokenizer: Any  # transformers.PreTrainedTokenizerBase
+    tokenizer_folder: Path
+    init: str  # "pretrained" | "config"
+
+    @property
+    def architecture(self) -> str:
+        names = getattr(self.config, "architectures", None) or []
+        return (
+            str(names[0]) if names else type(self.config).__name__.replace("Config", "ForCausalLM")
+        )
+
+
+def load_source(cfg: TrainConfig) -> HFSource:
+    """Resolve ``--model`` and ``--tokenizer`` to local files and load config and tokenizer."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    assert cfg.model is not None
+    init = cfg.init_mode
+    folder = resolve_folder(cfg.model, weights=init == "pretrained")
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"--model {cfg.model}: no usable config.json in {folder}: {err}") from err
+    tokenizer_folder = (
+        resolve_folder(cfg.tokenizer, weights=False, flag_name="--tokenizer")
+        if cfg.tokenizer
+        else folder
+    )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    except (OSError, ValueError) as err:
+        flag_name = "--tokenizer" if cfg.tokenizer else "--model"
+        raise ModelError(f"{flag_name}: no tokenizer in {tokenizer_folder}: {err}") from err
+    _check_convertible(config, cfg.model)
+    if init == "pretrained" and not any(folder.glob("*.safetensors")):
+        raise ModelError(
+            f"--model {cfg.model}: no safetensors weights in {folder} (the trainer reads "
+            "safetensors only); use --init config to start from random weights"
+        )
+    if len(tokenizer) > config.vocab_size:
+        raise ModelError(
+            f"--tokenizer has {len(tokenizer)} tokens but the model's vocabulary is "
+            f"{config.vocab_size}"
+        )
+    return HFSource(cfg.model, folder, config, tokenizer, tokenizer_folder, init)
+
+
+def _check_convertible(config: Any, spec: str) -> None:
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    model_type = getattr(config, "model_type", "")
+    if get_checkpoint_conversion_mapping(model_type):
+        raise ModelError(
+            f"--model {spec}: transformers converts {model_type} checkpoints on load (e.g. fused "
+            "MoE experts); the trainer loads and exports keys as they are, so it supports the "
+            "dense families (Llama, Qwen2/Qwen3, Mistral, Gemma)"
+        )
+
+
+def seq_len_for(cfg: TrainConfig, config: Any) -> int:
+    """``--seq-len``, or the default capped at what the model has positions for."""
+    limit = int(getattr(config, "max_position_embeddings", DEFAULT_HF_SEQ_LEN) or 0)
+    if cfg.seq_len is not None:
+        if limit and cfg.seq_len > limit:
+            raise ModelError(
+                f"--seq-len {cfg.seq_len} is beyond the model's max_position_embeddings ({limit})"
+            )
+        return cfg.seq_len
+    return min(DEFAULT_HF_SEQ_LEN, limit) if limit else DEFAULT_HF_SEQ_LEN
+
+
+# ---- building ---------------------------------------------------------------------------------
+
+
+def meta_model(config: Any) -> nn.Module:
+    """The model on the meta device (shapes only), fp32, SDPA attention, no KV cache."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(config)
+    config.use_cache = False
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(
+            config, attn_implementation="sdpa", dtype=torch.float32
+        )
+    return model
+
+
+def block_modules(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks FSDP2 shards one by one (the model's ``_no_split_modules``)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    if not blocks:
+        raise ModelError(
+            f"{type(model).__name__} names no decoder block class (_no_split_modules); "
+            "the trainer cannot shard it block by block"
+        )
+    return blocks
+
+
+def tie_groups(model: nn.Module) -> list[list[str]]:
+    """Parameter names that share one tensor (tied embeddings), first name the one kept."""
+    groups: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def retie(model: nn.Module, groups: list[list[str]]) -> None:
+    """Point every tied name at its group's first parameter again (``to_empty`` splits them)."""
+    for first, *others in groups:
+        param = model.get_parameter(first)
+        for name in others:
+            owner, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(owner), attr, param)
+
+
+def tied_export_keys(model: nn.Module) -> set[str]:
+    """Keys a Hugging Face checkpoint leaves out because they are tied to another one."""
+    tied = getattr(model, "all_tied_weights_keys", None)
+    if isinstance(tied, dict):
+        return {k for k in tied if isinstance(k, str)}
+    return {name for group in tie_groups(model) for name in group[1:]}
+
+
+def architecture_of(model: nn.Module) -> str:
+    """The transformers class name (FSDP2 wraps it in a class named ``FSDP<name>``)."""
+    from transformers import PreTrainedModel
+
+    for klass in type(model).__mro__:
+        if issubclass(klass, PreTrainedModel) and not klass.__name__.startswith("FSDP"):
+            return klass.__name__
+    return type(model).__name__
+
+
+# ---- filling ----------------------------------------------------------------------------------
+
+
+def _local_view(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...]]:
+    """The tensor this rank holds and where it sits in the full tensor."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    if isinstance(tensor, DTensor):
+        shape, offset = compute_local_shape_and_global_offset(
+            tensor.shape, tensor.device_mesh, tensor.placements
+        )
+        where = tuple(slice(o, o + s) for o, s in zip(offset, shape, strict=True))
+        return tensor.to_local(), where
+    return tensor, tuple(slice(None) for _ in tensor.shape)
+
+
+def _cpu_twin(module: nn.Module) -> nn.Module:
+    """A shallow copy of one module with its own parameters and buffers as zeroed CPU tensors
+    of full size and no children: what its ``_init_weights`` needs, and no more memory."""
+    twin = copy.copy(module)
+    twin._modules = {}
+    twin._parameters = {
+        name: None if p is None else nn.Parameter(torch.zeros(p.shape, dtype=torch.float32))
+        for name, p in module._parameters.items()
+    }
+    twin._buffers = {
+        name: None if b is None else torch.zeros(b.shape, dtype=b.dtype)
+        for name, b in module._buffers.items()
+    }
+    return twin
+
+
+def _owners(model: nn.Module) -> Iterator[tuple[str, nn.Module, Any]]:
+    """Every module with parameters or buffers of its own, with the PreTrainedModel whose
+    ``_init_weights`` applies to it (the innermost enclosing one: composite models differ)."""
+    from transformers import PreTrainedModel
+
+    def walk(prefix: str, module: nn.Module, owner: Any) -> Iterator[tuple[str, nn.Module, Any]]:
+        if isinstance(module, PreTrainedModel):
+            owner = module
+        if module._parameters or module._buffers:
+            yield prefix, module, owner
+        for name, child in module._modules.items():
+            if child is not None:
+                yield from walk(f"{prefix}.{name}" if prefix else name, child, owner)
+
+    yield from walk("", model, model)
+
+
+@torch.no_grad()
+def init_from_config(model: nn.Module, seed: int) -> None:
+    """Random weights by each module's own ``_init_weights``, the same on every rank layout."""
+    done: set[int] = set()  # a tied parameter is filled once, by the first module owning it
+    for name, module, owner in _owners(model):
+        twin = _cpu_twin(module)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(zlib.crc32(f"{seed}/{name}".encode()))
+            owner._init_weights(twin)
+        for attr, param in module._parameters.items():
+            if param is None or id(param) in done:
+                continue
+            done.add(id(param))
+            local, where = _local_view(param)
+            full = twin._parameters[attr]
+            if local.numel() and full is not None:
+                local.copy_(full[where])
+        _copy_buffers(module, twin)
+
+
+def _copy_buffers(module: nn.Module, twin: nn.Module) -> None:
+    for attr, buffer in module._buffers.items():
+        computed = twin._buffers.get(attr)
+        if buffer is not None and computed is not None:
+            buffer.copy_(computed)
+
+
+@torch.no_grad()
+def init_buffers(model: nn.Module) -> None:
+    """Recompute buffers (rotary frequencies): ``to_empty`` leaves them as garbage, and a
+    checkpoint does not hold the non-persistent ones."""
+    for _, module, owner in _owners(model):
+        if not module._buffers:
+            continue
+        twin = _cpu_twin(module)
+        twin._parameters = {}
+        owner._init_weights(twin)
+        _copy_buffers(module, twin)
+
+
+def checkpoint_keys(folder: Path) -> set[str]:
+    """Tensor names in a folder's safetensors (index file, else the files' headers)."""
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        return set(json.loads(index.read_text())["weight_map"])
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as handle:
+            keys.update(handle.keys())
+    return keys
+
+
+def load_pretrained(model: nn.Module, folder: Path, spec: str) -> None:
+    """Read the folder's safetensors into the (sharded or replicated) model in place."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    state = get_model_state_dict(model)
+    available = checkpoint_keys(folder)
+    for key in tied_export_keys(model):
+        if key not in available:
+            state.pop(key, None)  # tied to a tensor that is loaded
+    missing = sorted(set(state) - available)
+    if missing:
+        raise ModelError(
+            f"--model {spec}: {len(missing)} weights of {architecture_of(model)} are not in its "
+            f"safetensors, e.g. {', '.join(missing[:3])}"
+        )
+    dcp.load(
+        state,
+        storage_reader=HuggingFaceStorageReader(str(folder)),
+        planner=DefaultLoadPlanner(allow_partial_load=True),
+    )
+    set_model_state_dict(model, state)
+    init_buffers(model)
+
+
+def count_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def train_flops_per_token(model: nn.Module, config: Any, seq_len: int) -> float:
+    """6·N (matmul weights, the head included, the input embedding lookup not) + 12·L·H·T
+    (attention scores and values; H = heads x head_dim), as for the GPT presets."""
+    embedding = model.get_input_embeddings().weight.numel()  # type: ignore[operator]
+    tied = bool(tie_groups(model))
+    matmul = count_params(model) - embedding + (embedding if tied else 0)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = int(text.num_attention_heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    return 6.0 * matmul + 12.0 * int(text.num_hidden_layers) * heads * head_dim * seq_len

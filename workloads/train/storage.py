@@ -1,0 +1,146 @@
+"""Files on local disk or in a bucket, through one interface: pyarrow's filesystems.
+
+pyarrow comes with Ray, reads ``gs://`` (and ``file://``, ``s3://``) with the pod's credentials
+(Workload Identity on GKE), and gives random access, so a worker can read just its byte range
+of a large file. Things a worker needs as local files (a model's safetensors, which are
+memory-mapped) are mirrored once per node into the cache, under a lock, so that the 4-16 workers
+of a host neither download the same bytes 16 times nor see a half-written file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+
+def cache_dir() -> Path:
+    """``$PARK_CACHE_DIR/train`` or ``~/.cache/park-gke/train`` (the serving side's root)."""
+    root = os.environ.get("PARK_CACHE_DIR") or str(Path.home() / ".cache" / "park-gke")
+    return Path(root) / "train"
+
+
+def is_remote(uri: str) -> bool:
+    return "://" in uri and not uri.startswith("file://")
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and the path inside it, for ``gs://...``, ``file://...`` or a local path."""
+    if "://" in uri:
+        return pafs.FileSystem.from_uri(uri)
+    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
+
+
+def join(uri: str, *parts: str) -> str:
+    """Join path parts onto a URI or a path with '/' (what buckets use on every OS)."""
+    return "/".join([uri.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def list_files(uri: str, suffixes: Iterable[str] | None = None) -> list[tuple[str, int]]:
+    """``(path, size)`` of the file ``uri``, or of every file under the folder or prefix ``uri``
+    (recursive, sorted; only names ending in ``suffixes`` when given)."""
+    fs, root = filesystem(uri)
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.File:
+        return [(root, int(info.size or 0))]
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(uri)
+    wanted = tuple(suffixes) if suffixes is not None else None
+    found = [
+        (i.path, int(i.size or 0))
+        for i in fs.get_file_info(pafs.FileSelector(root, recursive=True))
+        if i.type == pafs.FileType.File
+        and not Path(i.path).name.startswith(".")
+        and (wanted is None or i.path.endswith(wanted))
+    ]
+    return sorted(found)
+
+
+@contextlib.contextmanager
+def node_lock(name: str) -> Iterator[None]:
+    """An exclusive lock shared by every process of this machine (the workers of a host)."""
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def key_of(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def mirror(uri: str, keep: Callable[[str], bool] | None = None) -> Path:
+    """A local copy of the remote folder ``uri`` (only the files whose name ``keep`` accepts,
+    when given), made once per node; returns its path. Complete or absent, never partial: it
+    is filled in a temporary sibling and renamed into place."""
+    target = cache_dir() / "mirror" / key_of(uri.rstrip("/"))
+    if (target / ".complete").exists():
+        return target
+    with node_lock(f"mirror-{target.name}"):
+        if (target / ".complete").exists():
+            return target
+        fs, root = filesystem(uri)
+        files = [path for path, _ in list_files(uri) if keep is None or keep(Path(path).name)]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            for path in files:
+                relative = os.path.relpath(path, root) if files != [root] else Path(path).name
+                local = staging / relative
+                local.parent.mkdir(parents=True, exist_ok=True)
+                pafs.copy_files(
+                    path,
+                    str(local),
+                    source_filesystem=fs,
+                    destination_filesystem=pafs.LocalFileSystem(),
+                )
+            (staging / ".complete").write_text(uri + "\n")
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return target
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    """Write a whole file (parents are created; on a bucket there are none to create)."""
+    fs, path = filesystem(uri)
+    fs.create_dir(os.path.dirname(path), recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(data)
+
+
+def upload_folder(local: Path, uri: str, *, skip: Iterable[str] = ()) -> list[str]:
+    """Copy the files of the local folder ``local`` to ``uri``; return the names copied."""
+    skipped = set(skip)
+    names = sorted(p.name for p in local.iterdir() if p.is_file() and p.name not in skipped)
+    for name in names:
+        write_bytes(join(uri, name), (local / name).read_bytes())
+    return names
+
+
+def remove_folder(uri: str) -> None:
+    """Delete the folder or prefix ``uri`` and everything under it (fine if it is absent)."""
+    fs, path = filesystem(uri)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_dir_contents(path, missing_dir_ok=True)
+    with contextlib.suppress(FileNotFoundError, OSError):
+        fs.delete_dir(path)
+
+
+def exists(uri: str) -> bool:
+    fs, path = filesystem(uri)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
