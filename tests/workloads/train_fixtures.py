@@ -16,10 +16,26 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from workloads.protocol import free_port  # distinct ports for every Ray server of a test head
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_folder() -> Path:
+    """park:tiny-llama's folder (config, tokenizer; no weights), built once into the cache."""
+    from workloads.train import tiny_llama
+
+    return tiny_llama.build()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_llama_folder: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_llama_folder)
 
 
 @pytest.fixture
