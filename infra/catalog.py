@@ -29,6 +29,9 @@ class TpuGeneration:
     min_gke_version: str  # oldest GKE version with node pools of this generation
     zones: tuple[str, ...]  # zones known to offer it (Google adds more over time)
     pod_type_units_per_chip: int = 1  # Ray pod type counts chips (v6e) or cores (v4, v5p)
+    # The single-host process counts torch_tpu forms a slice from, and TORCH_TPU_TOPOLOGY for
+    # each (torch_tpu 0.2.0 _internal/utils/hardware.py:38-76: any other count is refused).
+    torch_tpu_world_topologies: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ GENERATIONS: dict[str, TpuGeneration] = {
             hbm_gib_per_chip=32,
             min_gke_version="1.31.2-gke.1115000",
             zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
+            torch_tpu_world_topologies=((1, "1,1,1"), (4, "2,2,1"), (8, "2,4,1")),
         ),
     )
 }

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra import catalog, gke, names
+from infra import catalog, engine, gke, model_facts, names
+from infra.model_facts import FactsLookup
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import (
     GpuPoolConfig,
@@ -95,7 +96,7 @@ class TrainingPlan:
 
 @dataclass(frozen=True)
 class ServedModelPlan:
-    """One served model: its tensor parallel size and the slices its replicas hold."""
+    """One served model: its TP, the slices its replicas hold, what it is and how it fits."""
 
     index: int
     spec: ServedModel
@@ -103,6 +104,9 @@ class ServedModelPlan:
     min_slices: int  # one whole slice per replica (module docstring)
     max_slices: int
     idle_chips_per_replica: int
+    facts: FactsLookup  # heads, layers, size... or why they are not known (infra.model_facts)
+    fit: engine.Fit | None  # weights and KV cache per chip, when the facts are known
+    memory_utilization: float  # what the engine keeps of each chip's HBM
 
     @property
     def key(self) -> str:
@@ -195,6 +199,20 @@ def training_workers(pool: PoolPlan, slices: int) -> tuple[int, int]:
 
 def resolve_served_model(model: ServedModel, index: int, tpu: catalog.TpuSlice) -> ServedModelPlan:
     tp = model.tensor_parallel_size or tpu.chips
+    facts = model_facts.lookup(model.source)
+    kwargs = model.engine_kwargs
+    utilization = float(kwargs.get("gpu_memory_utilization", engine.DEFAULT_MEMORY_UTILIZATION))
+    fit = None
+    if facts.facts is not None and tp > 0:
+        fit = engine.fit(
+            facts.facts,
+            tpu,
+            tp,
+            model.max_model_len,
+            memory_utilization=utilization,
+            kv_cache_dtype=kwargs.get("kv_cache_dtype"),
+            hybrid_kv_cache=not kwargs.get("disable_hybrid_kv_cache_manager", False),
+        )
     return ServedModelPlan(
         index=index,
         spec=model,
@@ -202,6 +220,9 @@ def resolve_served_model(model: ServedModel, index: int, tpu: catalog.TpuSlice) 
         min_slices=model.min_replicas,
         max_slices=model.max_replicas,
         idle_chips_per_replica=max(tpu.chips - tp, 0),
+        facts=facts,
+        fit=fit,
+        memory_utilization=utilization,
     )
 
 

@@ -32,3 +32,18 @@ def rendered(request):
 def pytest_collection_modifyitems(config, items):
     if not SHIPPED_STACKS:
         raise pytest.UsageError("no stacks/Pulumi.*.yaml found: nothing to test")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _offline_model_facts():
+    """Model facts come from local folders and the committed catalogue in tests: the hub is
+    never asked (the machine may be offline; answers would drift)."""
+    import os
+
+    previous = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    yield
+    if previous is None:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    else:
+        os.environ["HF_HUB_OFFLINE"] = previous

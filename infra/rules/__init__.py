@@ -35,7 +35,7 @@ def problems(spec: StackConfig) -> list[ConfigProblem]:
 
 def warnings(spec: StackConfig) -> list[ConfigProblem]:
     """What is valid but likely to hurt later; printed by park and by the program."""
-    return [*pools.version_warnings(spec)]
+    return [*pools.version_warnings(spec), *workloads.serving_warnings(resolve(spec, partial=True))]
 
 
 def check(spec: StackConfig) -> StackPlan:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pydantic.alias_generators import to_camel
 
-from infra import catalog
-from infra.resolve import StackPlan
+from infra import engine, model_facts
+from infra.resolve import ServedModelPlan, StackPlan
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import StackConfig
-from infra.versions import RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
+from infra.versions import ENGINE_VERSIONS, RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
 
 # Where the pinned Ray's TPU serving maths disagrees with GKE: (generation, topology) → hosts
 # Ray assumes: ray/_private/accelerators/tpu.py get_chips_per_host takes a v6e topology of up
@@ -20,16 +20,6 @@ from infra.versions import RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
 RAY_SERVE_HOSTS_BY_TOPOLOGY = {("v6e", "2x4"): 1}
 # Engine arguments the stack sets from its own keys.
 RESERVED_ENGINE_KWARGS = ("tensor_parallel_size", "max_model_len", "enable_expert_parallel")
-
-
-def allowed_tensor_parallel(tpu: catalog.TpuSlice) -> list[int]:
-    """TP sizes vLLM on TPU accepts on one slice: divisors of the chips, whole hosts past one
-    (Ray Serve LLM's per-host bundles: TP beyond a host must be a multiple of its chips)."""
-    return [
-        tp
-        for tp in range(1, tpu.chips + 1)
-        if tpu.chips % tp == 0 and (tp <= tpu.chips_per_host or tp % tpu.chips_per_host == 0)
-    ]
 
 
 def _pool_ref(key: str, name: str, config: StackConfig) -> list[ConfigProblem]:
@@ -126,7 +116,6 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
                 f"misshaped; serve from a pool of another machine type or topology",
             )
         )
-    allowed = allowed_tensor_parallel(tpu)
     names: set[str] = set()
     held = 0
     for model in serving.models:
@@ -136,15 +125,7 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
                 ConfigProblem(f"{prefix}.name", model_spec.name, "duplicate model name")
             )
         names.add(model_spec.name)
-        if model.tensor_parallel not in allowed:
-            problems.append(
-                ConfigProblem(
-                    f"{prefix}.tensorParallelSize",
-                    model.tensor_parallel,
-                    f"does not fit a {tpu.machine_type} {tpu.topology} slice ({tpu.chips} chips, "
-                    f"{tpu.chips_per_host} per host); allowed: {', '.join(map(str, allowed))}",
-                )
-            )
+        problems += _model_problems(plan, model)
         if model_spec.min_replicas > model_spec.max_replicas:
             problems.append(
                 ConfigProblem(
@@ -156,6 +137,13 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
         held += model.max_slices
         if held > serving.slice_budget and held - model.max_slices <= serving.slice_budget:
             problems.append(_over_budget(plan, model.index))
+        elif (
+            spec.engine == "vllm-torchtpu"
+            and tpu.multi_host
+            and held > 1
+            and held - model.max_slices <= 1
+        ):
+            problems.append(_one_multi_host_slice(plan, model.index))
         for key in sorted(set(RESERVED_ENGINE_KWARGS) & set(model_spec.engine_kwargs)):
             problems.append(
                 ConfigProblem(
@@ -164,7 +152,141 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
                     f"set it with its own key ({to_camel(key)}), not engineKwargs",
                 )
             )
+    if spec.hf_token is None:
+        gated = [m for m in serving.models if m.facts.facts and m.facts.facts.gated]
+        for model in gated:
+            problems.append(
+                ConfigProblem(
+                    "park:serving.hfToken",
+                    None,
+                    f"{model.spec.source} ({model.key}) is gated on the Hugging Face hub: the "
+                    "engine cannot download it without a token; set it as a secret: "
+                    "pulumi config set --secret --path park:serving.hfToken <token>",
+                )
+            )
     return problems
+
+
+def _model_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProblem]:
+    """One served model against the engine's rules and the slice (infra.engine)."""
+    serving = plan.serving
+    assert serving is not None
+    tpu, engine_name, spec = serving.pool.slice, serving.spec.engine, model.spec
+    prefix, tp, facts = model.key, model.tensor_parallel, model.facts.facts
+    problems: list[ConfigProblem] = []
+    if model.facts.error:
+        problems.append(ConfigProblem(f"{prefix}.source", spec.source, model.facts.error))
+    options = engine.tensor_parallel_options(engine_name, tpu)
+    if tp not in options:
+        why = (
+            "its Ray executor takes every chip of the slice"
+            if tpu.multi_host and engine_name == "vllm-torchtpu"
+            else "torch_tpu forms a single-host slice of these chip counts only"
+            if engine_name == "vllm-torchtpu"
+            else "divisors of the chips, whole hosts past one"
+        )
+        problems.append(
+            ConfigProblem(
+                f"{prefix}.tensorParallelSize",
+                tp,
+                f"does not fit a {tpu.machine_type} {tpu.topology} slice ({tpu.chips} chips, "
+                f"{tpu.chips_per_host} per host) on {engine_name}: {why}; allowed: "
+                f"{', '.join(map(str, options))}",
+            )
+        )
+    if facts is None:
+        return problems
+    name = spec.source
+    if facts.architecture and facts.architecture not in model_facts.served_architectures():
+        problems.append(
+            ConfigProblem(
+                f"{prefix}.source",
+                name,
+                f"architecture {facts.architecture} is not one vLLM "
+                f"{ENGINE_VERSIONS['vllm-torchtpu']} serves (infra/data/vllm_architectures.yaml)",
+            )
+        )
+    heads = engine.head_problems(facts, tp)
+    if heads:
+        allowed = engine.allowed_tensor_parallel(engine_name, tpu, facts)
+        problems.append(
+            ConfigProblem(
+                f"{prefix}.tensorParallelSize",
+                tp,
+                f"{name}: {'; '.join(heads)}; TP this model allows on this slice: "
+                f"{', '.join(map(str, allowed)) or 'none (serve it from another slice shape)'}",
+            )
+        )
+    if facts.max_positions and spec.max_model_len > facts.max_positions:
+        problems.append(
+            ConfigProblem(
+                f"{prefix}.maxModelLen",
+                spec.max_model_len,
+                f"{name} has {facts.max_positions} positions (max_position_embeddings); at most "
+                f"{facts.max_positions}",
+            )
+        )
+    if spec.enable_expert_parallel and not facts.moe:
+        problems.append(
+            ConfigProblem(
+                f"{prefix}.enableExpertParallel",
+                True,
+                f"{name} is dense ({facts.architecture}, no experts): expert parallel is for "
+                "MoE models",
+            )
+        )
+    fit = model.fit
+    if fit is not None and not heads and not fit.fits:
+        need = fit.weights_gib + fit.kv_gib_per_sequence
+        problems.append(
+            ConfigProblem(
+                f"{prefix}.maxModelLen",
+                spec.max_model_len,
+                f"{name} at TP {tp} needs {need:.1f} GiB per chip (weights {fit.weights_gib:.1f}"
+                f" + KV of one {spec.max_model_len}-token sequence {fit.kv_gib_per_sequence:.2f})"
+                f", but a {tpu.generation.name} chip gives the engine {fit.usable_gib:.1f} GiB "
+                f"({tpu.generation.hbm_gib_per_chip} GiB x gpu_memory_utilization "
+                f"{fit.memory_utilization}); shorten maxModelLen, raise TP, or use a larger slice",
+            )
+        )
+    return problems
+
+
+def _one_multi_host_slice(plan: StackPlan, index: int) -> ConfigProblem:
+    serving = plan.serving
+    assert serving is not None
+    model = serving.models[index]
+    return ConfigProblem(
+        f"{model.key}.maxReplicas",
+        model.spec.max_replicas,
+        f"the served models need {serving.max_slices} multi-host {serving.pool.slice.topology} "
+        "slices in one RayService cluster, but vllm-torchtpu 0.29's Ray executor builds its "
+        "slice from every TPU host of the cluster (RayDistributedExecutorV2._slice_host_layout): "
+        "one cluster can serve one multi-host slice; serve one replica of one model per "
+        "RayService",
+    )
+
+
+def serving_warnings(plan: StackPlan) -> list[ConfigProblem]:
+    """Served models whose facts are unknown here: their checks did not run."""
+    if plan.serving is None:
+        return []
+    warnings = []
+    for model in plan.serving.models:
+        lookup = model.facts
+        if lookup.facts is None and lookup.error is None:
+            warnings.append(
+                ConfigProblem(
+                    f"{model.key}.source",
+                    model.spec.source,
+                    f"no model facts here ({lookup.reason}; tried "
+                    f"{', '.join(lookup.tried) or 'nothing'}): the head, context and memory "
+                    "checks did not run; point source at a local folder with config.json, run "
+                    "online (unset HF_HUB_OFFLINE) or add the model to "
+                    "infra/data/models/catalogue.yaml",
+                )
+            )
+    return warnings
 
 
 def _over_budget(plan: StackPlan, index: int) -> ConfigProblem:

@@ -156,7 +156,9 @@ class ServingConfig(_Model):
     models: list[ServedModel] = []
     upgrade_strategy: Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"] = "None"
     expose_publicly: bool = False
-    hf_token: Any = None  # a Pulumi secret; never read as plain config
+    # A Pulumi secret. The spec holds SECRET_PLACEHOLDER when one is set, never the token: the
+    # program reads the token itself, as a secret Output (infra/program.py).
+    hf_token: Literal["[secret]"] | None = None
 
 
 class PricesConfig(_Model):

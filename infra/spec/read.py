@@ -52,11 +52,16 @@ def key_of(loc: tuple[int | str, ...]) -> str:
 
 
 def _without_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values with every credential replaced by SECRET_PLACEHOLDER: the spec knows that a
+    token is set (a gated model needs one), never what it is."""
     out = dict(values)
     for key, fields in SECRET_FIELDS.items():
         section = out.get(key)
         if isinstance(section, Mapping):
-            out[key] = {k: v for k, v in section.items() if k not in fields}
+            out[key] = {
+                k: (SECRET_PLACEHOLDER if v not in (None, "") else None) if k in fields else v
+                for k, v in section.items()
+            }
     return out
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
+from infra.engine import tensor_parallel_options
 from infra.plan import tpu_groups
 from infra.plan.pods import cluster_spec
 from infra.resolve import StackPlan
-from infra.rules.workloads import allowed_tensor_parallel
 from infra.tools.schemas import ManifestProblem
 from workloads import protocol
 
@@ -140,7 +140,7 @@ def _check_rayjob(
 
 
 def _check_rayservice(
-    manifest: dict[str, Any], groups: list[tuple[int, dict[str, Any]]]
+    manifest: dict[str, Any], groups: list[tuple[int, dict[str, Any]]], engine_name: str
 ) -> Iterator[ManifestProblem]:
     """Each TPU LLM must fit the worker group's slice; multi-host needs the Ray backend."""
     from infra import catalog
@@ -184,7 +184,7 @@ def _check_rayservice(
                 continue
             tpu = slices[topology]
             tp = _int(_get(llm, "engine_kwargs", "tensor_parallel_size")) or 1
-            if tp not in allowed_tensor_parallel(tpu):
+            if tp not in tensor_parallel_options(engine_name, tpu):
                 yield ManifestProblem(
                     name,
                     f"{at}.engine_kwargs.tensor_parallel_size",
@@ -217,7 +217,8 @@ def check_manifests(
         if kind == "RayJob":
             problems += _check_rayjob(manifest, groups, base)
         elif kind == "RayService":
-            problems += _check_rayservice(manifest, groups)
+            engine_name = plan.spec.serving.engine if plan is not None else "vllm-torchtpu"
+            problems += _check_rayservice(manifest, groups, engine_name)
     return problems
 
 

@@ -216,6 +216,9 @@ def validate(
     else:
         docs, where = load_manifest_dir(manifests), str(manifests)
     count = 0
+    fits = report.fit_table(plan)
+    if fits is not None:
+        console.print(fits)
     report.warnings(plan, console)
     sections = manifest_sections(
         docs, plan, where=where, resources=resources, serve_check=serve_check, status=console.status
@@ -242,11 +245,15 @@ def cost(
     """
     from infra.tools.cost import estimate
 
-    result = estimate(_plan(resolve_stack_file(stack, config_file), stack))
+    plan = _plan(resolve_stack_file(stack, config_file), stack)
+    result = estimate(plan)
     if as_json:
         print(json.dumps(result.as_json(), indent=2))
         return
     report.cost(result, console)
+    fits = report.fit_table(plan)
+    if fits is not None:
+        console.print(fits)
 
 
 @app.command(short_help="Run the RayJob and RayService on a local Ray, on CPU.")

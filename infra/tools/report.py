@@ -50,6 +50,9 @@ def render_summary(rendered: Rendered, out: Console) -> None:
         table.add_row(type_token, str(count))
     out.print(table)
     out.print(pools_table(rendered.plan))
+    fits = fit_table(rendered.plan)
+    if fits is not None:
+        out.print(fits)
     warnings(rendered.plan, out)
 
 
@@ -80,6 +83,50 @@ def pools_table(plan: StackPlan) -> Table:
         style="bold",
     )
     return pools
+
+
+def fit_table(plan: StackPlan) -> Table | None:
+    """Per served model: what each chip of its slice holds (infra.engine.fit)."""
+    if plan.serving is None or not plan.serving.models:
+        return None
+    tpu = plan.serving.pool.slice
+    table = Table(
+        title=f"serving fit on {tpu.machine_type} {tpu.topology} ({tpu.chips} chips, "
+        f"{tpu.generation.hbm_gib_per_chip} GiB HBM each)",
+        caption="per chip; sequences = maxModelLen-long sequences the KV cache holds at once",
+    )
+    for column in ("model", "TP", "weights/chip", "KV bytes/token", "KV/sequence", "usable"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    table.add_column("sequences", justify="right")
+    table.add_column("idle chips", justify="right")
+    table.add_column("facts from")
+    for model in plan.serving.models:
+        fit, lookup = model.fit, model.facts
+        source = "unknown"
+        if lookup.facts is not None:
+            source = lookup.facts.source
+            source = "catalogue" if source.startswith("catalogue:") else source
+        if fit is None:
+            table.add_row(
+                model.spec.name,
+                str(model.tensor_parallel),
+                *["?"] * 5,
+                str(model.idle_chips_per_replica),
+                source,
+            )
+            continue
+        table.add_row(
+            model.spec.name,
+            str(fit.tensor_parallel),
+            f"{fit.weights_gib:.2f} GiB",
+            f"{fit.kv_bytes_per_token:,}",
+            f"{fit.kv_gib_per_sequence * 1024:.0f} MiB @ {model.spec.max_model_len}",
+            f"{fit.usable_gib:.1f} GiB",
+            str(fit.sequences),
+            str(fit.idle_chips),
+            source,
+        )
+    return table
 
 
 def section(result: Section, out: Console) -> None:

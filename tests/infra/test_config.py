@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from infra import catalog
-from infra.rules.workloads import allowed_tensor_parallel
+from infra.engine import tensor_parallel_options
 from infra.spec.errors import ConfigError
 from infra.stack import from_values
 
@@ -180,7 +180,7 @@ def test_multislice_refused_on_older_ray(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("tp", "ok"), [(8, True), (4, True), (2, True), (1, True), (16, False), (3, False), (6, False)]
+    ("tp", "ok"), [(8, True), (4, True), (2, False), (1, True), (16, False), (3, False), (6, False)]
 )
 def test_tensor_parallel_fits_single_host_slice(tp, ok):
     values = config_with(
@@ -194,14 +194,18 @@ def test_tensor_parallel_fits_single_host_slice(tp, ok):
         from_values(values, "dev")
     else:
         message = problems_of(values)["park:serving.models[0].tensorParallelSize"]
-        assert "allowed: 1, 2, 4, 8" in message
+        assert "allowed: 1, 4, 8" in message  # torch_tpu's single-host world sizes on v6e
 
 
-def test_tensor_parallel_on_multi_host_takes_whole_hosts():
+def test_tensor_parallel_on_multi_host_takes_the_whole_slice():
+    """vllm-torchtpu's Ray executor spans every chip of the slice; vllm-tpu (JAX) keeps the
+    per-host rule."""
     tpu = catalog.lookup("ct6e-standard-4t", "4x4")
-    assert allowed_tensor_parallel(tpu) == [1, 2, 4, 8, 16]
+    assert tensor_parallel_options("vllm-torchtpu", tpu) == [16]
+    assert tensor_parallel_options("vllm-tpu", tpu) == [1, 2, 4, 8, 16]
     tpu = catalog.lookup("ct6e-standard-4t", "4x8")
-    assert 12 not in allowed_tensor_parallel(tpu) and 32 in allowed_tensor_parallel(tpu)
+    assert tensor_parallel_options("vllm-torchtpu", tpu) == [32]
+    assert 12 not in tensor_parallel_options("vllm-tpu", tpu)
 
 
 def test_serving_rules():

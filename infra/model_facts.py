@@ -1,0 +1,430 @@
+"""What a served model is, known before anything is deployed: heads, layers, sizes, context.
+
+Sources, in order: a model folder's `config.json` (+ its safetensors index or header for the
+size) — a local path, or a `gs://` path (the stack's bucket included) read with pyarrow and the
+environment's Google credentials; the Hugging Face hub when the machine is online (token from
+HF_TOKEN / HF_TOKEN_PATH, files cached by huggingface_hub); then the committed catalogue
+(infra/data/models/catalogue.yaml, every entry with its source). Unknown offline is a
+`FactsLookup` with a reason, which the rules turn into a warning naming how to supply the facts.
+
+A config.json is read the way vLLM reads it (vllm/transformers_utils/model_arch_config_
+convertor.py in vLLM 0.29): an explicit `head_dim` wins over hidden_size / heads; KV heads from
+num_key_value_heads (or its aliases); a multimodal model's text_config. With transformers
+installed its config class fills the defaults a config.json leaves out (Gemma 3's text_config).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DATA = Path(__file__).parent / "data"
+CATALOGUE = DATA / "models" / "catalogue.yaml"
+ARCHITECTURES = DATA / "vllm_architectures.yaml"
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8_e4m3fn": 1}
+_KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+class FactsError(ValueError):
+    """A model source whose facts cannot be read (a folder without config.json, bad JSON)."""
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The architecture facts the serving checks need, and where they were read."""
+
+    architecture: str
+    layers: int
+    hidden_size: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_positions: int
+    dtype: str
+    params: int | None  # total stored parameters; None when not known
+    source: str  # where these facts come from
+    active_params: int | None = None  # MoE: parameters used per token
+    experts: int = 0  # MoE: routed experts (0: dense)
+    experts_per_token: int = 0
+    sliding_window: int | None = None
+    sliding_layers: int = 0  # layers that only attend `sliding_window` tokens back
+    global_kv_heads: int | None = None  # Gemma 4: full-attention layers' own KV heads
+    global_head_dim: int | None = None
+    mla_kv_dim: int | None = None  # MLA (DeepSeek): kv_lora_rank + qk_rope_head_dim per token
+    gated: bool = False  # the hub needs a token to download it
+    multimodal: bool = False
+    params_estimated: bool = False  # params computed from the shapes, not read
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES.get(self.dtype, 2)
+
+
+@dataclass(frozen=True)
+class FactsLookup:
+    """The outcome of a lookup: the facts, or why none were found (and what was tried).
+
+    `error`: the source exists but is broken (a folder without config.json, bad JSON): a
+    config problem. No facts and no error: unknown here (offline, say), a warning."""
+
+    facts: ModelFacts | None
+    tried: tuple[str, ...] = ()
+    reason: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    error: str | None = None
+
+
+# ---- config.json ----------------------------------------------------------------------------
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config, with transformers' defaults when it is installed."""
+    text = config.get("text_config")
+    merged = {**config, **text} if isinstance(text, dict) else dict(config)
+    model_type = (text or {}).get("model_type") if isinstance(text, dict) else None
+    model_type = model_type or config.get("model_type")
+    try:
+        from transformers import CONFIG_MAPPING
+
+        built = CONFIG_MAPPING[str(config.get("model_type"))](
+            **{k: v for k, v in config.items() if k != "model_type"}
+        )
+        text_obj = built.get_text_config()
+        defaults = text_obj.to_dict()
+        return {
+            **defaults,
+            **(text if isinstance(text, dict) else config),
+            "model_type": model_type,
+        }
+    except Exception:  # transformers absent, or a model type it does not know: the file as is
+        return merged
+
+
+def _first(config: dict[str, Any], keys: tuple[str, ...], default: Any = None) -> Any:
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return default
+
+
+def _estimate_params(text: dict[str, Any], experts: int) -> int:
+    """Parameters from the shapes of a decoder (when no size was read): embeddings, attention,
+    MLP (or experts), norms; good to a few percent for Llama-like models."""
+    hidden = int(text["hidden_size"])
+    layers = int(text["num_hidden_layers"])
+    heads = int(text["num_attention_heads"])
+    kv = int(_first(text, _KV_HEAD_KEYS, heads))
+    head_dim = int(text.get("head_dim") or hidden // heads)
+    vocab = int(text["vocab_size"])
+    inter = int(text.get("moe_intermediate_size") or text.get("intermediate_size") or 4 * hidden)
+    attention = hidden * head_dim * (heads + 2 * kv) + heads * head_dim * hidden
+    mlp = 3 * hidden * inter * max(experts, 1) + (hidden * experts if experts else 0)
+    embeddings = vocab * hidden * (1 if text.get("tie_word_embeddings") else 2)
+    return layers * (attention + mlp + 2 * hidden) + embeddings + hidden
+
+
+def facts_from_config(
+    config: dict[str, Any], source: str, *, params: int | None = None, gated: bool = False
+) -> ModelFacts:
+    """ModelFacts from a config.json's contents; raises FactsError naming a missing field."""
+    text = _text_config(config)
+    architectures = config.get("architectures") or []
+    try:
+        heads = int(text["num_attention_heads"])
+        hidden = int(text["hidden_size"])
+        layers = int(text["num_hidden_layers"])
+        vocab = int(text["vocab_size"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise FactsError(f"{source}: config.json lacks {err} (not a decoder LM config?)") from None
+    mla = None
+    head_dim = int(text.get("head_dim") or hidden // heads)
+    if text.get("kv_lora_rank"):
+        # MLA: the KV cache holds one latent per token (vLLM: kv_lora_rank + qk_rope_head_dim);
+        # the query/key head is qk_nope + qk_rope wide
+        mla = int(text["kv_lora_rank"]) + int(text.get("qk_rope_head_dim") or 0)
+        head_dim = int(text.get("qk_nope_head_dim") or 0) + int(text.get("qk_rope_head_dim") or 0)
+    experts = int(_first(text, _EXPERT_KEYS, 0) or 0)
+    window = text.get("sliding_window") if text.get("use_sliding_window", True) else None
+    layer_types = text.get("layer_types") or []
+    sliding = sum(1 for t in layer_types if "sliding" in str(t))
+    if window and not layer_types:
+        pattern = int(text.get("sliding_window_pattern") or 0)
+        sliding = layers - layers // pattern if pattern else layers
+    estimated = params is None
+    if params is None:
+        params = _estimate_params(text, experts)
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or "")
+    return ModelFacts(
+        architecture=str(architectures[0]) if architectures else "",
+        layers=layers,
+        hidden_size=hidden,
+        attention_heads=heads,
+        kv_heads=int(_first(text, _KV_HEAD_KEYS, heads)),
+        head_dim=head_dim,
+        vocab_size=vocab,
+        max_positions=int(text.get("max_position_embeddings") or 0),
+        dtype=dtype or "bfloat16",
+        params=params,
+        source=source,
+        experts=experts,
+        experts_per_token=int(_first(text, ("num_experts_per_tok", "top_k_experts"), 0) or 0),
+        sliding_window=int(window) if window else None,
+        sliding_layers=sliding if window else 0,
+        global_kv_heads=text.get("num_global_key_value_heads"),
+        global_head_dim=text.get("global_head_dim"),
+        mla_kv_dim=mla,
+        gated=gated,
+        multimodal="text_config" in config,
+        params_estimated=estimated,
+    )
+
+
+def _safetensors_params(read: Any, dtype_bytes: int) -> int | None:
+    """Parameters from a folder's safetensors index (total_size) or single file header."""
+    index = read("model.safetensors.index.json")
+    if index is not None:
+        total = json.loads(index).get("metadata", {}).get("total_size")
+        return int(total) // dtype_bytes if total else None
+    header = read("model.safetensors", limit=8)
+    if header is None or len(header) < 8:
+        return None
+    (length,) = struct.unpack("<Q", header[:8])
+    blob = read("model.safetensors", limit=8 + length)
+    if blob is None:
+        return None
+    tensors = json.loads(blob[8:])
+    count = 0
+    for name, info in tensors.items():
+        if name == "__metadata__":
+            continue
+        elements = 1
+        for dim in info.get("shape", []):
+            elements *= int(dim)
+        count += elements
+    return count
+
+
+def _from_reader(read: Any, source: str) -> ModelFacts:
+    raw = read("config.json")
+    if raw is None:
+        raise FactsError(f"{source}: no config.json there (is it a Hugging Face model folder?)")
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise FactsError(f"{source}/config.json: not JSON (line {err.lineno}: {err.msg})") from None
+    if not isinstance(config, dict):
+        raise FactsError(f"{source}/config.json: not a JSON object")
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    params = _safetensors_params(read, DTYPE_BYTES.get(dtype, 2))
+    return facts_from_config(config, source, params=params)
+
+
+def from_folder(path: Path) -> ModelFacts:
+    """Facts of a local model folder (its config.json and safetensors)."""
+    if not path.is_dir():
+        raise FactsError(f"{path}: no such model folder")
+
+    def read(name: str, limit: int | None = None) -> bytes | None:
+        file = path / name
+        if not file.is_file():
+            return None
+        with file.open("rb") as handle:
+            return handle.read(limit) if limit else handle.read()
+
+    return _from_reader(read, str(path))
+
+
+def from_uri(uri: str) -> ModelFacts:
+    """Facts of a model folder behind a pyarrow filesystem URI (gs://..., file://...)."""
+    try:
+        import pyarrow.fs as pafs
+    except ImportError as err:  # infra-only install: no pyarrow
+        raise FactsError(f"{uri}: reading it needs pyarrow (pip install pyarrow)") from err
+    try:
+        fs, root = pafs.FileSystem.from_uri(uri.rstrip("/"))
+    except Exception as err:
+        raise FactsError(f"{uri}: cannot open ({type(err).__name__}: {err})") from None
+
+    def read(name: str, limit: int | None = None) -> bytes | None:
+        try:
+            with fs.open_input_stream(f"{root}/{name}") as stream:
+                return bytes(stream.read(limit) if limit else stream.read())
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            if "not found" in str(err).lower() or "no such" in str(err).lower():
+                return None
+            raise FactsError(f"{uri}: cannot read {name} ({err})") from None
+
+    return _from_reader(read, uri)
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes")
+        for v in ("HF_HUB_OFFLINE", "PARK_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def from_hub(repo: str) -> ModelFacts:
+    """Facts from the Hugging Face hub (config.json, and the safetensors index for the size)."""
+    if _offline():
+        raise FactsError(f"{repo}: the hub is off (HF_HUB_OFFLINE / PARK_OFFLINE)")
+    try:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError
+    except ImportError as err:
+        raise FactsError(f"{repo}: huggingface_hub is not installed") from err
+    token = os.environ.get("HF_TOKEN")
+    if not token and os.environ.get("HF_TOKEN_PATH"):
+        token_file = Path(os.environ["HF_TOKEN_PATH"])
+        token = token_file.read_text().strip() if token_file.is_file() else None
+
+    def read(name: str, limit: int | None = None) -> bytes | None:
+        if name == "model.safetensors":
+            return None  # no multi-GB download for a size: the index or the catalogue says it
+        try:
+            path = hf_hub_download(repo, name, token=token, etag_timeout=5)
+        except EntryNotFoundError:
+            return None
+        except Exception as err:  # offline, 401 (gated), 404: say which
+            raise FactsError(f"{repo}: the hub did not answer ({type(err).__name__})") from None
+        return Path(path).read_bytes()
+
+    return _from_reader(read, f"https://huggingface.co/{repo}")
+
+
+# ---- the catalogue --------------------------------------------------------------------------
+
+
+@cache
+def _catalogue() -> dict[str, dict[str, Any]]:
+    data: dict[str, Any] = yaml.safe_load(CATALOGUE.read_text())
+    entries: dict[str, dict[str, Any]] = {}
+    for repo, entry in data["models"].items():
+        entries[repo] = entry
+        for alias in entry.get("aliases") or []:
+            override = (entry.get("alias_overrides") or {}).get(alias) or {}
+            overrides = {
+                "max_positions": override.get("max_position_embeddings", entry.get("max_positions"))
+            }
+            entries[alias] = {**entry, **overrides, "_alias_of": repo}
+    return entries
+
+
+def catalogued() -> list[str]:
+    """Every model id the catalogue knows (aliases included)."""
+    return sorted(_catalogue())
+
+
+def from_catalogue(repo: str) -> ModelFacts | None:
+    entry = _catalogue().get(repo)
+    if entry is None:
+        return None
+    mla = entry.get("mla") or {}
+    window = entry.get("sliding_window")
+    pattern = int(entry.get("sliding_window_pattern") or 0)
+    layers = int(entry["layers"])
+    return ModelFacts(
+        architecture=str(entry["architecture"]),
+        layers=layers,
+        hidden_size=int(entry["hidden_size"]),
+        attention_heads=int(entry["attention_heads"]),
+        kv_heads=int(entry["kv_heads"]),
+        head_dim=int(entry["head_dim"]),
+        vocab_size=int(entry["vocab_size"]),
+        max_positions=int(entry["max_positions"]),
+        dtype=str(entry.get("dtype", "bfloat16")),
+        params=int(entry["params"]),
+        active_params=entry.get("active_params"),
+        source=f"catalogue: {entry.get('hf_config') or repo} (read from {entry['config_source']})",
+        experts=int(entry.get("experts") or 0),
+        experts_per_token=int(entry.get("experts_per_token") or 0),
+        sliding_window=int(window) if window else None,
+        sliding_layers=(layers - layers // pattern) if window and pattern else 0,
+        global_kv_heads=entry.get("global_kv_heads"),
+        global_head_dim=entry.get("global_head_dim"),
+        mla_kv_dim=(int(mla["kv_lora_rank"]) + int(mla.get("qk_rope_head_dim", 0)))
+        if mla
+        else None,
+        gated=bool(entry.get("gated")),
+        multimodal=bool(entry.get("multimodal")),
+    )
+
+
+@cache
+def served_architectures() -> frozenset[str]:
+    """What the pinned vLLM registers (infra/data/vllm_architectures.yaml)."""
+    data = yaml.safe_load(ARCHITECTURES.read_text())
+    return frozenset(
+        [*data["text_generation"]["architectures"], *data["multimodal"]["architectures"]]
+    )
+
+
+# ---- the lookup -----------------------------------------------------------------------------
+
+
+def is_hub_id(source: str) -> bool:
+    """`org/name` as the hub spells repositories (not a path, not a URI)."""
+    return source.count("/") == 1 and "://" not in source and not source.startswith(("/", ".", "~"))
+
+
+@cache
+def lookup(source: str, *, mounted: str | None = None) -> FactsLookup:
+    """Facts for a served model's source (HF id, gs://..., a local folder).
+
+    `mounted`: the same model as a local path (the stack's bucket as the pods see it), tried
+    when it exists on this machine."""
+    tried: list[str] = []
+    notes: list[str] = []
+    if source.startswith(("/", ".", "~")) or (mounted and Path(mounted).is_dir()):
+        path = Path(mounted if mounted and Path(mounted).is_dir() else source).expanduser()
+        tried.append(f"folder {path}")
+        if path.is_dir():
+            try:
+                return FactsLookup(from_folder(path), tuple(tried))
+            except FactsError as err:
+                return FactsLookup(None, tuple(tried), str(err), error=str(err))
+    if "://" in source:
+        tried.append(source)
+        try:
+            return FactsLookup(from_uri(source), tuple(tried))
+        except FactsError as err:
+            notes.append(str(err))
+    if is_hub_id(source):
+        tried.append("the Hugging Face hub")
+        try:
+            facts = from_hub(source)
+            listed = from_catalogue(source)
+            if listed is not None:  # the hub's config, the catalogue's size and gating
+                facts = replace(
+                    facts,
+                    params=listed.params if facts.params_estimated else facts.params,
+                    params_estimated=facts.params_estimated and listed.params is None,
+                    gated=listed.gated,
+                    active_params=listed.active_params,
+                )
+            return FactsLookup(facts, tuple(tried), notes=tuple(notes))
+        except FactsError as err:
+            notes.append(str(err))
+        tried.append("the catalogue")
+        listed = from_catalogue(source)
+        if listed is not None:
+            return FactsLookup(listed, tuple(tried), notes=tuple(notes))
+    if source.startswith("/") and not notes:
+        notes.append(f"{source}: a path inside the Ray pods, not on this machine")
+    reason = "; ".join(notes) or "not a model id, folder or URI the lookup knows"
+    return FactsLookup(None, tuple(tried), reason, tuple(notes))
