@@ -82,14 +82,14 @@ def resolve_folder(source: str, *, weights: bool, flag_name: str = "--model") ->
     """A local folder holding ``source``'s files (weights only when ``weights``)."""
     if source.startswith(BUILTIN_PREFIX):
         return tiny_llama.build()
-    local = Path(os.path.expanduser(source.removeprefix("file://")))
-    if local.is_dir():
-        return local
-    if storage.is_remote(source):
+    if "://" in source:  # gs:// (or file://, which the tests use for it)
         try:
             return storage.mirror(source, keep=lambda name: _wanted(name, weights))
         except FileNotFoundError as err:
             raise ModelError(f"{flag_name} {source}: no such folder") from err
+    local = Path(os.path.expanduser(source))
+    if local.is_dir():
+        return local
     if source.startswith(("/", ".", "~")) or source.count("/") != 1:
         raise ModelError(
             f"{flag_name} {source!r}: not a folder here, nor a hub id of the form org/name"

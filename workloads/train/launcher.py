@@ -19,17 +19,17 @@ from workloads.train.scaling import build_scaling_config, build_torch_config
 
 
 def build_trainer(cfg: TrainConfig) -> TorchTrainer:
-    """A TorchTrainer for a resolved config: checkpoints in storage_path, restarts on failure."""
-    worker_env: dict[str, Any] = {}
-    if cfg.accelerator == "tpu":
-        # Known before workers start; the bridge sets it again with the per-rank variables.
-        worker_env = {"env_vars": {"TORCH_TPU_TOPOLOGY": str(cfg.torch_tpu_topology)}}
+    """A TorchTrainer for a resolved config: checkpoints in storage_path, restarts on failure.
+
+    No worker runtime env: on TPU the pods' own TORCH_TPU_* variables (the KubeRay TPU
+    webhook's) must stay visible to the bridge, which compares them with its plan and sets the
+    ones it uses on each worker before the process group starts.
+    """
     run_config = RunConfig(
         name=cfg.run_name,
         storage_path=cfg.storage_path,
         failure_config=FailureConfig(max_failures=cfg.max_failures),
         checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
-        worker_runtime_env=worker_env,
     )
     return TorchTrainer(
         train_loop_per_worker,
@@ -55,9 +55,11 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         "run_path": result.path,
         "resumes": metrics.get("resumes"),
         "resumed_from_step": metrics.get("resumed_from_step"),
+        "export_path": metrics.get("export_path"),
         "accelerator": cfg.accelerator,
         "num_workers": cfg.num_workers,
         "strategy": cfg.strategy,
+        "model": cfg.model or f"gpt:{cfg.model_size}",
     }
     if result.error is not None:
         summary["error"] = str(result.error)

@@ -27,10 +27,6 @@ def cache_dir() -> Path:
     return Path(root) / "train"
 
 
-def is_remote(uri: str) -> bool:
-    return "://" in uri and not uri.startswith("file://")
-
-
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem and the path inside it, for ``gs://...``, ``file://...`` or a local path."""
     if "://" in uri:
