@@ -11,13 +11,16 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from workloads.protocol import training_export_path, training_export_root
 from workloads.train.__main__ import main
 from workloads.train.config import (
     ConfigError,
     TrainConfig,
+    data_kind,
     default_torch_tpu_topology,
     detect_accelerator,
     parse_args,
+    parse_size,
     resolve,
     to_entrypoint,
     topology_chips,
@@ -47,6 +50,23 @@ CONTRACT_FLAGS = [
     "--max-failures",
     "--data",
     "--report-every",
+    # Hugging Face models, text data, exports.
+    "--model",
+    "--tokenizer",
+    "--init",
+    "--objective",
+    "--data-split",
+    "--text-field",
+    "--messages-field",
+    "--prompt-field",
+    "--response-field",
+    "--lr-schedule",
+    "--min-lr-ratio",
+    "--export",
+    "--export-every",
+    "--export-path",
+    "--export-dtype",
+    "--export-max-shard-size",
 ]
 
 TPU_4X4 = ["--accelerator", "tpu", "--tpu-topology", "4x4", "--chips-per-host", "4"]
@@ -115,8 +135,21 @@ def test_json_config_and_unknown_keys(tmp_path: Path) -> None:
         (["--accelerator", "tpu", "--tpu-topology", "four"], "not of the form"),
         (["--global-batch-size", "9", "--num-workers", "2"], "multiple of --num-workers"),
         (["--steps", "0"], "--steps must be > 0"),
-        (["--data", "corpus.parquet"], "expected 'synthetic'"),
+        (["--data", "corpus.csv"], "expected 'synthetic'"),
+        (["--data", "corpus.parquet"], "text records need a tokenizer, so --model"),
         (["--run-name", "a/b"], "--run-name"),
+        (["--objective", "sft"], "--objective sft needs --model"),
+        (["--model", "park:tiny-llama", "--objective", "sft"], "not --data synthetic"),
+        (["--model", "m/m", "--objective", "sft", "--data", "a.txt"], "a .txt file has only"),
+        (["--model", "park:gpt5"], "built-in models are park:tiny-llama"),
+        (["--model", "park:tiny-llama", "--init", "pretrained"], "use --init config"),
+        (["--model", "m/m", "--vocab-size", "10"], "--vocab-size only applies"),
+        (["--init", "pretrained"], "--init pretrained needs --model"),
+        (["--export-every", "2"], "--export-every needs --model"),
+        (["--export-max-shard-size", "big"], "--export-max-shard-size"),
+        (["--model", "m/m", "--data", "park:wiki"], "built-in data sets are park:facts"),
+        (["--model", "m/m", "--data", "hf:"], "needs a data set name"),
+        (["--min-lr-ratio", "2"], "--min-lr-ratio"),
     ],
 )
 def test_invalid_combinations_say_which_flag(argv: list[str], message: str) -> None:
@@ -139,6 +172,30 @@ def test_resolve_fills_worker_counts_and_topology() -> None:
     assert (gpu.accelerator, gpu.num_workers) == ("gpu", 4)
     assert resolve(parse_args(["--storage-path", "gs://b/p"]), {}).storage_path == "gs://b/p"
     assert Path(resolve(parse_args(["--storage-path", "runs"]), {}).storage_path).is_absolute()
+
+
+def test_hugging_face_runs_parse() -> None:
+    cfg = parse_args(
+        ["--model", "Qwen/Qwen2.5-0.5B", "--data", "gs://b/chat/", "--objective", "sft"]
+        + ["--export-max-shard-size", "2GiB", "--no-export"]
+    )
+    assert (cfg.is_hf, cfg.init_mode, cfg.export) == (True, "pretrained", False)
+    assert parse_args(["--model", "park:tiny-llama"]).init_mode == "config"
+    assert parse_size("2GiB") == 2 * 2**30 and parse_size("500MB") == 500 * 10**6
+    assert data_kind("hf:tatsu-lab/alpaca") == "hf" and data_kind("x/y.npy") == "tokens"
+    assert data_kind("park:facts") == "builtin" and data_kind("gs://b/p") == "folder"
+
+
+def test_export_paths_follow_storage_and_run_name() -> None:
+    """The rule serving relies on: gs://BUCKET/<p>/<run>/export/final, /data/<p>/... on GKE."""
+    assert (
+        training_export_path("gs://b/checkpoints", "dev-park-train")
+        == "gs://b/checkpoints/dev-park-train/export/final"
+    )
+    assert training_export_path("gs://b/x/", "r", step=100) == "gs://b/x/r/export/step_00000100"
+    assert training_export_path("gs://b/x", "r", "gs://c/models") == "gs://c/models/final"
+    assert training_export_root("gs://b/x", "r") == "gs://b/x/r/export"
+    assert Path(training_export_path("~/runs", "r")).is_absolute()
 
 
 def test_detect_accelerator_prefers_tpu_then_gpu() -> None:
@@ -171,7 +228,10 @@ _configs = st.builds(
     TrainConfig,
     accelerator=st.sampled_from(["auto", "cpu", "gpu"]),
     strategy=st.sampled_from(["ddp", "fsdp2"]),
+    model=st.sampled_from([None, "park:tiny-llama", "Qwen/Qwen3-0.6B", "gs://b/models/x"]),
     model_size=st.sampled_from(["tiny", "gpt2-small"]),
+    export=st.booleans(),
+    export_max_shard_size=st.sampled_from(["5GB", "100MB"]),
     steps=st.integers(1, 10_000),
     lr=st.floats(1e-6, 1.0),
     compile=st.booleans(),

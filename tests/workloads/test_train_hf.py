@@ -180,7 +180,9 @@ def _prompt_and_response_loss(model: Any, tokenizer: Any) -> tuple[float, float]
         assert doc is not None
         ids = torch.from_numpy(doc.ids)[None]
         with torch.no_grad():
-            losses = F.cross_entropy(model(input_ids=ids).logits[0, :-1], ids[0, 1:], reduction="none")
+            losses = F.cross_entropy(
+                model(input_ids=ids).logits[0, :-1], ids[0, 1:], reduction="none"
+            )
         is_response = torch.from_numpy(doc.mask[1:])
         # The prompt's words (after the user role token), not template tokens common to all.
         question = torch.zeros_like(is_response)
@@ -255,7 +257,9 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path: Path) -> None:
 
     assert state.step == 12 and state.resumes == 1
     assert [r["step"] for r in resumed.reports] == [9, 12]
-    saved = json.loads((straight.root / "checkpoint_00000006/data_state/rank-00000.json").read_text())
+    saved = json.loads(
+        (straight.root / "checkpoint_00000006/data_state/rank-00000.json").read_text()
+    )
     assert saved["step"] == 6 and saved["documents"] > 0
     for a, b in zip(straight.reports[2:], resumed.reports, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)

@@ -196,6 +196,15 @@ def test_lr_warms_up_then_decays_to_a_tenth() -> None:
     assert lrs[-1] == pytest.approx(0.1)
 
 
+def test_linear_and_constant_schedules() -> None:
+    linear = [
+        lr_at(s, base_lr=1.0, warmup_steps=0, total_steps=10, min_ratio=0.0, schedule="linear")
+        for s in range(1, 11)
+    ]
+    assert linear[4] == pytest.approx(0.5) and linear[-1] == pytest.approx(0.0)
+    assert lr_at(50, base_lr=2.0, warmup_steps=10, total_steps=100, schedule="constant") == 2.0
+
+
 def test_bf16_on_accelerators_fp32_on_cpu() -> None:
     assert compute_dtype("auto", "tpu") == torch.bfloat16
     assert compute_dtype("auto", "cpu") == torch.float32

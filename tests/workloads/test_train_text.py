@@ -146,7 +146,9 @@ def test_sft_targets_are_exactly_the_assistant_turns(tiny_tokenizer: Any) -> Non
     rendered = tiny_tokenizer.decode(doc.ids)
     assert rendered == tiny_tokenizer.apply_chat_template(chat, tokenize=False)
     # Nothing of the prompts is a target: not one token of the questions or the roles.
-    prompt_ids = set(tiny_tokenizer("What is the capital of Zofevia? And its language?")["input_ids"])
+    prompt_ids = set(
+        tiny_tokenizer("What is the capital of Zofevia? And its language?")["input_ids"]
+    )
     assert not prompt_ids & set(doc.ids[doc.mask].tolist())
 
 
@@ -154,15 +156,20 @@ def test_sft_prompt_and_response_fields(tiny_tokenizer: Any) -> None:
     alpaca = text.Encoder(
         tiny_tokenizer, objective="sft", prompt_field="instruction,input", response_field="output"
     )
-    doc = alpaca.encode({"instruction": "Name the capital.", "input": "Zofevia", "output": "Zagesk."})
+    doc = alpaca.encode(
+        {"instruction": "Name the capital.", "input": "Zofevia", "output": "Zagesk."}
+    )
     assert doc is not None
     assert _targets(tiny_tokenizer, doc) == "Zagesk.</s>"
     assert "Name the capital.\n\nZofevia" in tiny_tokenizer.decode(doc.ids)
     with pytest.raises(DataError, match="--prompt-field/--response-field"):
         alpaca.encode({"question": "?"})
-    assert text.Encoder(tiny_tokenizer, objective="sft").encode(
-        {"messages": [{"role": "user", "content": "no reply"}]}
-    ) is None
+    assert (
+        text.Encoder(tiny_tokenizer, objective="sft").encode(
+            {"messages": [{"role": "user", "content": "no reply"}]}
+        )
+        is None
+    )
 
 
 def test_sft_needs_a_chat_template(tiny_tokenizer: Any) -> None:
@@ -233,7 +240,9 @@ def _seen(batches: text.TextBatches, steps: int) -> list[int]:
 
 
 @pytest.mark.parametrize(("records", "unit_bytes"), [(40, 1 << 20), (40, 64)])
-def test_workers_share_an_epoch_without_overlap(tmp_path: Path, records: int, unit_bytes: int) -> None:
+def test_workers_share_an_epoch_without_overlap(
+    tmp_path: Path, records: int, unit_bytes: int
+) -> None:
     """One unit (records strided over workers) or many (units dealt out): each record is seen
     by exactly one of 2 workers in an epoch; the order depends on the seed."""
     units = _units(tmp_path, records, unit_bytes=unit_bytes)

@@ -13,6 +13,7 @@ from workloads.train.tpu_bridge import (
     BridgeError,
     TorchTPUConfig,
     WorkerInfo,
+    plan_slice_env,
     plan_torch_tpu_env,
 )
 
@@ -110,9 +111,20 @@ def test_multi_slice_gets_one_list_per_slice() -> None:
 
 
 def test_multi_slice_without_slice_names_splits_ranks_in_blocks() -> None:
-    workers = _slice_workers(1, 4) + _slice_workers(1, 4, first_rank=4, host_prefix="10.0.9")
+    workers = _slice_workers(2, 2) + _slice_workers(2, 2, first_rank=4, host_prefix="10.0.9")
     plan = plan_torch_tpu_env(workers, torch_tpu_topology="2,2,1", num_slices=2)
-    assert plan[5]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].startswith("10.0.9.1:8070,")
+    assert plan[5]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].startswith("10.0.9.")
+    assert plan[1]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].startswith("10.0.0.")
+
+
+def test_a_single_host_slice_is_localhost() -> None:
+    """As the webhook writes it for one host: no address to get wrong, IPv4 or IPv6."""
+    for ip in ("10.0.0.7", "fd00::7"):
+        workers = [WorkerInfo(r, ip, r, str(r)) for r in range(4)]
+        plan = plan_torch_tpu_env(workers, torch_tpu_topology="2,2,1")
+        assert plan[2]["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == ",".join(
+            f"localhost:{8070 + i}" for i in range(4)
+        )
 
 
 def test_interleaved_slices_are_refused() -> None:
@@ -139,9 +151,96 @@ def test_impossible_layouts_are_refused(workers: list[WorkerInfo], message: str)
         plan_torch_tpu_env(workers, torch_tpu_topology=topology)
 
 
-def test_ipv6_addresses_are_bracketed() -> None:
-    plan = plan_torch_tpu_env([WorkerInfo(0, "fd00::1", 0, "0")], torch_tpu_topology="1,1,1")
-    assert plan[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == "[fd00::1]:8070"
+def _v6_workers(hostnames: bool) -> list[WorkerInfo]:
+    """Two IPv6-only hosts of two chips, ranks interleaved across hosts."""
+    layout = [(0, 0), (1, 0), (0, 1), (1, 1)]  # (host, local rank) of ranks 0..3
+    return [
+        WorkerInfo(
+            rank=r,
+            node_ip=f"fd00::{h + 1}",
+            local_rank=lr,
+            chip=str(lr),
+            hostname=f"workers-0-{h}.park-train-headless" if hostnames else None,
+        )
+        for r, (h, lr) in enumerate(layout)
+    ]
+
+
+def test_ipv6_pods_are_named_by_dns_because_torch_tpu_splits_on_colons() -> None:
+    plan = plan_torch_tpu_env(_v6_workers(hostnames=True), torch_tpu_topology="2,2,1")
+    addresses = plan[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
+    assert addresses == [
+        "workers-0-0.park-train-headless:8070",
+        "workers-0-1.park-train-headless:8070",
+        "workers-0-0.park-train-headless:8071",
+        "workers-0-1.park-train-headless:8071",
+    ]
+    assert all(len(entry.split(":")) == 2 for entry in addresses)  # what torch_tpu's parser wants
+    with pytest.raises(BridgeError, match="only an IPv6 address"):
+        plan_torch_tpu_env(_v6_workers(hostnames=False), torch_tpu_topology="2,2,1")
+
+
+# ---- the KubeRay TPU webhook's variables ------------------------------------------------------
+
+
+def _webhook(workers: list[WorkerInfo], topology: str, addresses: str) -> list[WorkerInfo]:
+    from dataclasses import replace
+
+    return [replace(w, webhook_topology=topology, webhook_addresses=addresses) for w in workers]
+
+
+WEBHOOK_V6E_8 = ",".join(f"localhost:{8471 + i}" for i in range(8))  # its e2e test's value
+
+
+def test_the_webhooks_single_host_list_is_used_as_injected() -> None:
+    workers = _webhook(_slice_workers(1, 8, rng=random.Random(2)), "2,4,1", WEBHOOK_V6E_8)
+    plan = plan_slice_env(workers, torch_tpu_topology="2,4,1")
+    for w in workers:
+        assert plan.env[w.rank]["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == WEBHOOK_V6E_8
+    assert any("from the KubeRay TPU webhook, as injected" in n for n in plan.notes)
+    assert any("webhook agrees" in n for n in plan.notes)
+
+
+def test_a_webhook_list_in_pod_order_is_replaced_when_ray_ranks_differ() -> None:
+    """The webhook lists host 0's chips, then host 1's; Ray interleaved the ranks. torch_tpu
+    takes entry RANK, so rank 1 would listen on host 0's entry: the bridge's list is used,
+    with the webhook's host names and base port 8471."""
+    hosts = "workers-0-0.park-train-headless,workers-0-1.park-train-headless"
+    injected = ",".join(f"{h}:{8471 + c}" for h in hosts.split(",") for c in range(2))
+    workers = _webhook(_v6_workers(hostnames=True), "2,2,1", injected)
+    plan = plan_slice_env(workers, torch_tpu_topology="2,2,1")
+    addresses = plan.env[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
+    assert addresses == [
+        "workers-0-0.park-train-headless:8471",
+        "workers-0-1.park-train-headless:8471",
+        "workers-0-0.park-train-headless:8472",
+        "workers-0-1.park-train-headless:8472",
+    ]
+    assert any("not the webhook's list: entry 1" in n and "base port 8471" in n for n in plan.notes)
+    # Had Ray numbered them host-major, the injected list would have been kept.
+    ordered = sorted(workers, key=lambda w: (w.node_ip, w.local_rank))
+    host_major = [replace_rank(w, r) for r, w in enumerate(ordered)]
+    kept = plan_slice_env(host_major, torch_tpu_topology="2,2,1")
+    assert kept.env[1]["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == injected
+
+
+def replace_rank(worker: WorkerInfo, rank: int) -> WorkerInfo:
+    from dataclasses import replace
+
+    return replace(worker, rank=rank)
+
+
+def test_a_webhook_topology_that_disagrees_stops_the_run() -> None:
+    workers = _webhook(_slice_workers(1, 8), "4,4,1", WEBHOOK_V6E_8)
+    with pytest.raises(BridgeError, match=r"came with TORCH_TPU_TOPOLOGY \['4,4,1'\].*2,4,1"):
+        plan_slice_env(workers, torch_tpu_topology="2,4,1")
+
+
+def test_an_unparseable_webhook_list_is_replaced() -> None:
+    workers = _webhook(_slice_workers(1, 2), "2,1,1", "[fd00::1]:8471,[fd00::1]:8472")
+    plan = plan_slice_env(workers, torch_tpu_topology="2,1,1")
+    assert plan.env[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == "localhost:8070,localhost:8071"
+    assert any("is not host:port as torch_tpu parses it" in n for n in plan.notes)
 
 
 # ---- ScalingConfig and TorchConfig of the TPU path ------------------------------------------
