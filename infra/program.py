@@ -12,15 +12,6 @@ import pulumi
 import pulumi.runtime
 
 from infra import stack
-from infra.plan import cluster as cluster_plan
-from infra.plan import kueue as kueue_plan
-from infra.plan import network as network_plan
-from infra.plan import node_pools
-from infra.plan import observability as observability_plan
-from infra.plan import operator as operator_plan
-from infra.plan import ray as ray_plan
-from infra.plan import storage as storage_plan
-from infra.plan import workspace as workspace_plan
 from infra.resolve import StackPlan
 from infra.spec.errors import ConfigError
 from infra.spec.read import config_keys
@@ -62,102 +53,73 @@ def load_plan() -> tuple[StackPlan, pulumi.Output[str] | None]:
 
 
 def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
+    """The stack as one user of the public components: each gets its arguments from the plan."""
     # Imported here: the render benchmark and `park validate` never pay for provider modules.
+    from infra.components import args_from
     from infra.components.cluster import Cluster
-    from infra.components.kubernetes import (
-        KubeRayOperator,
-        RayWorkload,
-        Workspace,
-        kubernetes_provider,
-    )
+    from infra.components.kubernetes import KubeRayOperator, Workspace, kubernetes_provider
     from infra.components.kueue import Kueue
     from infra.components.network import Network
     from infra.components.node_pools import CpuPool, GpuPool, TpuSlicePool
     from infra.components.observability import DashboardAccess, RayMetrics
     from infra.components.storage import Storage
+    from infra.components.workloads import LlmService, RayTrainingJob
 
-    spec, zone = plan.spec, plan.spec.zone
-    network = Network("network", network_plan.network(plan))
-    cluster = Cluster(
-        "gke",
-        cluster_plan.cluster(plan),
-        network_name=network.network_name,
-        subnetwork_name=network.subnetwork_name,
-    )
+    network = Network("network", args_from.network(plan))
+    cluster = Cluster("gke", args_from.cluster(plan, network.network_name, network.subnetwork_name))
     after_cluster: list[pulumi.Resource] = [cluster.resource]
-    storage = Storage(
-        "storage",
-        storage_plan.storage(plan),
-        node_service_account=cluster.node_service_account,
-        workload_identity_pool=after_cluster,
-    )
     node_sa = cluster.node_service_account
-    cpu = CpuPool(node_pools.cpu_pool(spec.cpu_pool, zone), cluster.name, node_sa, after_cluster)
-    # The default pool is removed: nothing in the cluster can run (Helm's atomic waits, the
-    # operator's pods, Kueue's webhook) before the system pool has nodes.
-    after_system_pool: list[pulumi.Resource] = [cluster.resource, cpu.node_pool]
+    storage = Storage("storage", args_from.storage(plan, node_sa, cluster.name))
+    pools = args_from.PoolRefs(cluster=cluster.name, node_service_account=node_sa)
+    on_cluster = pulumi.ResourceOptions(depends_on=after_cluster)
+    cpu = CpuPool("cpu", args_from.cpu_pool(plan, pools), on_cluster)
     tpu_pools = {
-        pool.name: TpuSlicePool(
-            pool,
-            node_pools.tpu_slice_pools(pool, zone),
-            cluster.name,
-            node_sa,
-            depends_on=after_cluster,
-        )
+        pool.name: TpuSlicePool(pool.name, args_from.tpu_pool(plan, pool, pools), on_cluster)
         for pool in plan.tpu_pools
     }
     for gpu in plan.gpu_pools:
-        GpuPool(node_pools.gpu_pool(gpu.spec, zone), cluster.name, node_sa, after_cluster)
+        GpuPool(gpu.spec.name, args_from.gpu_pool(plan, gpu, pools), on_cluster)
 
     provider = kubernetes_provider("gke", cluster.kubeconfig, depends_on=after_cluster)
-    kuberay = KubeRayOperator(
-        "kuberay",
-        spec.kuberay.install,
-        operator_plan.helm_releases(plan),
-        provider,
-        depends_on=after_system_pool,
+    # The default pool is removed: nothing in the cluster can run (Helm's atomic waits, the
+    # operator's pods, Kueue's webhook) before the system pool has nodes.
+    in_cluster = pulumi.ResourceOptions(
+        providers={"kubernetes": provider}, depends_on=[cluster.resource, cpu.node_pool]
     )
-    space = Workspace(
-        "workspace",
-        workspace_plan.workspace(plan),
-        provider,
-        hf_token,
-        depends_on=after_system_pool,
-    )
-    ready = [*kuberay.ready, *space.ready]
+    kuberay = KubeRayOperator("kuberay", args_from.kuberay(plan), in_cluster)
+    space = Workspace("workspace", args_from.workspace(plan, hf_token), in_cluster)
+    ready = [*in_cluster.depends_on, *kuberay.ready, *space.ready]  # type: ignore[misc]
     if plan.queued_pools:
         # Kueue and its queues; the training RayJob waits in its pool's LocalQueue.
-        queues = Kueue(
-            "kueue",
-            kueue_plan.helm_release(plan),
-            kueue_plan.manifests(plan),
-            provider,
-            after_system_pool,
-            namespace_ready=space.ready,
-        )
+        after_namespace = pulumi.ResourceOptions(depends_on=space.ready)
+        queues = Kueue("kueue", args_from.kueue(plan), in_cluster.merge(after_namespace))
         ready += queues.ready
-    pods = ray_plan.ray_pods(plan)
     if plan.training is not None:
-        RayWorkload(
-            "TrainingJob",
-            ray_plan.rayjob(plan.training, pods),
-            provider,
-            depends_on=[*ready, *tpu_pools[plan.training.pool.name].node_pools],
+        RayTrainingJob(
+            "park-train",
+            args_from.training(plan),
+            pulumi.ResourceOptions(
+                providers={"kubernetes": provider},
+                depends_on=[*ready, *tpu_pools[plan.training.pool.name].node_pools],
+            ),
         )
     if plan.serving is not None:
-        RayWorkload(
-            "LlmService",
-            ray_plan.rayservice(plan.serving, pods, hf_token=hf_token is not None),
-            provider,
-            depends_on=[*ready, *tpu_pools[plan.serving.pool.name].node_pools],
+        LlmService(
+            "park-serve",
+            args_from.serving(plan, hf_token is not None),
+            pulumi.ResourceOptions(
+                providers={"kubernetes": provider},
+                depends_on=[*ready, *tpu_pools[plan.serving.pool.name].node_pools],
+            ),
         )
 
-    RayMetrics("metrics", observability_plan.metrics(plan), provider, depends_on=space.ready)
-    access = observability_plan.dashboard_access(plan)
+    on_namespace = pulumi.ResourceOptions(
+        providers={"kubernetes": provider}, depends_on=space.ready
+    )
+    RayMetrics("metrics", args_from.metrics(plan), on_namespace)
+    access = args_from.dashboard(plan)
     if access is not None:
-        dashboard = DashboardAccess(
-            "dashboard", spec.project, access, provider, depends_on=space.ready
-        )
+        dashboard = DashboardAccess("dashboard", access, on_namespace)
         pulumi.export("dashboard_url", dashboard.url)
         pulumi.export("dashboard_ip", dashboard.ip_address)
 

@@ -1,31 +1,137 @@
 """The GKE Standard cluster and its minimal node service account."""
 
-from __future__ import annotations
+from typing import NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp.container import Cluster as GkeCluster
 from pulumi_gcp.projects import IAMMember
 from pulumi_gcp.serviceaccount import Account
 
-from infra.plan.cluster import ClusterPlan, kubeconfig
+from infra.components._base import (
+    TYPE_PREFIX,
+    checked_plan,
+    child_options,
+    plain,
+    region_of,
+    require,
+)
+from infra.plan.cluster import cluster, kubeconfig
+
+
+class AuthorizedNetworkArgs(TypedDict):
+    """A range allowed to reach the control plane's IP endpoint."""
+
+    cidr: str
+    """An IPv4 CIDR range, e.g. 203.0.113.0/24 (never 0.0.0.0/0)."""
+    name: NotRequired[str]
+    """A label for it."""
+
+
+class ClusterArgs(TypedDict):
+    """A GKE Standard cluster for Ray on TPU: private nodes, Workload Identity, Dataplane V2,
+    GCS FUSE, Managed Prometheus, a release channel, and a node service account of its own."""
+
+    project: str
+    """The GCP project."""
+    location: str
+    """The zone of the cluster (and of its TPU pools)."""
+    network: pulumi.Input[str]
+    """The network it joins (Network.network_name, or an existing network's name)."""
+    subnetwork: pulumi.Input[str]
+    """Its subnet, carrying the pods and services secondary ranges."""
+    stack: NotRequired[str]
+    """Names derive from it (park-<stack>-nodes, ...); default: the component's name."""
+    name: NotRequired[str]
+    """The GKE cluster's name (default park-<stack>)."""
+    release_channel: NotRequired[str]
+    """RAPID, REGULAR (default), STABLE or EXTENDED."""
+    version: NotRequired[str]
+    """A pinned initial version (a minor such as 1.35); unset: the channel's default."""
+    dns_endpoint: NotRequired[bool]
+    """The DNS-based control-plane endpoint, IAM-guarded (default true); the kubeconfig uses it."""
+    private_nodes: NotRequired[bool]
+    """Nodes without public IPs (default true)."""
+    private_endpoint: NotRequired[bool]
+    """The control plane's IP endpoint reachable only from the VPC (default false)."""
+    master_authorized_networks: NotRequired[list[AuthorizedNetworkArgs]]
+    """Ranges allowed to reach the IP endpoint."""
+    master_cidr: NotRequired[str]
+    """The control plane's /28 (default 172.16.0.0/28)."""
+    pods_range_name: NotRequired[str]
+    """The subnet's pods range (default pods)."""
+    services_range_name: NotRequired[str]
+    """The subnet's services range (default services)."""
+    deletion_protection: NotRequired[bool]
+    """Refuse `pulumi destroy` of the cluster (default true)."""
+    ray_operator_addon: NotRequired[bool]
+    """Enable GKE's Ray Operator add-on (KubeRay and its TPU webhook; default true)."""
+    ray_logging: NotRequired[bool]
+    """Ray add-on: Ray logs to Cloud Logging."""
+    ray_monitoring: NotRequired[bool]
+    """Ray add-on: Ray metrics to Managed Prometheus."""
+    gateway_api: NotRequired[bool]
+    """Enable the Gateway API (for the IAP dashboard)."""
 
 
 class Cluster(pulumi.ComponentResource):
-    name: pulumi.Output[str]
-    endpoint: pulumi.Output[str]
-    kubeconfig: pulumi.Output[str]
-    node_service_account: pulumi.Output[str]
+    """A GKE Standard cluster ready for TPU slice pools and KubeRay."""
 
-    def __init__(
-        self,
-        name: str,
-        plan: ClusterPlan,
-        network_name: pulumi.Input[str],
-        subnetwork_name: pulumi.Input[str],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__("park:gke:Cluster", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+    name: pulumi.Output[str]
+    """The GKE cluster's name."""
+    endpoint: pulumi.Output[str]
+    """Its control plane's IP endpoint."""
+    kubeconfig: pulumi.Output[str]
+    """A kubeconfig (secret) for gke-gcloud-auth-plugin, on the DNS endpoint when enabled."""
+    node_service_account: pulumi.Output[str]
+    """The e-mail of the nodes' service account (pass it to the node pools)."""
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE_PREFIX + "Cluster", name, None, opts)
+        require("Cluster", name, args, "project", "location", "network", "subnetwork")
+        authorized = [
+            {"cidr": n["cidr"], **({"name": n["name"]} if n.get("name") else {})}
+            for n in args.get("master_authorized_networks") or []
+        ]
+        addon = args.get("ray_operator_addon", True)
+        values = {
+            "gcp:project": args["project"],
+            "gcp:region": region_of(args["location"]),
+            "park:zone": args["location"],
+            "park:cluster": {
+                **plain(
+                    args,
+                    "name",
+                    "release_channel",
+                    "version",
+                    "dns_endpoint",
+                    "private_nodes",
+                    "private_endpoint",
+                    "deletion_protection",
+                ),
+                **({"masterAuthorizedNetworks": authorized} if authorized else {}),
+            },
+            "park:network": plain(args, "master_cidr", "pods_range_name", "services_range_name"),
+            "park:kuberay": {
+                "install": "addon" if addon else "helm",
+                **({"logging": args["ray_logging"]} if "ray_logging" in args else {}),
+                **({"monitoring": args["ray_monitoring"]} if "ray_monitoring" in args else {}),
+            },
+            # deletion_protection is the caller's choice here, whatever the stack is called
+            "park:policy": {"enforcement": {"deletion-protection-prod": "advisory"}},
+        }
+        fields = [
+            ("park:cluster.", ""),
+            ("park:network.", ""),
+            ("park:kuberay.", "ray_"),
+            ("park:zone", "location"),
+            ("gcp:", ""),
+        ]
+        stack_plan = checked_plan("Cluster", name, values, fields, stack=args.get("stack") or name)
+        plan = cluster(stack_plan)
+        cluster_args = dict(plan.args)
+        if args.get("gateway_api"):
+            cluster_args["gateway_api_config"] = {"channel": "CHANNEL_STANDARD"}
+        child = child_options(self, opts)
 
         node_sa = Account(
             f"{name}-nodes",
@@ -42,28 +148,34 @@ class Cluster(pulumi.ComponentResource):
                 member=member,
                 opts=child,
             )
-        args = dict(plan.args)
-        args["node_config"] = {**args["node_config"], "service_account": node_sa.email}
-        cluster = GkeCluster(
-            name, network=network_name, subnetwork=subnetwork_name, **args, opts=child
+        cluster_args["node_config"] = {
+            **cluster_args["node_config"],
+            "service_account": node_sa.email,
+        }
+        resource = GkeCluster(
+            name,
+            network=args["network"],
+            subnetwork=args["subnetwork"],
+            **cluster_args,
+            opts=child,
         )
 
-        self.name = cluster.name
-        self.endpoint = cluster.endpoint
+        self.name = resource.name
+        self.endpoint = resource.endpoint
         self.node_service_account = node_sa.email
         if plan.dns_endpoint:
-            dns = cluster.control_plane_endpoints_config.apply(
+            dns = resource.control_plane_endpoints_config.apply(
                 lambda c: c.dns_endpoint_config.endpoint if c and c.dns_endpoint_config else ""
             )
-            config = pulumi.Output.all(cluster.name, dns).apply(
+            config = pulumi.Output.all(resource.name, dns).apply(
                 lambda a: kubeconfig(a[0], a[1], None)
             )
         else:
             config = pulumi.Output.all(
-                cluster.name, cluster.endpoint, cluster.master_auth.cluster_ca_certificate
+                resource.name, resource.endpoint, resource.master_auth.cluster_ca_certificate
             ).apply(lambda a: kubeconfig(a[0], a[1], a[2] or ""))
         self.kubeconfig = pulumi.Output.secret(config)
-        self._cluster = cluster
+        self._cluster = resource
         self.register_outputs(
             {
                 "name": self.name,
@@ -75,4 +187,5 @@ class Cluster(pulumi.ComponentResource):
 
     @property
     def resource(self) -> GkeCluster:
+        """The container.Cluster itself (what the identity pool and node pools wait for)."""
         return self._cluster

@@ -1,12 +1,11 @@
-"""Everything inside the cluster, through one Kubernetes provider built from the cluster.
+"""Inside the cluster: KubeRay (the add-on, or Helm charts) and the workload namespace.
 
-Order is declared, not hoped for: the operator (add-on or Helm releases) and its CRDs exist
-before any RayJob / RayService; the namespace and service account before the workloads.
+Give these components a Kubernetes provider in their options
+(`ResourceOptions(providers={"kubernetes": provider})`); their children inherit it.
+Server-side apply: KubeRay's CRDs are too large for client-side apply's annotation.
 """
 
-from __future__ import annotations
-
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 from pulumi_kubernetes import Provider
@@ -15,9 +14,18 @@ from pulumi_kubernetes.core.v1 import Namespace, Secret, ServiceAccount
 from pulumi_kubernetes.helm.v3 import Release
 from pulumi_kubernetes.networking.v1 import NetworkPolicy
 
-from infra.names import HF_SECRET_KEY
-from infra.plan.operator import HelmReleasePlan
-from infra.plan.workspace import WorkspacePlan
+from infra.components._base import (
+    TYPE_PREFIX,
+    ComponentArgsError,
+    checked_model,
+    child_options,
+    require,
+)
+from infra.names import HF_SECRET_KEY, stack_names
+from infra.plan.network_policy import Exposure
+from infra.plan.operator import HelmReleasePlan, helm_releases
+from infra.plan.workspace import workspace
+from infra.spec.models import KubeRayConfig, NetworkConfig
 
 
 def kubernetes_provider(
@@ -66,52 +74,113 @@ def custom_resource(
     )
 
 
+class KubeRayOperatorArgs(TypedDict):
+    """How KubeRay gets onto the cluster: GKE's Ray Operator add-on (enabled on the Cluster:
+    nothing to create here), or the kuberay-operator Helm chart, plus cert-manager and the
+    KubeRay TPU webhook when the cluster has multi-host TPU slices."""
+
+    install: str
+    """addon or helm."""
+    version: NotRequired[str]
+    """kuberay-operator chart version (helm; default 1.7.0)."""
+    multi_host_tpu: NotRequired[bool]
+    """The cluster has multi-host TPU slices: helm then installs the TPU webhook too."""
+    tpu_webhook_chart: NotRequired[str]
+    """helm, multi-host: path of ai-on-gke's kuberay-tpu-webhook chart."""
+
+
 class KubeRayOperator(pulumi.ComponentResource):
     """KubeRay by Helm (with cert-manager and the TPU webhook for multi-host), or nothing to
-    create when GKE's Ray Operator add-on provides it (the cluster enables the add-on)."""
+    create when GKE's Ray Operator add-on provides it."""
+
+    releases: pulumi.Output[list[str]]
+    """The Helm releases installed (none for the add-on)."""
 
     def __init__(
-        self,
-        name: str,
-        install: str,
-        plans: list[HelmReleasePlan],
-        provider: Provider,
-        depends_on: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None
     ):
-        super().__init__("park:k8s:KubeRayOperator", name, None, opts)
-        self.ready: list[pulumi.Resource] = list(depends_on)
+        super().__init__(TYPE_PREFIX + "KubeRayOperator", name, None, opts)
+        require("KubeRayOperator", name, args, "install")
+        spec = checked_model(
+            "KubeRayOperator",
+            name,
+            KubeRayConfig,
+            {k: v for k, v in args.items() if k in ("install", "version", "tpu_webhook_chart")},
+        )
+        self.ready: list[pulumi.Resource] = []
         releases: dict[str, Release] = {}
-        for plan in plans:
-            after = [releases[d] for d in plan.depends_on] or depends_on
-            releases[plan.name] = helm_release(
-                plan, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=after)
+        for release in helm_releases(spec, bool(args.get("multi_host_tpu"))):
+            after = [releases[d] for d in release.depends_on]
+            releases[release.name] = helm_release(
+                release, child_options(self, opts, depends_on=after)
             )
         self.ready += list(releases.values())
-        self.mode = install
-        self.register_outputs({"mode": self.mode, "releases": list(releases)})
+        self.mode = spec.install
+        self.releases = pulumi.Output.from_input(list(releases))
+        self.register_outputs({"mode": self.mode, "releases": self.releases})
+
+
+class WorkspaceArgs(TypedDict):
+    """The Ray pods' namespace, their Kubernetes service account (bound through Workload
+    Identity), the HF token Secret, and the NetworkPolicy that lets in what Ray on GKE needs."""
+
+    project: str
+    """The GCP project (the Workload Identity pool's)."""
+    stack: NotRequired[str]
+    """Names derive from it (the KSA park-<stack>-workload); default: the component's name."""
+    namespace: NotRequired[str]
+    """The namespace (default park)."""
+    kuberay_install: NotRequired[str]
+    """addon (default) or helm: where the operator calls the Ray heads from."""
+    master_cidr: NotRequired[str]
+    """The control plane's /28 (the add-on reaches pods through the API server from there)."""
+    expose_serve: NotRequired[bool]
+    """Let the internet reach Serve's port (a public LoadBalancer)."""
+    expose_dashboard: NotRequired[bool]
+    """Let Google's front ends (the IAP Gateway) reach the dashboard."""
+    hf_token: NotRequired[pulumi.Input[str]]
+    """A Hugging Face token (a secret): stored as a Secret the pods read as a file."""
 
 
 class Workspace(pulumi.ComponentResource):
-    """The workload namespace, its Workload Identity KSA, the HF token Secret and the
-    NetworkPolicy that keeps Ray's ports inside the namespace."""
+    """The workload namespace and what every Ray pod in it relies on."""
 
-    def __init__(
-        self,
-        name: str,
-        plan: WorkspacePlan,
-        provider: Provider,
-        hf_token: pulumi.Output[str] | None,
-        depends_on: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__("park:k8s:Workspace", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
+    namespace: pulumi.Output[str]
+    """The namespace."""
+    service_account: pulumi.Output[str]
+    """The Ray pods' Kubernetes service account."""
+
+    def __init__(self, name: str, args: WorkspaceArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE_PREFIX + "Workspace", name, None, opts)
+        require("Workspace", name, args, "project")
+        install = args.get("kuberay_install", "addon")
+        if install not in ("addon", "helm"):
+            raise ComponentArgsError(
+                "Workspace", name, [f"args.kuberay_install = {install!r}: allowed: addon, helm"]
+            )
+        names = stack_names(
+            project=args["project"],
+            region="-",
+            stack=args.get("stack") or name,
+            cluster=None,
+            namespace=args.get("namespace") or "park",
+            bucket=None,
+            registry_repository=None,
+        )
+        exposed = Exposure(
+            namespace=names.namespace,
+            kuberay_install=install,
+            master_cidr=args.get("master_cidr") or NetworkConfig().master_cidr,
+            public_serve=bool(args.get("expose_serve")),
+            public_dashboard=bool(args.get("expose_dashboard")),
+        )
+        plan = workspace(names, exposed)
+        child = child_options(self, opts)
         namespace = plan.namespace["metadata"]["name"]
         ns = Namespace(namespace, metadata=plan.namespace["metadata"], opts=child)
-        in_ns = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns])
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         ksa = plan.service_account
-        self.service_account = ServiceAccount(
+        self.service_account_resource = ServiceAccount(
             ksa["metadata"]["name"], metadata=ksa["metadata"], opts=in_ns
         )
         policy = plan.network_policy
@@ -119,37 +188,20 @@ class Workspace(pulumi.ComponentResource):
             policy["metadata"]["name"], metadata=policy["metadata"], spec=policy["spec"], opts=in_ns
         )
         self.hf_secret = None
-        if hf_token is not None:
+        if args.get("hf_token") is not None:
             meta = plan.hf_token_secret
             self.hf_secret = Secret(
                 meta["metadata"]["name"],
                 metadata=meta["metadata"],
                 type=meta["type"],
-                string_data={HF_SECRET_KEY: pulumi.Output.secret(hf_token)},
+                string_data={HF_SECRET_KEY: pulumi.Output.secret(args["hf_token"])},
                 opts=in_ns,
             )
-        self.ready: list[pulumi.Resource] = [ns, self.service_account]
+        self.ready: list[pulumi.Resource] = [ns, self.service_account_resource]
         if self.hf_secret is not None:
             self.ready.append(self.hf_secret)
-        self.register_outputs({"namespace": namespace})
-
-
-class RayWorkload(pulumi.ComponentResource):
-    """A RayJob or RayService from its manifest (`park:ray:TrainingJob` / `park:ray:LlmService`)."""
-
-    def __init__(
-        self,
-        type_name: str,
-        manifest: dict[str, Any],
-        provider: Provider,
-        depends_on: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        name = manifest["metadata"]["name"]
-        super().__init__(f"park:ray:{type_name}", name, None, opts)
-        self.resource = custom_resource(
-            manifest,
-            pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on),
-            resource_name=f"{name}-{manifest['kind'].lower()}",
+        self.namespace = pulumi.Output.from_input(namespace)
+        self.service_account = pulumi.Output.from_input(ksa["metadata"]["name"])
+        self.register_outputs(
+            {"namespace": self.namespace, "service_account": self.service_account}
         )
-        self.register_outputs({"kind": manifest["kind"], "name": name})

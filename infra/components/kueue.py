@@ -1,54 +1,79 @@
 """Kueue for queued (DWS) TPU capacity: the Helm release, then its objects (CRDs come first)."""
 
-from __future__ import annotations
-
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import pulumi
-from pulumi_kubernetes import Provider
 
+from infra.components._base import TYPE_PREFIX, checked_plan, child_options, require
 from infra.components.kubernetes import custom_resource, helm_release
-from infra.plan.operator import HelmReleasePlan
+from infra.components.workloads import TpuPoolRefArgs
+from infra.plan import kueue
+
+
+class KueueArgs(TypedDict):
+    """Kueue and, per queued TPU pool, a ResourceFlavor, ClusterQueue and LocalQueue with the
+    DWS (ProvisioningRequest) admission check."""
+
+    queued_pools: list[TpuPoolRefArgs]
+    """The pools with capacity queued; jobs name a pool's LocalQueue (the pool's name)."""
+    namespace: NotRequired[str]
+    """The namespace the LocalQueues serve (default park)."""
+    version: NotRequired[str]
+    """Kueue chart version (default 0.19.2)."""
 
 
 class Kueue(pulumi.ComponentResource):
-    """Kueue at the pinned chart version, a ResourceFlavor / ClusterQueue / LocalQueue per queued
-    pool and the DWS admission check. Creates nothing when no pool is queued."""
+    """Kueue at the pinned chart version and the queues of the queued TPU pools."""
 
-    def __init__(
-        self,
-        name: str,
-        plan: HelmReleasePlan | None,
-        manifests: list[dict[str, Any]],
-        provider: Provider,
-        depends_on: list[pulumi.Resource],
-        namespace_ready: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__("park:kueue:Kueue", name, None, opts)
-        self.ready: list[pulumi.Resource] = []
-        if plan is None:
-            self.register_outputs({"installed": False})
-            return
-        # CRDs and the admission webhook are ready before any queue object.
-        release = helm_release(
-            plan, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
-        )
-        after = [release, *namespace_ready]  # LocalQueues live in the workload namespace
-        for manifest in manifests:
-            self.ready.append(
-                custom_resource(
-                    manifest,
-                    pulumi.ResourceOptions(parent=self, provider=provider, depends_on=after),
-                )
-            )
-        self.ready.insert(0, release)
-        self.register_outputs(
+    local_queues: pulumi.Output[list[str]]
+    """The LocalQueues jobs name in their kueue.x-k8s.io/queue-name label."""
+
+    def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE_PREFIX + "Kueue", name, None, opts)
+        require("Kueue", name, args, "queued_pools")
+        pools = [
             {
-                "installed": True,
-                "version": plan.version,
-                "local_queues": [
-                    m["metadata"]["name"] for m in manifests if m["kind"] == "LocalQueue"
-                ],
+                "name": p["name"],
+                "machineType": p["machine_type"],
+                "topology": p["topology"],
+                "slices": p.get("slices", 1),
+                "capacity": "queued",
             }
+            for p in args["queued_pools"]
+        ]
+        values = {
+            "gcp:project": "project",
+            "gcp:region": "us-east5",
+            "park:zone": "us-east5-b",
+            "park:extraTpuZones": ["us-east5-b"],
+            "park:tpuPools": pools,
+            "park:kueue": {"version": args["version"]} if args.get("version") else {},
+        }
+        if args.get("namespace"):
+            values["park:namespace"] = args["namespace"]
+        plan = checked_plan(
+            "Kueue",
+            name,
+            values,
+            [
+                ("park:tpuPools", "queued_pools"),
+                ("park:kueue.", ""),
+                ("park:namespace", "namespace"),
+            ],
+            stack=name,
         )
+        self.ready: list[pulumi.Resource] = []
+        release_plan = kueue.helm_release(plan)
+        manifests = kueue.manifests(plan)
+        if release_plan is not None:
+            # CRDs and the admission webhook are ready before any queue object.
+            release = helm_release(release_plan, child_options(self, opts))
+            self.ready.append(release)
+            for manifest in manifests:
+                self.ready.append(
+                    custom_resource(manifest, child_options(self, opts, depends_on=[release]))
+                )
+        self.local_queues = pulumi.Output.from_input(
+            [m["metadata"]["name"] for m in manifests if m["kind"] == "LocalQueue"]
+        )
+        self.register_outputs({"local_queues": self.local_queues})

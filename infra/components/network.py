@@ -1,20 +1,72 @@
 """VPC, subnet with pod/service ranges, and Cloud NAT for private nodes' egress."""
 
-from __future__ import annotations
+from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.plan.network import NetworkPlan
+from infra.components._base import TYPE_PREFIX, checked_plan, child_options, plain, require
+from infra.plan.network import network
+
+
+class NetworkArgs(TypedDict):
+    """A VPC for a GKE cluster with TPU slice pools, or an existing network by name."""
+
+    project: str
+    """The GCP project."""
+    region: str
+    """Region of the subnet, router and NAT."""
+    stack: NotRequired[str]
+    """Names derive from it (park-<stack>-vpc, ...); default: the component's name."""
+    existing_network: NotRequired[str]
+    """Use this network instead of creating a VPC (its subnet carries the pods/services ranges)."""
+    existing_subnetwork: NotRequired[str]
+    """The existing network's subnet."""
+    subnet_cidr: NotRequired[str]
+    """Node range of the new subnet (default 10.10.0.0/20)."""
+    pods_cidr: NotRequired[str]
+    """Secondary range for pods (default 10.16.0.0/14)."""
+    services_cidr: NotRequired[str]
+    """Secondary range for services (default 10.20.0.0/20)."""
+    pods_range_name: NotRequired[str]
+    """Name of the pods secondary range (default pods)."""
+    services_range_name: NotRequired[str]
+    """Name of the services secondary range (default services)."""
+
+
+NETWORK_FIELDS = (
+    "existing_network",
+    "existing_subnetwork",
+    "subnet_cidr",
+    "pods_cidr",
+    "services_cidr",
+    "pods_range_name",
+    "services_range_name",
+)
 
 
 class Network(pulumi.ComponentResource):
-    network_name: pulumi.Output[str]
-    subnetwork_name: pulumi.Output[str]
+    """The VPC, its subnet with the pods and services ranges, and Cloud NAT for private nodes."""
 
-    def __init__(self, name: str, plan: NetworkPlan, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("park:gcp:Network", name, None, opts)
+    network_name: pulumi.Output[str]
+    """The network the cluster joins."""
+    subnetwork_name: pulumi.Output[str]
+    """Its subnet."""
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE_PREFIX + "Network", name, None, opts)
+        require("Network", name, args, "project", "region")
+        stack = args.get("stack") or name
+        values = {
+            "gcp:project": args["project"],
+            "gcp:region": args["region"],
+            "park:zone": f"{args['region']}-b",
+            "park:network": plain(args, *NETWORK_FIELDS),
+        }
+        stack_plan = checked_plan(
+            "Network", name, values, [("park:network.", ""), ("gcp:", "")], stack=stack
+        )
+        plan = network(stack_plan)
         if plan.existing_network:
-            # An existing network by name: its subnet must already carry the two ranges.
             self.network_name = pulumi.Output.from_input(plan.existing_network)
             self.subnetwork_name = pulumi.Output.from_input(
                 plan.existing_subnetwork or plan.existing_network
@@ -23,7 +75,7 @@ class Network(pulumi.ComponentResource):
             from pulumi_gcp.compute import Network as GcpNetwork
             from pulumi_gcp.compute import Router, RouterNat, Subnetwork
 
-            child = pulumi.ResourceOptions(parent=self)
+            child = child_options(self, opts)
             vpc = GcpNetwork(f"{name}-vpc", **plan.vpc, opts=child)
             subnet = Subnetwork(f"{name}-subnet", network=vpc.id, **plan.subnet, opts=child)
             router = Router(f"{name}-router", network=vpc.id, **plan.router, opts=child)

@@ -1,82 +1,195 @@
 """The node pools: the CPU pool for Ray heads and system pods, TPU slice pools (one GKE node
 pool per slice, parented to their config pool) and GPU pools."""
 
-from __future__ import annotations
+from typing import NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp.container import NodePool
 
+from infra.components._base import (
+    TYPE_PREFIX,
+    checked_plan,
+    child_options,
+    plain,
+    region_of,
+    require,
+)
+from infra.plan import node_pools
 from infra.plan.node_pools import NodePoolPlan
-from infra.resolve import PoolPlan
 
 
 def _node_pool(
     plan: NodePoolPlan,
-    cluster_name: pulumi.Input[str],
+    cluster: pulumi.Input[str],
     service_account: pulumi.Input[str],
-    parent: pulumi.Resource,
-    depends_on: list[pulumi.Resource],
+    opts: pulumi.ResourceOptions,
 ) -> NodePool:
     args = dict(plan.args)
     args["node_config"] = {**args["node_config"], "service_account": service_account}
-    return NodePool(
-        plan.name,
-        name=plan.name,
-        cluster=cluster_name,
-        **args,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
-    )
+    return NodePool(plan.name, name=plan.name, cluster=cluster, **args, opts=opts)
 
 
-class _OneNodePool(pulumi.ComponentResource):
-    """A component holding one planned node pool (the CPU pool, a GPU pool)."""
-
-    TYPE = ""
-
-    def __init__(
-        self,
-        plan: NodePoolPlan,
-        cluster_name: pulumi.Input[str],
-        service_account: pulumi.Input[str],
-        depends_on: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__(self.TYPE, plan.name, None, opts)
-        self.node_pool = _node_pool(plan, cluster_name, service_account, self, depends_on)
-        self.register_outputs({"name": self.node_pool.name})
+class _PoolArgs(TypedDict):
+    cluster: pulumi.Input[str]
+    """The GKE cluster's name (Cluster.name, or an existing cluster's)."""
+    location: str
+    """The cluster's zone."""
+    node_service_account: pulumi.Input[str]
+    """The nodes' service account e-mail (Cluster.node_service_account)."""
+    disk_size_gb: NotRequired[int]
+    """Boot disk size, at least 15."""
 
 
-class CpuPool(_OneNodePool):
+class CpuPoolArgs(_PoolArgs):
+    """The pool Ray heads, KubeRay's submitters and system pods run on."""
+
+    machine_type: NotRequired[str]
+    """Machine type (default e2-standard-8)."""
+    min_nodes: NotRequired[int]
+    """Autoscaling minimum (default 1)."""
+    max_nodes: NotRequired[int]
+    """Autoscaling maximum (default 3)."""
+
+
+class TpuSlicePoolArgs(_PoolArgs):
+    """`slices` TPU slices of one (machine type, topology): one GKE node pool per slice."""
+
+    name: str
+    """The pool's name; its node pools are <name>-s<i>."""
+    machine_type: str
+    """ct6e-standard-1t, -4t or -8t."""
+    topology: str
+    """A topology the machine type offers, e.g. 2x4, 4x4."""
+    slices: NotRequired[int]
+    """Number of slices (default 1)."""
+    capacity: NotRequired[str]
+    """on-demand (default), spot, reservation, flex-start or queued."""
+    reservation: NotRequired[str]
+    """Reservation name (capacity reservation only)."""
+    autoscaling: NotRequired[bool]
+    """Scale each slice between 0 and its hosts (default true)."""
+    max_run_duration: NotRequired[str]
+    """flex-start: longest a node lives, e.g. 86400s."""
+    extra_zones: NotRequired[list[str]]
+    """Zones to accept beyond the catalog's known zones of the generation."""
+
+
+class GpuPoolArgs(_PoolArgs):
+    """A GPU pool beside the TPU pools, on the same control plane; scales to 0 while idle."""
+
+    name: str
+    """The pool's name."""
+    machine_type: str
+    """e.g. a3-highgpu-8g."""
+    accelerator_type: str
+    """e.g. nvidia-h100-80gb."""
+    accelerator_count: NotRequired[int]
+    """GPUs per node (default 8)."""
+    nodes: NotRequired[int]
+    """Maximum nodes (default 1)."""
+    capacity: NotRequired[str]
+    """on-demand (default), spot, reservation or flex-start."""
+    reservation: NotRequired[str]
+    """Reservation name (capacity reservation only)."""
+    autoscaling: NotRequired[bool]
+    """Scale between 0 and nodes (default true)."""
+
+
+def _values(args: _PoolArgs, **keys: object) -> dict[str, object]:
+    return {
+        "gcp:project": "project",  # node pools take the cluster's project
+        "gcp:region": region_of(args["location"]),
+        "park:zone": args["location"],
+        **keys,
+    }
+
+
+class CpuPool(pulumi.ComponentResource):
     """The pool Ray heads, submitters and system pods run on."""
 
-    TYPE = "park:gke:CpuPool"
+    node_pool_name: pulumi.Output[str]
+    """The GKE node pool (what in-cluster resources wait for)."""
+
+    def __init__(self, name: str, args: CpuPoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE_PREFIX + "CpuPool", name, None, opts)
+        require("CpuPool", name, args, "cluster", "location", "node_service_account")
+        spec = plain(args, "machine_type", "min_nodes", "max_nodes", "disk_size_gb")
+        plan = checked_plan(
+            "CpuPool",
+            name,
+            _values(args, **{"park:cpuPool": spec}),
+            [("park:cpuPool.", "")],
+            stack=name,
+        )
+        pool = node_pools.cpu_pool(plan.spec.cpu_pool, args["location"])
+        self.node_pool = _node_pool(
+            pool, args["cluster"], args["node_service_account"], child_options(self, opts)
+        )
+        self.node_pool_name = self.node_pool.name
+        self.register_outputs({"node_pool_name": self.node_pool_name})
 
 
 class TpuSlicePool(pulumi.ComponentResource):
-    """One config TPU pool: `slices` node pools of `hosts` nodes each."""
+    """One TPU pool: `slices` node pools of the slice's hosts each, scaling from 0."""
 
     chips: pulumi.Output[int]
+    """TPU chips of every slice."""
     hosts: pulumi.Output[int]
+    """TPU hosts (nodes) of every slice."""
+    node_pool_names: pulumi.Output[list[str]]
+    """One GKE node pool per slice."""
 
     def __init__(
-        self,
-        pool: PoolPlan,
-        plans: list[NodePoolPlan],
-        cluster_name: pulumi.Input[str],
-        service_account: pulumi.Input[str],
-        depends_on: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: TpuSlicePoolArgs, opts: pulumi.ResourceOptions | None = None
     ):
-        super().__init__("park:gke:TpuSlicePool", pool.name, None, opts)
-        self.node_pools = [
-            _node_pool(p, cluster_name, service_account, self, depends_on) for p in plans
+        super().__init__(TYPE_PREFIX + "TpuSlicePool", name, None, opts)
+        require(
+            "TpuSlicePool",
+            name,
+            args,
+            "cluster",
+            "location",
+            "node_service_account",
+            "name",
+            "machine_type",
+            "topology",
+        )
+        spec = plain(
+            args,
+            "name",
+            "machine_type",
+            "topology",
+            "slices",
+            "capacity",
+            "reservation",
+            "autoscaling",
+            "max_run_duration",
+            "disk_size_gb",
+        )
+        values = _values(args, **{"park:tpuPools": [spec]})
+        if args.get("extra_zones"):
+            values["park:extraTpuZones"] = list(args["extra_zones"])
+        fields = [
+            ("park:tpuPools[0].", ""),
+            ("park:zone", "location"),
+            ("park:extraTpuZones", "extra_zones"),
         ]
+        plan = checked_plan("TpuSlicePool", name, values, fields, stack=name)
+        (pool,) = plan.tpu_pools
+        child = child_options(self, opts)
+        self.node_pools = [
+            _node_pool(p, args["cluster"], args["node_service_account"], child)
+            for p in node_pools.tpu_slice_pools(pool, args["location"])
+        ]
+        self.plan = pool
         self.chips = pulumi.Output.from_input(pool.total_chips)
         self.hosts = pulumi.Output.from_input(pool.total_hosts)
+        self.node_pool_names = pulumi.Output.all(*(p.name for p in self.node_pools))
         self.register_outputs(
             {
                 "chips": self.chips,
                 "hosts": self.hosts,
+                "node_pool_names": self.node_pool_names,
                 "machine_type": pool.slice.machine_type,
                 "topology": pool.slice.topology,
                 "slices": pool.slices,
@@ -84,7 +197,47 @@ class TpuSlicePool(pulumi.ComponentResource):
         )
 
 
-class GpuPool(_OneNodePool):
-    """A GPU pool beside the TPU pools, on the same control plane."""
+class GpuPool(pulumi.ComponentResource):
+    """A GPU pool beside the TPU pools."""
 
-    TYPE = "park:gke:GpuPool"
+    node_pool_name: pulumi.Output[str]
+    """The GKE node pool."""
+
+    def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE_PREFIX + "GpuPool", name, None, opts)
+        require(
+            "GpuPool",
+            name,
+            args,
+            "cluster",
+            "location",
+            "node_service_account",
+            "name",
+            "machine_type",
+            "accelerator_type",
+        )
+        spec = plain(
+            args,
+            "name",
+            "machine_type",
+            "accelerator_type",
+            "accelerator_count",
+            "nodes",
+            "capacity",
+            "reservation",
+            "autoscaling",
+            "disk_size_gb",
+        )
+        fields = [("park:gpuPools[0].", "")]
+        plan = checked_plan(
+            "GpuPool", name, _values(args, **{"park:gpuPools": [spec]}), fields, stack=name
+        )
+        (gpu,) = plan.gpu_pools
+        self.node_pool = _node_pool(
+            node_pools.gpu_pool(gpu.spec, args["location"]),
+            args["cluster"],
+            args["node_service_account"],
+            child_options(self, opts),
+        )
+        self.node_pool_name = self.node_pool.name
+        self.register_outputs({"node_pool_name": self.node_pool_name})

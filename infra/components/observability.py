@@ -1,30 +1,113 @@
 """Metrics (PodMonitorings, training log metrics, a Grafana dashboard) and the opt-in IAP access
 to the Ray dashboard. Provider submodules load only when a stack uses them."""
 
-from __future__ import annotations
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
-from pulumi_kubernetes import Provider
 
+from infra.components._base import (
+    TYPE_PREFIX,
+    ComponentArgsError,
+    checked_plan,
+    child_options,
+    plain,
+    require,
+)
 from infra.components.kubernetes import custom_resource
-from infra.plan.observability import IAP_ROLE, MetricsPlan, value_extractor
-from infra.plan.observability import DashboardAccess as DashboardAccessPlan
+from infra.plan.observability import IAP_ROLE, dashboard_access, metrics, value_extractor
+from infra.rules.platform import check_observability
+
+
+class RayMetricsArgs(TypedDict):
+    """Managed Prometheus scrapes of every Ray pod of a namespace, training loss and tokens/s
+    as log-based metrics, and an optional Grafana dashboard."""
+
+    project: str
+    """The project of the log-based metrics."""
+    cluster_name: str
+    """The GKE cluster (the log filter's cluster_name)."""
+    stack: NotRequired[str]
+    """Metric names derive from it (park_<stack>_train_*); default: the component's name."""
+    namespace: NotRequired[str]
+    """The Ray pods' namespace (default park)."""
+    training: NotRequired[bool]
+    """A training RayJob runs there: create its log-based metrics (default true)."""
+    pod_monitoring: NotRequired[bool]
+    """PodMonitorings for Ray heads and workers (default true)."""
+    tpu_metrics: NotRequired[bool]
+    """Keep the TPU chip series (default true)."""
+    training_metrics: NotRequired[bool]
+    """Loss and tokens/s as log-based metrics (default true)."""
+    grafana: NotRequired[bool]
+    """A Grafana dashboard ConfigMap (default false)."""
+    scrape_interval: NotRequired[str]
+    """Managed Prometheus scrape interval (default 30s)."""
+
+
+class DashboardAccessArgs(TypedDict):
+    """The RayService's Ray dashboard on https://<domain>, behind IAP."""
+
+    project: str
+    """The project of the address, certificate and IAP grant."""
+    domain: str
+    """The dashboard's host name (a Google-managed certificate is issued for it)."""
+    iap_members: list[str]
+    """Who IAP lets in, e.g. group:ml@example.com."""
+    oauth_client_id: str
+    """The OAuth client IAP signs users in with."""
+    oauth_secret: str
+    """A Secret in the namespace whose key `key` holds that client's secret."""
+    stack: NotRequired[str]
+    """Names derive from it (park-<stack>-ray-dashboard); default: the component's name."""
+    namespace: NotRequired[str]
+    """The RayService's namespace (default park)."""
+
+
+def _observed(
+    args: Any, stack: str, observability: dict[str, Any], training: bool
+) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "gcp:project": args["project"],
+        "gcp:region": "us-east5",
+        "park:zone": "us-east5-b",
+        "park:observability": observability,
+        "park:training": {"enabled": training},
+    }
+    if args.get("namespace"):
+        values["park:namespace"] = args["namespace"]
+    if args.get("cluster_name"):
+        values["park:cluster"] = {"name": args["cluster_name"]}
+    return values
 
 
 class RayMetrics(pulumi.ComponentResource):
     """Managed Prometheus scrapes of the Ray pods, training loss and tokens/s from the logs, and
     the Grafana dashboard ConfigMap when asked for."""
 
-    def __init__(
-        self,
-        name: str,
-        plan: MetricsPlan,
-        provider: Provider,
-        depends_on: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__("park:observability:RayMetrics", name, None, opts)
-        in_cluster = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
+    pod_monitorings: pulumi.Output[list[str]]
+    """The PodMonitorings created."""
+    log_metrics: pulumi.Output[list[str]]
+    """The log-based metrics, by their PromQL names."""
+
+    def __init__(self, name: str, args: RayMetricsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE_PREFIX + "RayMetrics", name, None, opts)
+        require("RayMetrics", name, args, "project", "cluster_name")
+        observability = plain(
+            args, "pod_monitoring", "tpu_metrics", "training_metrics", "grafana", "scrape_interval"
+        )
+        values = _observed(
+            args, args.get("stack") or name, observability, args.get("training", True)
+        )
+        stack_plan = checked_plan(
+            "RayMetrics",
+            name,
+            values,
+            [("park:observability.", ""), ("park:namespace", "namespace")],
+            stack=args.get("stack") or name,
+            rules=False,
+        )
+        plan = metrics(stack_plan)
+        in_cluster = child_options(self, opts)
         for manifest in plan.pod_monitorings:
             custom_resource(manifest, in_cluster)
 
@@ -52,7 +135,7 @@ class RayMetrics(pulumi.ComponentResource):
                             "scale": metric.scale,
                         }
                     },
-                    opts=pulumi.ResourceOptions(parent=self),
+                    opts=child_options(self, opts),
                 )
 
         configmap = plan.grafana_configmap
@@ -65,12 +148,12 @@ class RayMetrics(pulumi.ComponentResource):
                 data=configmap["data"],
                 opts=in_cluster,
             )
+        self.pod_monitorings = pulumi.Output.from_input(
+            [m["metadata"]["name"] for m in plan.pod_monitorings]
+        )
+        self.log_metrics = pulumi.Output.from_input([m.promql for m in plan.log_metrics])
         self.register_outputs(
-            {
-                "pod_monitorings": [m["metadata"]["name"] for m in plan.pod_monitorings],
-                "log_metrics": [m.promql for m in plan.log_metrics],
-                "grafana": configmap is not None,
-            }
+            {"pod_monitorings": self.pod_monitorings, "log_metrics": self.log_metrics}
         )
 
 
@@ -83,19 +166,49 @@ class DashboardAccess(pulumi.ComponentResource):
     ip_address: pulumi.Output[str]
 
     def __init__(
-        self,
-        name: str,
-        project: str,
-        access: DashboardAccessPlan,
-        provider: Provider,
-        depends_on: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: DashboardAccessArgs, opts: pulumi.ResourceOptions | None = None
     ):
-        super().__init__("park:observability:DashboardAccess", name, None, opts)
+        super().__init__(TYPE_PREFIX + "DashboardAccess", name, None, opts)
+        require(
+            "DashboardAccess",
+            name,
+            args,
+            "project",
+            "domain",
+            "iap_members",
+            "oauth_client_id",
+            "oauth_secret",
+        )
+        observability = {
+            "exposeDashboard": True,
+            "dashboardDomain": args["domain"],
+            "iapMembers": list(args["iap_members"]),
+            "iapOauthClientId": args["oauth_client_id"],
+            "iapOauthSecret": args["oauth_secret"],
+        }
+        values = _observed(args, args.get("stack") or name, observability, False)
+        fields = [("park:observability.iapOauth", "oauth_"), ("park:observability.", "")]
+        stack_plan = checked_plan(
+            "DashboardAccess", name, values, fields, stack=args.get("stack") or name, rules=False
+        )
+        refused = [
+            p
+            for p in check_observability(stack_plan.spec)
+            if p.key != "park:observability.exposeDashboard"  # the RayService is the caller's
+        ]
+        if refused:
+            raise ComponentArgsError(
+                "DashboardAccess",
+                name,
+                [f"args.{p.key.rsplit('.', 1)[-1]} = {p.value!r}: {p.message}" for p in refused],
+            )
+        access = dashboard_access(stack_plan)
+        assert access is not None
+        project = args["project"]
         from pulumi_gcp.compute import GlobalAddress, ManagedSslCertificate
         from pulumi_gcp.iap import WebIamMember
 
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         address = GlobalAddress(
             access.address_name, name=access.address_name, project=project, opts=child
         )
@@ -117,9 +230,7 @@ class DashboardAccess(pulumi.ComponentResource):
                 condition=access.iap_condition,
                 opts=child,
             )
-        in_cluster = pulumi.ResourceOptions(
-            parent=self, provider=provider, depends_on=[*depends_on, address, certificate]
-        )
+        in_cluster = child_options(self, opts, depends_on=[address, certificate])
         for manifest in access.manifests:
             if manifest["kind"] == "Service":
                 from pulumi_kubernetes.core.v1 import Service

@@ -1,6 +1,6 @@
 """The bucket, the image registry and the workload identity (infra/plan/storage.py)."""
 
-from __future__ import annotations
+from typing import NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp.artifactregistry import Repository, RepositoryIamMember
@@ -8,27 +8,75 @@ from pulumi_gcp.serviceaccount import Account
 from pulumi_gcp.serviceaccount import IAMMember as ServiceAccountIAMMember
 from pulumi_gcp.storage import Bucket, BucketIAMMember
 
-from infra.plan.storage import REGISTRY_READER_ROLE, WORKLOAD_IDENTITY_ROLE, StoragePlan
+from infra.components._base import TYPE_PREFIX, checked_plan, child_options, plain, require
+from infra.plan.storage import REGISTRY_READER_ROLE, WORKLOAD_IDENTITY_ROLE, storage
+
+
+class StorageArgs(TypedDict):
+    """A bucket for checkpoints and models, an image registry, and a workload service account
+    holding roles on that bucket only, bound to the Ray pods' KSA through Workload Identity."""
+
+    project: str
+    """The GCP project."""
+    region: str
+    """Region of the registry (and the bucket, unless bucket_location)."""
+    node_service_account: pulumi.Input[str]
+    """The nodes' service account e-mail: it may pull images from the registry."""
+    cluster: NotRequired[pulumi.Input[str]]
+    """A cluster with Workload Identity in this project: the binding waits for it, because the
+    project's identity pool exists only once such a cluster does."""
+    stack: NotRequired[str]
+    """Names derive from it (park-<stack>-workload, ...); default: the component's name."""
+    namespace: NotRequired[str]
+    """The Ray pods' namespace (default park)."""
+    bucket: NotRequired[str]
+    """Bucket name (default <project>-<stack>-park)."""
+    bucket_location: NotRequired[str]
+    """Bucket location (default: the region)."""
+    versioning: NotRequired[bool]
+    """Object versioning (default true)."""
+    force_destroy: NotRequired[bool]
+    """Let `pulumi destroy` delete a non-empty bucket (default false)."""
+    repository: NotRequired[str]
+    """Registry repository id (default park-<stack>)."""
+    create_repository: NotRequired[bool]
+    """False: use an existing repository of that id, e.g. one several stacks share."""
 
 
 class Storage(pulumi.ComponentResource):
-    bucket: pulumi.Output[str]
-    registry_url: pulumi.Output[str]
-    workload_service_account: pulumi.Output[str]
+    """Bucket, registry and workload identity of one stack."""
 
-    def __init__(
-        self,
-        name: str,
-        plan: StoragePlan,
-        node_service_account: pulumi.Input[str],
-        workload_identity_pool: list[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        """`workload_identity_pool`: what creates the project's Workload Identity pool (the
-        cluster): a binding to PROJECT.svc.id.goog[ns/ksa] made before it exists fails with
-        400 "Identity Pool does not exist" on a project that never had a WI cluster."""
-        super().__init__("park:gcp:Storage", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+    bucket: pulumi.Output[str]
+    """The bucket's name."""
+    registry_url: pulumi.Output[str]
+    """Where the workload images go: <region>-docker.pkg.dev/<project>/<repository>."""
+    workload_service_account: pulumi.Output[str]
+    """The e-mail of the Google service account the Ray pods act as."""
+
+    def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE_PREFIX + "Storage", name, None, opts)
+        require("Storage", name, args, "project", "region", "node_service_account")
+        values = {
+            "gcp:project": args["project"],
+            "gcp:region": args["region"],
+            "park:zone": f"{args['region']}-b",
+            "park:storage": {
+                **plain(args, "bucket", "versioning", "force_destroy"),
+                **({"location": args["bucket_location"]} if args.get("bucket_location") else {}),
+            },
+            "park:registry": {
+                **plain(args, "repository"),
+                **({"create": args["create_repository"]} if "create_repository" in args else {}),
+            },
+            "park:policy": {"enforcement": {"deletion-protection-prod": "advisory"}},
+        }
+        if args.get("namespace"):
+            values["park:namespace"] = args["namespace"]
+        fields = [("park:storage.", ""), ("park:registry.", ""), ("park:namespace", "namespace")]
+        plan = storage(
+            checked_plan("Storage", name, values, fields, stack=args.get("stack") or name)
+        )
+        child = child_options(self, opts)
 
         bucket = Bucket(f"{name}-bucket", **plan.bucket, opts=child)
         repository: pulumi.Input[str] = plan.registry["repository_id"]
@@ -39,7 +87,7 @@ class Storage(pulumi.ComponentResource):
             repository=repository,
             location=plan.registry["location"],
             role=REGISTRY_READER_ROLE,
-            member=pulumi.Output.from_input(node_service_account).apply(
+            member=pulumi.Output.from_input(args["node_service_account"]).apply(
                 lambda e: f"serviceAccount:{e}"
             ),
             opts=child,
@@ -54,12 +102,16 @@ class Storage(pulumi.ComponentResource):
                 member=member,
                 opts=child,
             )
+        # The binding needs the project's Workload Identity pool: it waits for the cluster.
+        after_cluster = [args["cluster"]] if args.get("cluster") is not None else []
         ServiceAccountIAMMember(
             f"{name}-workload-identity",
             service_account_id=gsa.name,
             role=WORKLOAD_IDENTITY_ROLE,
-            member=plan.workload_identity_member,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=workload_identity_pool),
+            member=pulumi.Output.all(plan.workload_identity_member, *after_cluster).apply(
+                lambda values: values[0]
+            ),
+            opts=child,
         )
         self.bucket = bucket.name
         self.registry_url = pulumi.Output.from_input(plan.registry_url)

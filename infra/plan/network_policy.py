@@ -59,9 +59,31 @@ def _namespace(name: str) -> dict[str, Any]:
     return {"matchLabels": {NAMESPACE_NAME_LABEL: name}}
 
 
-def _operator_peers(plan: StackPlan) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Exposure:
+    """What decides the Ray pods' NetworkPolicy."""
+
+    namespace: str
+    kuberay_install: str  # addon or helm: where the operator calls from
+    master_cidr: str  # the control plane's range (the add-on's calls, through the API server)
+    public_serve: bool  # park:serving.exposePublicly
+    public_dashboard: bool  # park:observability.exposeDashboard
+
+
+def exposure(plan: StackPlan) -> Exposure:
+    spec = plan.spec
+    return Exposure(
+        namespace=plan.names.namespace,
+        kuberay_install=spec.kuberay.install,
+        master_cidr=spec.network.master_cidr,
+        public_serve=bool(spec.serving.enabled and spec.serving.expose_publicly),
+        public_dashboard=spec.observability.expose_dashboard,
+    )
+
+
+def _operator_peers(exposed: Exposure) -> list[dict[str, Any]]:
     """Where the KubeRay operator's calls to the head come from (module docstring)."""
-    if plan.spec.kuberay.install == "helm":
+    if exposed.kuberay_install == "helm":
         return [
             {
                 "namespaceSelector": _namespace(KUBERAY_NAMESPACE),
@@ -73,22 +95,21 @@ def _operator_peers(plan: StackPlan) -> list[dict[str, Any]]:
             "namespaceSelector": _namespace(KUBE_SYSTEM),
             "podSelector": {"matchLabels": dict(KONNECTIVITY_LABELS)},
         },
-        {"ipBlock": {"cidr": plan.spec.network.master_cidr}},
+        {"ipBlock": {"cidr": exposed.master_cidr}},
     ]
 
 
-def ray_network_policy(plan: StackPlan) -> dict[str, Any]:
+def ray_network_policy(exposed: Exposure) -> dict[str, Any]:
     """The NetworkPolicy of every Ray pod of the namespace (module docstring: what and why)."""
-    spec = plan.spec
     ingress: list[dict[str, Any]] = [
         {"from": [{"podSelector": {}}]},
-        {"from": _operator_peers(plan), "ports": _tcp(DASHBOARD_PORT, SERVE_PORT)},
+        {"from": _operator_peers(exposed), "ports": _tcp(DASHBOARD_PORT, SERVE_PORT)},
         {"from": [{"namespaceSelector": {}}], "ports": _tcp(SERVE_PORT)},
         {"from": [{"namespaceSelector": _namespace(GMP_NAMESPACE)}], "ports": _tcp(METRICS_PORT)},
     ]
-    if spec.serving.enabled and spec.serving.expose_publicly:
+    if exposed.public_serve:
         ingress.append({"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": _tcp(SERVE_PORT)})
-    if spec.observability.expose_dashboard:
+    if exposed.public_dashboard:
         ingress.append(
             {
                 "from": [{"ipBlock": {"cidr": cidr}} for cidr in GOOGLE_FRONT_END_RANGES],
@@ -100,7 +121,7 @@ def ray_network_policy(plan: StackPlan) -> dict[str, Any]:
         "kind": "NetworkPolicy",
         "metadata": {
             "name": NETWORK_POLICY_NAME,
-            "namespace": plan.names.namespace,
+            "namespace": exposed.namespace,
             "labels": PART_OF,
         },
         "spec": {
@@ -132,10 +153,10 @@ class Flow:
     allowed: bool  # must be allowed (True) or must be refused (False)
 
 
-def flows(plan: StackPlan) -> list[Flow]:
+def flows(exposed: Exposure) -> list[Flow]:
     """Every flow Ray on GKE needs for this stack, and the ones that must stay closed."""
-    spec, ns = plan.spec, plan.names.namespace
-    master = spec.network.master_cidr.split("/")[0]
+    ns = exposed.namespace
+    master = exposed.master_cidr.split("/")[0]
     control_plane = Source(ip=master[: master.rindex(".") + 1] + "2")
     ray_pod = Source(ns, {RAY_NODE_LABEL: "yes"})
     submitter = Source(ns, {"job-name": "park-train-x"})
@@ -143,7 +164,7 @@ def flows(plan: StackPlan) -> list[Flow]:
     elsewhere = Source("apps", {"app": "client"})
     internet = Source(ip="198.51.100.7")
     front_end = Source(ip="35.191.0.9")
-    public = bool(spec.serving.enabled and spec.serving.expose_publicly)
+    public = exposed.public_serve
     table = [
         Flow("worker → head GCS", ray_pod, "head", GCS_PORT, True),
         Flow("head → worker, ephemeral port", ray_pod, "worker", 33127, True),
@@ -164,10 +185,10 @@ def flows(plan: StackPlan) -> list[Flow]:
             front_end,
             "head",
             DASHBOARD_PORT,
-            spec.observability.expose_dashboard,
+            exposed.public_dashboard,
         ),
     ]
-    if spec.kuberay.install == "helm":
+    if exposed.kuberay_install == "helm":
         operator = Source(KUBERAY_NAMESPACE, dict(KUBERAY_OPERATOR_LABELS))
         neighbour = Source(KUBERAY_NAMESPACE, {"app": "other"})
         table += [

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.names import CERT_MANAGER_NAMESPACE, KUBERAY_NAMESPACE
-from infra.resolve import StackPlan
+from infra.spec.models import KubeRayConfig
 from infra.versions import CERT_MANAGER_VERSION
 
 
@@ -33,9 +33,9 @@ CERT_MANAGER_REPO = "https://charts.jetstack.io"
 DEFAULT_TPU_WEBHOOK_CHART = "./vendor/ai-on-gke/ray-on-gke/tpu/kuberay-tpu-webhook/helm-chart"
 
 
-def helm_releases(plan: StackPlan) -> list[HelmReleasePlan]:
-    """The Helm releases for `install: helm`, in dependency order; none for the add-on."""
-    kuberay = plan.spec.kuberay
+def helm_releases(kuberay: KubeRayConfig, multi_host: bool) -> list[HelmReleasePlan]:
+    """The Helm releases for `install: helm`, in dependency order; none for the add-on.
+    `multi_host`: the cluster has multi-host TPU slices (they need the TPU webhook)."""
     if kuberay.install != "helm":
         return []
     releases = [
@@ -47,7 +47,7 @@ def helm_releases(plan: StackPlan) -> list[HelmReleasePlan]:
             namespace=KUBERAY_NAMESPACE,
         )
     ]
-    if plan.multi_host:
+    if multi_host:
         releases += [
             HelmReleasePlan(
                 name="cert-manager",

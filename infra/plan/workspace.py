@@ -8,25 +8,24 @@ from typing import Any
 from infra.names import (
     HF_SECRET_NAME,
     PART_OF,
+    StackNames,
 )
 from infra.plan import network_policy
-from infra.resolve import StackPlan
 
 
-def namespace(plan: StackPlan) -> dict[str, Any]:
+def namespace(names: StackNames) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {
-            "name": plan.names.namespace,
+            "name": names.namespace,
             "labels": {**PART_OF, "pod-security.kubernetes.io/enforce": "baseline"},
         },
     }
 
 
-def service_account(plan: StackPlan) -> dict[str, Any]:
+def service_account(names: StackNames) -> dict[str, Any]:
     """The KSA every Ray pod runs as; Workload Identity maps it to the workload GSA."""
-    names = plan.names
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -39,13 +38,13 @@ def service_account(plan: StackPlan) -> dict[str, Any]:
     }
 
 
-def hf_token_secret_metadata(plan: StackPlan) -> dict[str, Any]:
+def hf_token_secret_metadata(names: StackNames) -> dict[str, Any]:
     """Metadata only: the token itself stays a Pulumi secret and is set by the component."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": {"name": HF_SECRET_NAME, "namespace": plan.names.namespace, "labels": PART_OF},
+        "metadata": {"name": HF_SECRET_NAME, "namespace": names.namespace, "labels": PART_OF},
     }
 
 
@@ -59,10 +58,10 @@ class WorkspacePlan:
     hf_token_secret: dict[str, Any]  # metadata only; the component adds the (secret) token
 
 
-def workspace(plan: StackPlan) -> WorkspacePlan:
+def workspace(names: StackNames, exposed: network_policy.Exposure) -> WorkspacePlan:
     return WorkspacePlan(
-        namespace=namespace(plan),
-        service_account=service_account(plan),
-        network_policy=network_policy.ray_network_policy(plan),
-        hf_token_secret=hf_token_secret_metadata(plan),
+        namespace=namespace(names),
+        service_account=service_account(names),
+        network_policy=network_policy.ray_network_policy(exposed),
+        hf_token_secret=hf_token_secret_metadata(names),
     )

@@ -165,13 +165,13 @@ def _pods_of(manifests: Sequence[Mapping[str, Any]]) -> dict[str, list[Pod]]:
 def flow_problems(manifests: Sequence[Mapping[str, Any]], plan: Any) -> list[str]:
     """Each flow of infra/plan/network_policy.flows that the rendered policies get wrong."""
     from infra.names import KUBERAY_NAMESPACE
-    from infra.plan.network_policy import flows
+    from infra.plan.network_policy import exposure, flows
 
     policies = [m for m in manifests if m.get("kind") == "NetworkPolicy"]
     pods = _pods_of(manifests)
     pods["webhook"] = [Pod(KUBERAY_NAMESPACE, {"app": "kuberay-tpu-webhook"}, {"https": 443})]
     problems = []
-    for flow in flows(plan):
+    for flow in flows(exposure(plan)):
         src = flow.source
         peer = Peer(src.namespace, src.labels, ip=src.ip)
         for pod in pods[flow.role]:

@@ -1,0 +1,130 @@
+"""What every public component shares: its arguments checked with the stack's own rules.
+
+A component builds the part of a stack spec its arguments describe (a pool, a training job...),
+runs it through the pipeline every stack takes (infra.stack: types, every rule, resolve), and
+plans from the result. So a component used from any Pulumi program is held to the same catalog
+and rules as a stack file, and its errors name the component, the argument and what is allowed.
+"""
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pulumi
+
+from infra.resolve import StackPlan
+from infra.spec.errors import ConfigError
+from infra.spec.secrets import redact
+
+TYPE_PREFIX = "park-gke:index:"  # the package's type tokens (PulumiPlugin name "park-gke")
+
+
+class ComponentArgsError(ValueError):
+    """A component's arguments that no stack could deploy, each named by its field."""
+
+    def __init__(self, component: str, name: str, problems: list[str]):
+        self.component, self.name, self.problems = component, name, problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{component} {name!r}: invalid arguments:\n{lines}")
+
+
+def require(component: str, name: str, args: Mapping[str, Any], *fields: str) -> None:
+    """Every required argument is there (a TypedDict is a plain dict at run time)."""
+    if not isinstance(args, Mapping):
+        raise ComponentArgsError(
+            component, name, [f"args must be a mapping of arguments, got {type(args).__name__}"]
+        )
+    missing = [f for f in fields if args.get(f) is None]
+    if missing:
+        raise ComponentArgsError(component, name, [f"args.{f}: required, missing" for f in missing])
+
+
+def plain(args: Mapping[str, Any], *fields: str) -> dict[str, Any]:
+    """The arguments among `fields` that are set, camelCased as in a stack file."""
+    from pydantic.alias_generators import to_camel
+
+    return {to_camel(f): args[f] for f in fields if args.get(f) is not None}
+
+
+def checked_plan(
+    component: str,
+    name: str,
+    values: dict[str, Any],
+    fields: Iterable[tuple[str, str]],
+    *,
+    stack: str,
+    rules: bool = True,
+) -> StackPlan:
+    """The StackPlan of the stack-config `values` a component's arguments make, or a
+    ComponentArgsError whose problems name the argument (`fields`: (config-key prefix,
+    argument prefix) pairs, longest first) instead of the stack key. `rules` False: types only,
+    for a component that plans a part of a stack whose other parts it does not know."""
+    from infra.resolve import resolve
+    from infra.spec.read import parse_values
+    from infra.stack import from_values
+
+    try:
+        if not rules:
+            return resolve(parse_values(values, stack), partial=True)
+        return from_values(values, stack)
+    except ConfigError as err:
+        prefixes = sorted(fields, key=lambda pair: -len(pair[0]))
+        problems = []
+        for problem in err.problems:
+            field = problem.key
+            for key, argument in prefixes:
+                if field.startswith(key):
+                    field = argument + field[len(key) :]
+                    break
+            field = _snake_path(field)
+            value = redact(problem.value)
+            problems.append(f"args.{field} = {value!r}: {problem.message}")
+        raise ComponentArgsError(component, name, problems) from None
+
+
+def _snake_path(path: str) -> str:
+    """``models[0].tensorParallelSize`` → ``models[0].tensor_parallel_size``."""
+    out = []
+    for char in path:
+        if char.isupper():
+            out.append("_" + char.lower())
+        else:
+            out.append(char)
+    return "".join(out).lstrip(".")
+
+
+def region_of(zone: str) -> str:
+    """``us-east5-b`` → ``us-east5``."""
+    return zone.rsplit("-", 1)[0]
+
+
+def child_options(
+    parent: pulumi.Resource,
+    opts: pulumi.ResourceOptions | None,
+    *,
+    depends_on: list[pulumi.Resource] | None = None,
+) -> pulumi.ResourceOptions:
+    """Options for a component's children: parented, and waiting for what the component was
+    told to wait for (a component's depends_on does not reach its children by itself)."""
+    given: Any = opts.depends_on if opts else None
+    if given is None:
+        given = []
+    elif isinstance(given, pulumi.Resource):
+        given = [given]
+    waits = [*given, *(depends_on or [])]
+    return pulumi.ResourceOptions(parent=parent, depends_on=waits or None)
+
+
+def checked_model(component: str, name: str, model: Any, values: dict[str, Any]) -> Any:
+    """A spec model (infra.spec.models) from a component's arguments, or a ComponentArgsError
+    naming each argument pydantic refused."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(values)
+    except ValidationError as err:
+        problems = [
+            f"args.{_snake_path('.'.join(str(p) for p in e['loc']))} = "
+            f"{redact(e.get('input'))!r}: {e['msg']}"
+            for e in err.errors()
+        ]
+        raise ComponentArgsError(component, name, problems) from None

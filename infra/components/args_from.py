@@ -1,0 +1,280 @@
+"""A stack's plan as the public components' arguments: how `infra.program` uses the package.
+
+The stack program is one user of the components like any other Pulumi program: it hands each
+the arguments its stack config gives, and the component checks them with the same rules. Every
+value here is read from the resolved StackPlan; nothing is derived twice.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from infra.components.cluster import ClusterArgs
+from infra.components.kubernetes import KubeRayOperatorArgs, WorkspaceArgs
+from infra.components.kueue import KueueArgs
+from infra.components.network import NetworkArgs
+from infra.components.node_pools import CpuPoolArgs, GpuPoolArgs, TpuSlicePoolArgs
+from infra.components.observability import DashboardAccessArgs, RayMetricsArgs
+from infra.components.storage import StorageArgs
+from infra.components.workloads import LlmServiceArgs, RayTrainingJobArgs, TpuPoolRefArgs
+from infra.resolve import GpuPoolPlan, PoolPlan, StackPlan
+
+
+@dataclass(frozen=True)
+class PoolRefs:
+    """What every node pool is given from the cluster."""
+
+    cluster: pulumi.Input[str]
+    node_service_account: pulumi.Input[str]
+
+
+def network(plan: StackPlan) -> NetworkArgs:
+    spec = plan.spec
+    net = spec.network
+    args = NetworkArgs(
+        project=spec.project,
+        region=spec.region,
+        stack=spec.stack,
+        subnet_cidr=net.subnet_cidr,
+        pods_cidr=net.pods_cidr,
+        services_cidr=net.services_cidr,
+        pods_range_name=net.pods_range_name,
+        services_range_name=net.services_range_name,
+    )
+    if net.existing_network:
+        args["existing_network"] = net.existing_network
+    if net.existing_subnetwork:
+        args["existing_subnetwork"] = net.existing_subnetwork
+    return args
+
+
+def cluster(
+    plan: StackPlan, network_name: pulumi.Input[str], subnetwork_name: pulumi.Input[str]
+) -> ClusterArgs:
+    spec = plan.spec
+    cfg = spec.cluster
+    args = ClusterArgs(
+        project=spec.project,
+        location=spec.zone,
+        network=network_name,
+        subnetwork=subnetwork_name,
+        stack=spec.stack,
+        name=plan.names.cluster,
+        release_channel=cfg.release_channel,
+        dns_endpoint=cfg.dns_endpoint,
+        private_nodes=cfg.private_nodes,
+        private_endpoint=cfg.private_endpoint,
+        master_authorized_networks=[
+            {"cidr": n.cidr, "name": n.name} for n in cfg.master_authorized_networks
+        ],
+        master_cidr=spec.network.master_cidr,
+        pods_range_name=spec.network.pods_range_name,
+        services_range_name=spec.network.services_range_name,
+        deletion_protection=cfg.deletion_protection,
+        ray_operator_addon=spec.kuberay.install == "addon",
+        ray_logging=spec.kuberay.logging,
+        ray_monitoring=spec.kuberay.monitoring,
+        gateway_api=spec.observability.expose_dashboard,
+    )
+    if cfg.version:
+        args["version"] = cfg.version
+    return args
+
+
+def storage(
+    plan: StackPlan, node_service_account: pulumi.Input[str], cluster_name: pulumi.Input[str]
+) -> StorageArgs:
+    spec = plan.spec
+    args = StorageArgs(
+        project=spec.project,
+        region=spec.region,
+        node_service_account=node_service_account,
+        cluster=cluster_name,
+        stack=spec.stack,
+        namespace=plan.names.namespace,
+        bucket=plan.names.bucket,
+        versioning=spec.storage.versioning,
+        force_destroy=spec.storage.force_destroy,
+        repository=plan.names.registry_repository,
+        create_repository=spec.registry.create,
+    )
+    if spec.storage.location:
+        args["bucket_location"] = spec.storage.location
+    return args
+
+
+def cpu_pool(plan: StackPlan, refs: PoolRefs) -> CpuPoolArgs:
+    pool = plan.spec.cpu_pool
+    return CpuPoolArgs(
+        cluster=refs.cluster,
+        location=plan.spec.zone,
+        node_service_account=refs.node_service_account,
+        machine_type=pool.machine_type,
+        min_nodes=pool.min_nodes,
+        max_nodes=pool.max_nodes,
+        disk_size_gb=pool.disk_size_gb,
+    )
+
+
+def tpu_pool(plan: StackPlan, pool: PoolPlan, refs: PoolRefs) -> TpuSlicePoolArgs:
+    spec = pool.spec
+    args = TpuSlicePoolArgs(
+        cluster=refs.cluster,
+        location=plan.spec.zone,
+        node_service_account=refs.node_service_account,
+        name=spec.name,
+        machine_type=spec.machine_type,
+        topology=spec.topology,
+        slices=spec.slices,
+        capacity=spec.capacity,
+        autoscaling=spec.autoscaling,
+        disk_size_gb=spec.disk_size_gb,
+    )
+    if spec.reservation:
+        args["reservation"] = spec.reservation
+    if spec.max_run_duration:
+        args["max_run_duration"] = spec.max_run_duration
+    if plan.spec.extra_tpu_zones:
+        args["extra_zones"] = list(plan.spec.extra_tpu_zones)
+    return args
+
+
+def gpu_pool(plan: StackPlan, gpu: GpuPoolPlan, refs: PoolRefs) -> GpuPoolArgs:
+    spec = gpu.spec
+    args = GpuPoolArgs(
+        cluster=refs.cluster,
+        location=plan.spec.zone,
+        node_service_account=refs.node_service_account,
+        name=spec.name,
+        machine_type=spec.machine_type,
+        accelerator_type=spec.accelerator_type,
+        accelerator_count=spec.accelerator_count,
+        nodes=spec.nodes,
+        capacity=spec.capacity,
+        autoscaling=spec.autoscaling,
+        disk_size_gb=spec.disk_size_gb,
+    )
+    if spec.reservation:
+        args["reservation"] = spec.reservation
+    return args
+
+
+def kuberay(plan: StackPlan) -> KubeRayOperatorArgs:
+    cfg = plan.spec.kuberay
+    args = KubeRayOperatorArgs(
+        install=cfg.install, version=cfg.version, multi_host_tpu=plan.multi_host
+    )
+    if cfg.tpu_webhook_chart:
+        args["tpu_webhook_chart"] = cfg.tpu_webhook_chart
+    return args
+
+
+def workspace(plan: StackPlan, hf_token: pulumi.Input[str] | None) -> WorkspaceArgs:
+    spec = plan.spec
+    args = WorkspaceArgs(
+        project=spec.project,
+        stack=spec.stack,
+        namespace=plan.names.namespace,
+        kuberay_install=spec.kuberay.install,
+        master_cidr=spec.network.master_cidr,
+        expose_serve=plan.serving is not None and spec.serving.expose_publicly,
+        expose_dashboard=spec.observability.expose_dashboard,
+    )
+    if hf_token is not None:
+        args["hf_token"] = hf_token
+    return args
+
+
+def kueue(plan: StackPlan) -> KueueArgs:
+    return KueueArgs(
+        queued_pools=[pool_ref(p) for p in plan.queued_pools],
+        namespace=plan.names.namespace,
+        version=plan.spec.kueue.version,
+    )
+
+
+def pool_ref(pool: PoolPlan) -> TpuPoolRefArgs:
+    spec = pool.spec
+    ref = TpuPoolRefArgs(
+        name=spec.name,
+        machine_type=spec.machine_type,
+        topology=spec.topology,
+        slices=spec.slices,
+        capacity=spec.capacity,
+    )
+    if spec.reservation:
+        ref["reservation"] = spec.reservation
+    return ref
+
+
+def _workload(plan: StackPlan, pool: PoolPlan, image: str) -> dict[str, Any]:
+    spec = plan.spec
+    return {
+        "project": spec.project,
+        "location": spec.zone,
+        "pool": pool_ref(pool),
+        "stack": spec.stack,
+        "namespace": plan.names.namespace,
+        "bucket": plan.names.bucket,
+        "mount_path": spec.storage.mount_path,
+        "image": image,
+        "tpu_metrics": spec.observability.tpu_metrics,
+    }
+
+
+def training(plan: StackPlan) -> RayTrainingJobArgs:
+    assert plan.training is not None
+    job = plan.training
+    settings = job.spec.model_dump(by_alias=True, exclude={"enabled", "pool", "image"})
+    return RayTrainingJobArgs(
+        **_workload(plan, job.pool, job.image),  # type: ignore[typeddict-item]
+        training=settings,
+    )
+
+
+def serving(plan: StackPlan, hf_token: bool) -> LlmServiceArgs:
+    assert plan.serving is not None
+    service = plan.serving
+    spec = service.spec
+    models = [m.spec.model_dump(exclude_none=True, exclude_defaults=False) for m in service.models]
+    return LlmServiceArgs(
+        **_workload(plan, service.pool, service.image),  # type: ignore[typeddict-item]
+        models=models,
+        engine=spec.engine,
+        upgrade_strategy=spec.upgrade_strategy,
+        expose_publicly=spec.expose_publicly,
+        hf_token=hf_token,
+    )
+
+
+def metrics(plan: StackPlan) -> RayMetricsArgs:
+    cfg = plan.spec.observability
+    return RayMetricsArgs(
+        project=plan.spec.project,
+        cluster_name=plan.names.cluster,
+        stack=plan.spec.stack,
+        namespace=plan.names.namespace,
+        training=plan.training is not None,
+        pod_monitoring=cfg.pod_monitoring,
+        tpu_metrics=cfg.tpu_metrics,
+        training_metrics=cfg.training_metrics,
+        grafana=cfg.grafana,
+        scrape_interval=cfg.scrape_interval,
+    )
+
+
+def dashboard(plan: StackPlan) -> DashboardAccessArgs | None:
+    cfg = plan.spec.observability
+    if not cfg.expose_dashboard:
+        return None
+    assert cfg.dashboard_domain and cfg.iap_oauth_client_id and cfg.iap_oauth_secret
+    return DashboardAccessArgs(
+        project=plan.spec.project,
+        domain=cfg.dashboard_domain,
+        iap_members=list(cfg.iap_members),
+        oauth_client_id=cfg.iap_oauth_client_id,
+        oauth_secret=cfg.iap_oauth_secret,
+        stack=plan.spec.stack,
+        namespace=plan.names.namespace,
+    )
