@@ -32,9 +32,8 @@ def read_pulumi_config() -> tuple[dict[str, Any], pulumi.Output[str] | None]:
         except (TypeError, json.JSONDecodeError):
             values[key] = raw
     hf_token = None
-    serving = values.get("park:serving")
-    if isinstance(serving, dict) and serving.get("hfToken") is not None:
-        hf_token = pulumi.Output.secret(str(serving["hfToken"]))  # the config drops it
+    if values.get("park:hfToken") not in (None, ""):
+        hf_token = pulumi.Output.secret(str(values["park:hfToken"]))  # the spec only marks it
     return values, hf_token
 
 
@@ -97,7 +96,7 @@ def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
     if plan.training is not None:
         RayTrainingJob(
             "park-train",
-            args_from.training(plan),
+            args_from.training(plan, hf_token is not None),
             pulumi.ResourceOptions(
                 providers={"kubernetes": provider},
                 depends_on=[*ready, *tpu_pools[plan.training.pool.name].node_pools],

@@ -223,13 +223,14 @@ def _workload(plan: StackPlan, pool: PoolPlan, image: str) -> dict[str, Any]:
     }
 
 
-def training(plan: StackPlan) -> RayTrainingJobArgs:
+def training(plan: StackPlan, hf_token: bool) -> RayTrainingJobArgs:
     assert plan.training is not None
     job = plan.training
     settings = job.spec.model_dump(by_alias=True, exclude={"enabled", "pool", "image"})
     return RayTrainingJobArgs(
         **_workload(plan, job.pool, job.image),  # type: ignore[typeddict-item]
         training=settings,
+        hf_token=hf_token,
     )
 
 

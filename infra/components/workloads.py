@@ -64,6 +64,9 @@ class RayTrainingJobArgs(_WorkloadArgs):
     training: dict[str, Any]
     """park:training's keys (camelCase, as in a stack file: strategy, steps, globalBatchSize,
     ...; see README's config reference); `pool` and `enabled` are set from the arguments."""
+    hf_token: NotRequired[bool]
+    """The workspace holds an HF token Secret (Workspace.hf_token): the pods read it (a gated
+    base model)."""
 
 
 class ServedModelArgs(TypedDict):
@@ -131,6 +134,7 @@ def _fields(section: str, argument: str) -> list[tuple[str, str]]:
         ("park:storage.", ""),
         ("park:zone", "location"),
         ("park:namespace", "namespace"),
+        ("park:hfToken", "hf_token"),
     ]
 
 
@@ -151,6 +155,8 @@ class RayTrainingJob(pulumi.ComponentResource):
         if args.get("image"):
             body["image"] = args["image"]
         values = _values(args, "training", body)
+        if args.get("hf_token"):
+            values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
         plan = checked_plan(
             "RayTrainingJob",
             name,
@@ -159,7 +165,9 @@ class RayTrainingJob(pulumi.ComponentResource):
             stack=args.get("stack") or name,
         )
         assert plan.training is not None
-        manifest = ray_plan.rayjob(plan.training, ray_plan.ray_pods(plan))
+        manifest = ray_plan.rayjob(
+            plan.training, ray_plan.ray_pods(plan), hf_token=bool(args.get("hf_token"))
+        )
         self.resource = custom_resource(
             manifest, child_options(self, opts), resource_name=f"{name}-rayjob"
         )
@@ -199,12 +207,13 @@ class LlmService(pulumi.ComponentResource):
             "models": models,
             **plain(args, "engine", "upgrade_strategy", "expose_publicly", "image"),
         }
+        values = _values(args, "serving", body)
         if args.get("hf_token"):
-            body["hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
+            values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
         plan = checked_plan(
             "LlmService",
             name,
-            _values(args, "serving", body),
+            values,
             _fields("serving", ""),
             stack=args.get("stack") or name,
         )

@@ -343,8 +343,9 @@ def training_runtime_env() -> dict[str, Any]:
     }
 
 
-def rayjob(training: TrainingPlan, pods: RayPods) -> dict[str, Any]:
-    """The training RayJob: runs to completion, then releases the TPUs."""
+def rayjob(training: TrainingPlan, pods: RayPods, *, hf_token: bool = False) -> dict[str, Any]:
+    """The training RayJob: runs to completion, then releases the TPUs. `hf_token`: the
+    workspace holds the HF token Secret (a gated base model); every Ray pod reads it."""
     spec, image = training.spec, training.image
     labels = _labels(TRAINING_JOB_NAME)
     if training.queue_name:
@@ -359,12 +360,13 @@ def rayjob(training: TrainingPlan, pods: RayPods) -> dict[str, Any]:
         "submitterPodTemplate": _submitter_template(pods, image),
         "rayClusterSpec": {
             "rayVersion": RAY_VERSION,
-            "headGroupSpec": head_group(pods, image),
+            "headGroupSpec": head_group(pods, image, hf_token=hf_token),
             "workerGroupSpecs": [
                 tpu_worker_group(
                     pods,
                     training.pool,
                     image,
+                    hf_token=hf_token,
                     replicas=training.slices,
                     min_replicas=training.slices,
                     max_replicas=training.slices,

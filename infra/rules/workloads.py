@@ -152,16 +152,16 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
                     f"set it with its own key ({to_camel(key)}), not engineKwargs",
                 )
             )
-    if spec.hf_token is None:
+    if plan.spec.hf_token is None:
         gated = [m for m in serving.models if m.facts.facts and m.facts.facts.gated]
         for model in gated:
             problems.append(
                 ConfigProblem(
-                    "park:serving.hfToken",
+                    "park:hfToken",
                     None,
                     f"{model.spec.source} ({model.key}) is gated on the Hugging Face hub: the "
-                    "engine cannot download it without a token; set it as a secret: "
-                    "pulumi config set --secret --path park:serving.hfToken <token>",
+                    "engine cannot download it without a token; set it as a secret "
+                    "(pulumi config set --secret park:hfToken <token>) or in an ESC environment",
                 )
             )
     return problems

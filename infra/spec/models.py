@@ -156,9 +156,6 @@ class ServingConfig(_Model):
     models: list[ServedModel] = []
     upgrade_strategy: Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"] = "None"
     expose_publicly: bool = False
-    # A Pulumi secret. The spec holds SECRET_PLACEHOLDER when one is set, never the token: the
-    # program reads the token itself, as a secret Output (infra/program.py).
-    hf_token: Literal["[secret]"] | None = None
 
 
 class PricesConfig(_Model):
@@ -237,6 +234,10 @@ class StackConfig(_Model):
     zone: str
     extra_tpu_zones: list[str] = []
     namespace: str = "park"
+    # park:hfToken, a Pulumi secret (or an ESC environment's pulumiConfig): one Hugging Face
+    # token for the training RayJob and the RayService. The spec holds SECRET_PLACEHOLDER when
+    # one is set, never the token: the program reads it itself, as a secret Output.
+    hf_token: Literal["[secret]"] | None = None
     network: NetworkConfig = NetworkConfig()
     cluster: ClusterConfig = ClusterConfig()
     cpu_pool: CpuPoolConfig = CpuPoolConfig()

@@ -31,8 +31,10 @@ _KEY_OF_FIELD = {
 }
 REQUIRED = ("project", "region", "zone")
 
-# Config fields that hold credentials: `pulumi config set --secret --path <key>.<field>`.
-SECRET_FIELDS = {"park:serving": ("hfToken",)}
+# Config keys that hold credentials: `pulumi config set --secret <key> <value>`.
+SECRET_KEYS = ("park:hfToken",)
+# Where a credential used to live: the problem says where it went (never the value).
+MOVED_SECRETS = {("park:serving", "hfToken"): "park:hfToken"}
 _HIDDEN = "<plain text, not shown>"
 
 
@@ -55,35 +57,49 @@ def _without_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
     """The values with every credential replaced by SECRET_PLACEHOLDER: the spec knows that a
     token is set (a gated model needs one), never what it is."""
     out = dict(values)
-    for key, fields in SECRET_FIELDS.items():
+    for key in SECRET_KEYS:
+        if key in out:
+            out[key] = SECRET_PLACEHOLDER if out[key] not in (None, "") else None
+    for (key, field), _ in MOVED_SECRETS.items():
         section = out.get(key)
-        if isinstance(section, Mapping):
-            out[key] = {
-                k: (SECRET_PLACEHOLDER if v not in (None, "") else None) if k in fields else v
-                for k, v in section.items()
-            }
+        if isinstance(section, Mapping) and field in section:
+            out[key] = {k: v for k, v in section.items() if k != field}
     return out
+
+
+def moved_secret_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
+    """A credential under a key it no longer lives at: say where it goes (never the value)."""
+    problems = []
+    for (key, field), new in MOVED_SECRETS.items():
+        section = values.get(key)
+        if isinstance(section, Mapping) and section.get(field) not in (None, ""):
+            problems.append(
+                ConfigProblem(
+                    f"{key}.{field}",
+                    _HIDDEN,
+                    f"moved to {new} (one token for training and serving, and a key an ESC "
+                    f"environment can set): pulumi config rm --path '{key}.{field}'; "
+                    f"pulumi config set --secret {new} <value>",
+                )
+            )
+    return problems
 
 
 def secret_problems(values: Mapping[str, Any], secret_keys: Collection[str]) -> list[ConfigProblem]:
     """A credential is stored encrypted (a secret key, or masked as SECRET_PLACEHOLDER by the
     offline reader), never in plain text in a stack file that is committed."""
     problems = []
-    for key, fields in SECRET_FIELDS.items():
-        section = values.get(key)
-        if not isinstance(section, Mapping) or key in secret_keys:
-            continue
-        for name in fields:
-            value = section.get(name)
-            if value not in (None, "", SECRET_PLACEHOLDER):
-                problems.append(
-                    ConfigProblem(
-                        f"{key}.{name}",
-                        _HIDDEN,
-                        "a credential in plain text; store it encrypted: "
-                        f"pulumi config set --secret --path '{key}.{name}' <value>",
-                    )
+    for key in SECRET_KEYS:
+        value = values.get(key)
+        if key not in secret_keys and value not in (None, "", SECRET_PLACEHOLDER):
+            problems.append(
+                ConfigProblem(
+                    key,
+                    _HIDDEN,
+                    "a credential in plain text; store it encrypted "
+                    f"(pulumi config set --secret {key} <value>) or in an ESC environment",
                 )
+            )
     return problems
 
 
@@ -100,6 +116,7 @@ def parse_values(
     problems: list[ConfigProblem] = []
     if secret_keys is not None:
         problems += secret_problems(values, secret_keys)
+    problems += moved_secret_problems(values)
     values = _without_secrets(values)
     known = {v: k for k, v in _KEY_OF_FIELD.items()}
     for key, value in values.items():

@@ -24,7 +24,7 @@ QUEUED = "queued"
 def _values(stack: str = QUEUED) -> dict:
     values, _ = read_stack_file(STACKS_DIR / f"Pulumi.{stack}.yaml")
     values = copy.deepcopy(values)
-    values.get("park:serving", {}).pop("hfToken", None)
+    values.pop("park:hfToken", None)
     return values
 
 

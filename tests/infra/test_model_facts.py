@@ -189,7 +189,7 @@ BROKEN = {
     ),
     "gated model without a token": (
         _serving("host", _model("meta-llama/Llama-3.1-8B-Instruct", tensorParallelSize=8)),
-        "park:serving.hfToken",
+        "park:hfToken",
         "is gated on the Hugging Face hub",
     ),
 }

@@ -26,7 +26,7 @@ EXPOSED = "queued"  # the shipped stack that opts in to the IAP dashboard and Gr
 def _values(stack: str) -> dict:
     values, _ = read_stack_file(STACKS_DIR / f"Pulumi.{stack}.yaml")
     values = copy.deepcopy(values)
-    values.get("park:serving", {}).pop("hfToken", None)
+    values.pop("park:hfToken", None)
     return values
 
 
