@@ -161,7 +161,8 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
                     None,
                     f"{model.spec.source} ({model.key}) is gated on the Hugging Face hub: the "
                     "engine cannot download it without a token; set it as a secret "
-                    "(pulumi config set --secret park:hfToken <token>) or in an ESC environment",
+                    "(pulumi config set --secret park:hfToken <token>) or as fn::secret in an "
+                    "ESC environment",
                 )
             )
     return problems

@@ -8,6 +8,7 @@ Credentials never enter the StackConfig: the program reads them as Pulumi secret
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,8 @@ def secret_problems(values: Mapping[str, Any], secret_keys: Collection[str]) -> 
                     key,
                     _HIDDEN,
                     "a credential in plain text; store it encrypted "
-                    f"(pulumi config set --secret {key} <value>) or in an ESC environment",
+                    f"(pulumi config set --secret {key} <value>) or as fn::secret in an ESC "
+                    "environment",
                 )
             )
     return problems
@@ -176,6 +178,13 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
 
     Raises StackFileError (file and line, no contents echoed) for a file that is not UTF-8,
     not YAML, or not a mapping with a `config:` mapping."""
+    values, secrets, _ = read_stack_document(path)
+    return values, secrets
+
+
+def read_stack_document(path: Path) -> tuple[dict[str, Any], list[str], tuple[str, ...]]:
+    """read_stack_file's values and secret keys, and the Pulumi ESC environments the file
+    imports (`environment:`, a list of `<project>/<env>` names, merged in order)."""
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -204,12 +213,72 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
             f"{path}:{_line_of(text, 'config')}: `config:` must be a mapping of keys to values, "
             f"not a {type(config).__name__}"
         )
+    environments = document.get("environment") or []
+    if isinstance(environments, str):
+        environments = [environments]
+    if not isinstance(environments, list) or not all(isinstance(e, str) for e in environments):
+        raise StackFileError(
+            f"{path}:{_line_of(text, 'environment')}: `environment:` must be a list of ESC "
+            "environment names (<project>/<environment>)"
+        )
     values, secrets = {}, []
     for key, value in config.items():
         values[key], is_secret = _unwrap_secrets(value)
         if is_secret:
             secrets.append(key)
-    return values, secrets
+    return values, secrets, tuple(environments)
+
+
+def read_esc_values(path: Path) -> dict[str, Any]:
+    """The Pulumi config a stack's ESC environments give it, read from a file.
+
+    `path` holds what `pulumi config --json --show-secrets --open -s STACK` prints (the stack's
+    config with its environments merged, as `pulumi up` sees it), or what `esc env open ENV
+    --format json` prints (one environment: its `pulumiConfig` is used), or a plain mapping of
+    config keys; JSON or YAML. Values must be resolved: a definition holding `${...}`
+    interpolations is refused, because only ESC resolves them."""
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        problem = type(err).__name__
+        raise StackFileError(f"{path}: cannot read it as JSON or YAML: {problem}") from None
+    if isinstance(document, dict) and isinstance(document.get("values"), dict):
+        document = document["values"]  # an environment definition rather than its opened form
+    if isinstance(document, dict) and "pulumiConfig" in document:
+        document = document["pulumiConfig"]
+    if not isinstance(document, dict) or not all(isinstance(k, str) for k in document):
+        raise StackFileError(
+            f"{path}: expected what `pulumi config --json --show-secrets --open` or `esc env "
+            "open ENV --format json` prints, or a mapping of config keys"
+        )
+    if document and all(_is_cli_config_entry(v) for v in document.values()):
+        document = {key: _cli_config_value(entry) for key, entry in document.items()}
+    unresolved = sorted(k for k, v in document.items() if "${" in json.dumps(v))
+    if unresolved:
+        raise StackFileError(
+            f"{path}: {', '.join(unresolved)} hold ${{...}} interpolations only ESC resolves; "
+            "pass what `esc env open ENV --format json` prints instead of the definition"
+        )
+    return dict(document)
+
+
+def _is_cli_config_entry(value: Any) -> bool:
+    """`pulumi config --json` prints each key as {"value": ..., "secret": ..., "objectValue"?}."""
+    return (
+        isinstance(value, dict)
+        and "secret" in value
+        and ("value" in value or "objectValue" in value)
+    )
+
+
+def _cli_config_value(entry: dict[str, Any]) -> Any:
+    if "objectValue" in entry:
+        return entry["objectValue"]
+    if entry.get("value") == "[unknown]":
+        raise StackFileError(
+            "an ESC value shows as [unknown]: run `pulumi config` with --open (and --show-secrets)"
+        )
+    return entry.get("value")
 
 
 def stack_name_of(path: Path) -> str:

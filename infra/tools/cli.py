@@ -69,6 +69,15 @@ ConfigFileOpt = Annotated[
         "--config-file", metavar="PATH", help="Read this stack file instead of the named stack's."
     ),
 ]
+EscConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--esc-config",
+        metavar="PATH",
+        help="The stack imports a Pulumi ESC environment: read its pulumiConfig from PATH "
+        "(what `esc env open ENV --format json` prints); the stack file's own keys win.",
+    ),
+]
 
 
 class Only(StrEnum):
@@ -117,11 +126,11 @@ def resolve_stack_file(stack: str, config_file: Path | None) -> Path:
     raise typer.Exit(2)
 
 
-def _plan(path: Path, stack: str, out: Console = err_console) -> StackPlan:
+def _plan(path: Path, stack: str, esc_config: Path | None, out: Console = err_console) -> StackPlan:
     from infra.stack import from_file
 
     try:
-        return from_file(path, stack)
+        return from_file(path, stack, esc_config)
     except ConfigError as err:
         report.config_error(err, out)
         raise typer.Exit(1) from None
@@ -130,11 +139,11 @@ def _plan(path: Path, stack: str, out: Console = err_console) -> StackPlan:
         raise typer.Exit(1) from None
 
 
-def _rendered(path: Path, stack: str) -> Rendered:
+def _rendered(path: Path, stack: str, esc_config: Path | None) -> Rendered:
     from infra.tools.render import render_stack_file
 
     try:
-        return render_stack_file(path, stack)
+        return render_stack_file(path, stack, esc_config)
     except ConfigError as err:
         report.config_error(err, err_console)
         raise typer.Exit(1) from None
@@ -155,11 +164,12 @@ def render(
         typer.Option(metavar="DIR", help="Write resources.json and manifests/ here."),
     ] = None,
     config_file: ConfigFileOpt = None,
+    esc_config: EscConfigOpt = None,
 ) -> None:
     """Run the Pulumi program offline (mocks, no credentials) and show what it declares."""
     from infra.tools.render import write_outputs
 
-    rendered = _rendered(resolve_stack_file(stack, config_file), stack)
+    rendered = _rendered(resolve_stack_file(stack, config_file), stack, esc_config)
     if out is not None:
         write_outputs(rendered, out)
         console.print(f"wrote {out / 'resources.json'} and {out / 'manifests'}/")
@@ -170,6 +180,7 @@ def render(
 def validate(
     stack: StackArg,
     config_file: ConfigFileOpt = None,
+    esc_config: EscConfigOpt = None,
     manifests: Annotated[
         Path | None,
         typer.Option(
@@ -198,12 +209,12 @@ def validate(
 
     path = resolve_stack_file(stack, config_file)
     console.print(f"validating {escape(str(path))}", highlight=False)
-    plan = _plan(path, stack, console)
+    plan = _plan(path, stack, esc_config, console)
     console.print("  [green]ok[/] config: every park:* key")
     resources = None
     if manifests is None:
         try:
-            rendered = _rendered(path, stack)
+            rendered = _rendered(path, stack, esc_config)
             docs, where, resources = rendered.manifests(), "rendered", rendered.resources
         except typer.Exit:
             raise
@@ -236,6 +247,7 @@ def validate(
 def cost(
     stack: StackArg,
     config_file: ConfigFileOpt = None,
+    esc_config: EscConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Chips, hosts, chip-hours and $/hour per pool by capacity type; idle; one training run.
@@ -245,7 +257,7 @@ def cost(
     """
     from infra.tools.cost import estimate
 
-    plan = _plan(resolve_stack_file(stack, config_file), stack)
+    plan = _plan(resolve_stack_file(stack, config_file), stack, esc_config)
     result = estimate(plan)
     if as_json:
         print(json.dumps(result.as_json(), indent=2))
@@ -267,6 +279,7 @@ def local(
         bool, typer.Option(help="Keep serving (and Ray up) until Ctrl-C instead of stopping.")
     ] = False,
     config_file: ConfigFileOpt = None,
+    esc_config: EscConfigOpt = None,
 ) -> None:
     """Run the stack's own RayJob and RayService on a local Ray, on this machine's CPU.
 
@@ -278,7 +291,7 @@ def local(
     """
     from infra.tools.local import LocalRunError, run_local
 
-    rendered = _rendered(resolve_stack_file(stack, config_file), stack)
+    rendered = _rendered(resolve_stack_file(stack, config_file), stack, esc_config)
     try:
         run_local(rendered, only=only.value if only else None, keep=keep, console=console)
     except LocalRunError as err:

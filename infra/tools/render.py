@@ -7,6 +7,7 @@ registration; we keep its type, name, parent and inputs (secrets masked). This i
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 from dataclasses import dataclass, field
@@ -18,7 +19,6 @@ import yaml
 from infra import stack as stack_front
 from infra.resolve import StackPlan
 from infra.spec.models import SECRET_PLACEHOLDER, StackConfig
-from infra.spec.read import read_stack_file, stack_name_of
 
 PROJECT = "park-gke"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -210,9 +210,15 @@ def run_program(
     return Rendered(plan=parsed, resources=recorded, outputs=outputs)
 
 
-def render_stack_file(path: Path, stack: str | None = None) -> Rendered:
-    values, secrets = read_stack_file(path)
-    return run_program(values, stack or stack_name_of(path), secrets)
+def render_stack_file(
+    path: Path, stack: str | None = None, esc_config: Path | None = None
+) -> Rendered:
+    offline = stack_front.read_offline(path, stack, esc_config)
+    plan = stack_front.from_file(
+        path, stack, esc_config
+    )  # names unopened ESC environments in its errors
+    rendered = run_program(offline.values, offline.stack, offline.secret_keys, prevalidate=False)
+    return dataclasses.replace(rendered, plan=plan)
 
 
 # ---------------------------------------------------------------------------------------------
