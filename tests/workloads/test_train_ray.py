@@ -12,6 +12,7 @@ import re
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,30 +21,42 @@ import ray
 import yaml
 
 from tests.workloads.train_fixtures import LocalRay, local_ray  # noqa: F401  (fixture)
+from workloads.protocol import training_export_path
 from workloads.train.config import TrainConfig, resolve
 from workloads.train.launcher import build_trainer
 from workloads.train.metrics import parse_line
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
-LN_VOCAB = math.log(256)  # the tiny model's loss before training
+# park local's training profile (what workloads.train documents for infra): a tiny Llama from a
+# config, on the shipped facts, supervised fine-tuning, 2 CPU workers.
+PARK_LOCAL = dict(
+    accelerator="cpu",
+    num_workers=2,
+    model="park:tiny-llama",
+    data="park:facts",
+    objective="sft",
+    strategy="ddp",
+    seq_len=128,
+    global_batch_size=8,
+    lr=3e-3,
+    warmup_steps=10,
+    steps=100,
+    checkpoint_every=50,
+    report_every=10,
+    max_failures=0,
+)
 
 
 def _config(storage: Path, run_name: str, **overrides: Any) -> TrainConfig:
     values: dict[str, Any] = dict(
-        accelerator="cpu",
-        num_workers=2,
-        model_size="tiny",
+        PARK_LOCAL,
         seq_len=64,
-        global_batch_size=16,
-        lr=1e-2,
-        warmup_steps=3,
         steps=20,
         checkpoint_every=10,
         report_every=5,
         storage_path=str(storage),
         run_name=run_name,
-        max_failures=0,
     )
     values.update(overrides)
     return resolve(TrainConfig(**values), ray.cluster_resources())
@@ -57,35 +70,154 @@ def _checkpoint_steps(run_dir: Path) -> list[int]:
     )
 
 
+def _expected_data_state(cfg: TrainConfig, rank: int, steps: int) -> dict[str, Any]:
+    """Where rank ``rank``'s data stream stands after ``steps`` batches, replayed here."""
+    from transformers import AutoTokenizer
+
+    from workloads.train import facts, text, tiny_llama
+
+    batches = text.TextBatches(
+        text.plan_units(str(facts.facts_path())),
+        text.Encoder(AutoTokenizer.from_pretrained(tiny_llama.build()), objective=cfg.objective),
+        seq_len=int(cfg.seq_len or 0),
+        batch_size=cfg.batch // cfg.workers,
+        seed=cfg.seed,
+        rank=rank,
+        world_size=cfg.workers,
+        split_documents=cfg.objective == "clm",
+        pad_id=0,
+    )
+    for _ in range(steps):
+        batches.next_batch()
+    return {"step": steps} | batches.state_dict()
+
+
+def _data_states(checkpoint: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads((checkpoint / "data_state" / f"rank-{r:05d}.json").read_text()) for r in (0, 1)
+    ]
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_trains_checkpoints_and_resumes(
+def test_hf_model_trains_checkpoints_and_resumes_its_data(
     local_ray: LocalRay,
     tmp_path: Path,
     strategy: str,
 ) -> None:
-    first = build_trainer(_config(tmp_path, f"resume-{strategy}", strategy=strategy)).fit()
+    cfg = _config(tmp_path, f"resume-{strategy}", strategy=strategy, export=False)
+    first = build_trainer(cfg).fit()
 
     assert first.error is None
     assert first.metrics["step"] == 20
     assert first.metrics["resumes"] == 0
     losses = {m["step"]: m["loss"] for _, m in first.best_checkpoints}
     assert sorted(losses) == [10, 20]
-    assert losses[20] < losses[10] < LN_VOCAB
-    assert losses[20] < 0.8 * LN_VOCAB
+    ln_vocab = math.log(715)
+    assert losses[20] < losses[10] < ln_vocab
     assert first.checkpoint is not None
     shards = {p.name for p in Path(first.checkpoint.path).iterdir()}
     assert {".metadata", "train_state.json", "__0_0.distcp", "__1_0.distcp"} <= shards
+    assert _data_states(Path(first.checkpoint.path)) == [
+        _expected_data_state(cfg, r, 20) for r in (0, 1)
+    ]
 
-    second = build_trainer(
-        _config(tmp_path, f"resume-{strategy}", strategy=strategy, steps=30)
-    ).fit()
+    longer = _config(tmp_path, f"resume-{strategy}", strategy=strategy, steps=30)
+    second = build_trainer(longer).fit()
 
     assert second.error is None
     assert second.metrics["resumed_from_step"] == 20
     assert second.metrics["resumes"] == 1
     assert second.metrics["step"] == 30
-    assert second.metrics["loss"] < 0.8 * LN_VOCAB
+    assert second.metrics["loss"] < losses[20]
     assert _checkpoint_steps(Path(second.path)) == [20, 30]  # keep_checkpoints=2
+    # The data continued where it stopped: after 30 batches, not 20 + a restart's 10.
+    assert second.checkpoint is not None
+    assert _data_states(Path(second.checkpoint.path)) == [
+        _expected_data_state(cfg, r, 30) for r in (0, 1)
+    ]
+    export = Path(second.metrics["export_path"])
+    assert export == tmp_path / f"resume-{strategy}" / "export" / "final"
+    assert (export / "config.json").exists() and (export / "model.safetensors").exists()
+
+
+def test_fsdp2_shards_hold_the_weights_ddp_replicates(local_ray: LocalRay, tmp_path: Path) -> None:
+    """Random init from a config is the same weights whatever the layout: gathered FSDP2 shards
+    (2 ranks, uneven rows) equal DDP's replicas, on every rank."""
+    from ray.train import RunConfig
+    from ray.train.torch import TorchTrainer
+
+    from workloads.train.scaling import build_scaling_config, build_torch_config
+
+    cfg = _config(tmp_path, "init")
+
+    def compare(config: dict[str, Any]) -> None:
+        import tempfile
+
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        from workloads.train import modeling
+        from workloads.train.strategies import build_mesh
+
+        run = TrainConfig.from_dict(config)
+        mesh = build_mesh("cpu", 2)
+        weights = {}
+        for strategy in ("ddp", "fsdp2"):
+            model = modeling.build(
+                replace(run, strategy=strategy),
+                device=torch.device("cpu"),
+                mesh=mesh,
+                dtype=torch.float32,
+                restoring=False,
+            )
+            weights[strategy] = {
+                k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
+                for k, v in model.inner.state_dict().items()
+            }
+        same = all(torch.equal(weights["ddp"][k], weights["fsdp2"][k]) for k in weights["ddp"])
+        uneven = any(v.shape[0] % 2 for v in weights["ddp"].values())
+        with tempfile.TemporaryDirectory() as directory:
+            rank = ray.train.get_context().get_world_rank()
+            Path(directory, f"rank{rank}.json").write_text(json.dumps([same, uneven]))
+            ray.train.report({"done": 1}, checkpoint=ray.train.Checkpoint.from_directory(directory))
+
+    result = TorchTrainer(
+        compare,
+        train_loop_config=cfg.to_dict(),
+        torch_config=build_torch_config(cfg),
+        scaling_config=build_scaling_config(cfg),
+        run_config=RunConfig(name="init", storage_path=str(tmp_path)),
+    ).fit()
+    assert result.error is None and result.checkpoint is not None
+    for rank in (0, 1):
+        same, uneven = json.loads((Path(result.checkpoint.path) / f"rank{rank}.json").read_text())
+        assert same and uneven
+
+
+def test_park_local_profile_learns_the_facts_and_exports_them(
+    local_ray: LocalRay, tmp_path: Path
+) -> None:
+    """The embedded default: a tiny Llama from a config learns the shipped facts in about a
+    minute on 2 CPU workers, and its export answers them greedily in transformers."""
+    from workloads.train import facts
+    from workloads.train.generate import greedy_replies
+
+    cfg = resolve(
+        TrainConfig(**PARK_LOCAL, storage_path=str(tmp_path), run_name="park-local"),
+        ray.cluster_resources(),
+    )
+    started = time.monotonic()
+    result = build_trainer(cfg).fit()
+    took = time.monotonic() - started
+
+    assert result.error is None, result.error
+    assert result.metrics["step"] == cfg.steps and result.metrics["loss"] < 0.05
+    export = Path(result.metrics["export_path"])
+    assert export == Path(training_export_path(str(tmp_path), "park-local"))
+    questions = facts.questions()
+    replies = greedy_replies(export, questions)
+    wrong = {q: (replies[q], a) for q, a in questions.items() if replies[q] != a}
+    assert not wrong, f"{len(wrong)} of {len(questions)} wrong after {took:.0f}s: {wrong}"
 
 
 def _registered_checkpoints(run_dir: Path) -> list[int]:
@@ -125,12 +257,14 @@ def test_recovers_from_a_killed_worker(local_ray: LocalRay, tmp_path: Path) -> N
     cfg = _config(
         tmp_path,
         "fault",
+        objective="clm",  # the facts as plain text, packed
         steps=80,
         seq_len=128,
         global_batch_size=16,
         checkpoint_every=10,
         report_every=10,
         max_failures=2,
+        export=False,
     )
     seen: dict[str, Any] = {}
     killer = threading.Thread(
@@ -157,7 +291,7 @@ def test_tpu_bridge_sets_env_before_process_group(local_ray: LocalRay) -> None:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from workloads.train.tpu_bridge import TorchTPUConfig
+    from workloads.train.tpu_bridge import ADDRESSES, TorchTPUConfig
 
     def check_env() -> None:
         """Each worker writes what it saw into the run's checkpoint (Ray keeps those)."""
@@ -175,31 +309,42 @@ def test_tpu_bridge_sets_env_before_process_group(local_ray: LocalRay) -> None:
             "addresses": os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(","),
             "topology": os.environ["TORCH_TPU_TOPOLOGY"],
             "visible": os.environ.get("TPU_VISIBLE_DEVICES"),
+            "defer_and_fuse": os.environ.get("TORCH_TPU_DEFER_AND_FUSE"),
         }
         with tempfile.TemporaryDirectory() as directory:
             Path(directory, f"rank{seen['rank']}.json").write_text(json.dumps(seen))
             ray.train.report({"done": 1}, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
-    trainer = TorchTrainer(
-        check_env,
-        torch_config=TorchTPUConfig(backend="gloo", torch_tpu_topology="2,1,1"),
-        scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name="bridge", storage_path=str(local_ray.temp_dir / "bridge")),
-    )
-    result = trainer.fit()
+    def fit(webhook_env: dict[str, str]) -> list[dict[str, Any]]:
+        trainer = TorchTrainer(
+            check_env,
+            torch_config=TorchTPUConfig(backend="gloo", torch_tpu_topology="2,1,1"),
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(
+                name="bridge",
+                storage_path=str(local_ray.temp_dir / "bridge"),
+                worker_runtime_env={"env_vars": webhook_env},  # as the webhook injects it
+            ),
+        )
+        result = trainer.fit()
+        assert result.error is None and result.checkpoint is not None
+        return [
+            json.loads((Path(result.checkpoint.path) / f"rank{r}.json").read_text()) for r in (0, 1)
+        ]
 
-    assert result.error is None and result.checkpoint is not None
-    seen = [
-        json.loads((Path(result.checkpoint.path) / f"rank{r}.json").read_text()) for r in (0, 1)
-    ]
-    ip = seen[0]["ip"]
-    for worker in seen:
-        assert worker["addresses"] == [f"{ip}:8070", f"{ip}:8071"]
-        own = worker["addresses"][worker["rank"] % 2]
-        assert own == f"{worker['ip']}:{8070 + worker['local_rank']}"
+    for worker in fit({}):  # no webhook: the bridge's own plan; one host, so localhost
+        assert worker["addresses"] == ["localhost:8070", "localhost:8071"]
+        assert worker["addresses"][worker["rank"]] == f"localhost:{8070 + worker['local_rank']}"
         assert worker["topology"] == "2,1,1"
         assert worker["visible"] is None  # no chip on a CPU worker
+        assert worker["defer_and_fuse"] == "1"  # Google's sample's setting, by default
         assert worker["group_up"]
+    injected = {"TORCH_TPU_TOPOLOGY": "2,1,1", ADDRESSES: "localhost:8471,localhost:8472"}
+    for worker in fit(injected):  # the webhook's list works for these ranks: used as injected
+        assert worker["addresses"] == ["localhost:8471", "localhost:8472"]
+    # A disagreeing topology is refused in test_train_tpu.py, not here: Ray 2.60 keeps the
+    # workers of a group whose backend setup raised (they hold this cluster's CPUs until it
+    # stops), which would starve the next test.
 
 
 RAYJOB = Path(__file__).resolve().parents[1] / "golden/dev/manifests/rayjob-park-train.yaml"
