@@ -7,7 +7,7 @@ and rules as a stack file, and its errors name the component, the argument and w
 """
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
@@ -16,6 +16,30 @@ from infra.spec.errors import ConfigError
 from infra.spec.secrets import redact
 
 TYPE_PREFIX = "park-gke:index:"  # the package's type tokens (PulumiPlugin name "park-gke")
+
+
+class InClusterArgs(TypedDict):
+    """What every component inside the cluster may be given instead of a Kubernetes provider."""
+
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig (Cluster.kubeconfig, ExistingCluster.kubeconfig): the component then makes
+    its own Kubernetes provider. Unset: the provider in its options (providers={"kubernetes":
+    ...}), or the ambient kubeconfig."""
+
+
+def use_kubeconfig(component: pulumi.ComponentResource, name: str, args: Mapping[str, Any]) -> None:
+    """With args.kubeconfig, the component's children talk to that cluster (child_options)."""
+    if args.get("kubeconfig") is None:
+        return
+    from pulumi_kubernetes import Provider
+
+    # Server-side apply: KubeRay's CRDs are too large for client-side apply's annotation.
+    component.kubernetes_provider = Provider(  # type: ignore[attr-defined]
+        f"{name}-kubernetes",
+        kubeconfig=args["kubeconfig"],
+        enable_server_side_apply=True,
+        opts=pulumi.ResourceOptions(parent=component),
+    )
 
 
 class ComponentArgsError(ValueError):
@@ -111,7 +135,12 @@ def child_options(
     elif isinstance(given, pulumi.Resource):
         given = [given]
     waits = [*given, *(depends_on or [])]
-    return pulumi.ResourceOptions(parent=parent, depends_on=waits or None)
+    provider = getattr(parent, "kubernetes_provider", None)  # use_kubeconfig's
+    return pulumi.ResourceOptions(
+        parent=parent,
+        depends_on=waits or None,
+        providers={"kubernetes": provider} if provider is not None else None,
+    )
 
 
 def checked_model(component: str, name: str, model: Any, values: dict[str, Any]) -> Any:

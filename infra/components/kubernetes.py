@@ -5,7 +5,7 @@ Give these components a Kubernetes provider in their options
 Server-side apply: KubeRay's CRDs are too large for client-side apply's annotation.
 """
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired
 
 import pulumi
 from pulumi_kubernetes import Provider
@@ -17,9 +17,11 @@ from pulumi_kubernetes.networking.v1 import NetworkPolicy
 from infra.components._base import (
     TYPE_PREFIX,
     ComponentArgsError,
+    InClusterArgs,
     checked_model,
     child_options,
     require,
+    use_kubeconfig,
 )
 from infra.names import HF_SECRET_KEY, stack_names
 from infra.plan.network_policy import Exposure
@@ -74,7 +76,7 @@ def custom_resource(
     )
 
 
-class KubeRayOperatorArgs(TypedDict):
+class KubeRayOperatorArgs(InClusterArgs):
     """How KubeRay gets onto the cluster: GKE's Ray Operator add-on (enabled on the Cluster:
     nothing to create here), or the kuberay-operator Helm chart, plus cert-manager and the
     KubeRay TPU webhook when the cluster has multi-host TPU slices."""
@@ -101,6 +103,7 @@ class KubeRayOperator(pulumi.ComponentResource):
     ):
         super().__init__(TYPE_PREFIX + "KubeRayOperator", name, None, opts)
         require("KubeRayOperator", name, args, "install")
+        use_kubeconfig(self, name, args)
         spec = checked_model(
             "KubeRayOperator",
             name,
@@ -120,7 +123,7 @@ class KubeRayOperator(pulumi.ComponentResource):
         self.register_outputs({"mode": self.mode, "releases": self.releases})
 
 
-class WorkspaceArgs(TypedDict):
+class WorkspaceArgs(InClusterArgs):
     """The Ray pods' namespace, their Kubernetes service account (bound through Workload
     Identity), the HF token Secret, and the NetworkPolicy that lets in what Ray on GKE needs."""
 
@@ -153,6 +156,7 @@ class Workspace(pulumi.ComponentResource):
     def __init__(self, name: str, args: WorkspaceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "Workspace", name, None, opts)
         require("Workspace", name, args, "project")
+        use_kubeconfig(self, name, args)
         install = args.get("kuberay_install", "addon")
         if install not in ("addon", "helm"):
             raise ComponentArgsError(
@@ -178,7 +182,7 @@ class Workspace(pulumi.ComponentResource):
         child = child_options(self, opts)
         namespace = plan.namespace["metadata"]["name"]
         ns = Namespace(namespace, metadata=plan.namespace["metadata"], opts=child)
-        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        in_ns = child_options(self, None, depends_on=[ns])
         ksa = plan.service_account
         self.service_account_resource = ServiceAccount(
             ksa["metadata"]["name"], metadata=ksa["metadata"], opts=in_ns

@@ -1,16 +1,23 @@
 """Kueue for queued (DWS) TPU capacity: the Helm release, then its objects (CRDs come first)."""
 
-from typing import NotRequired, TypedDict
+from typing import NotRequired
 
 import pulumi
 
-from infra.components._base import TYPE_PREFIX, checked_plan, child_options, require
+from infra.components._base import (
+    TYPE_PREFIX,
+    InClusterArgs,
+    checked_plan,
+    child_options,
+    require,
+    use_kubeconfig,
+)
 from infra.components.kubernetes import custom_resource, helm_release
 from infra.components.workloads import TpuPoolRefArgs
 from infra.plan import kueue
 
 
-class KueueArgs(TypedDict):
+class KueueArgs(InClusterArgs):
     """Kueue and, per queued TPU pool, a ResourceFlavor, ClusterQueue and LocalQueue with the
     DWS (ProvisioningRequest) admission check."""
 
@@ -31,6 +38,7 @@ class Kueue(pulumi.ComponentResource):
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "Kueue", name, None, opts)
         require("Kueue", name, args, "queued_pools")
+        use_kubeconfig(self, name, args)
         pools = [
             {
                 "name": p["name"],

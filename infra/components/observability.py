@@ -1,24 +1,26 @@
 """Metrics (PodMonitorings, training log metrics, a Grafana dashboard) and the opt-in IAP access
 to the Ray dashboard. Provider submodules load only when a stack uses them."""
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired
 
 import pulumi
 
 from infra.components._base import (
     TYPE_PREFIX,
     ComponentArgsError,
+    InClusterArgs,
     checked_plan,
     child_options,
     plain,
     require,
+    use_kubeconfig,
 )
 from infra.components.kubernetes import custom_resource
 from infra.plan.observability import IAP_ROLE, dashboard_access, metrics, value_extractor
 from infra.rules.platform import check_observability
 
 
-class RayMetricsArgs(TypedDict):
+class RayMetricsArgs(InClusterArgs):
     """Managed Prometheus scrapes of every Ray pod of a namespace, training loss and tokens/s
     as log-based metrics, and an optional Grafana dashboard."""
 
@@ -44,7 +46,7 @@ class RayMetricsArgs(TypedDict):
     """Managed Prometheus scrape interval (default 30s)."""
 
 
-class DashboardAccessArgs(TypedDict):
+class DashboardAccessArgs(InClusterArgs):
     """The RayService's Ray dashboard on https://<domain>, behind IAP."""
 
     project: str
@@ -92,6 +94,7 @@ class RayMetrics(pulumi.ComponentResource):
     def __init__(self, name: str, args: RayMetricsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "RayMetrics", name, None, opts)
         require("RayMetrics", name, args, "project", "cluster_name")
+        use_kubeconfig(self, name, args)
         observability = plain(
             args, "pod_monitoring", "tpu_metrics", "training_metrics", "grafana", "scrape_interval"
         )
@@ -179,6 +182,7 @@ class DashboardAccess(pulumi.ComponentResource):
             "oauth_client_id",
             "oauth_secret",
         )
+        use_kubeconfig(self, name, args)
         observability = {
             "exposeDashboard": True,
             "dashboardDomain": args["domain"],

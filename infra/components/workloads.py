@@ -10,11 +10,13 @@ import pulumi
 
 from infra.components._base import (
     TYPE_PREFIX,
+    InClusterArgs,
     checked_plan,
     child_options,
     plain,
     region_of,
     require,
+    use_kubeconfig,
 )
 from infra.components.kubernetes import custom_resource
 from infra.plan import ray as ray_plan
@@ -37,7 +39,7 @@ class TpuPoolRefArgs(TypedDict):
     """Reservation name (capacity reservation only)."""
 
 
-class _WorkloadArgs(TypedDict):
+class _WorkloadArgs(InClusterArgs):
     project: str
     """The GCP project."""
     location: str
@@ -151,6 +153,7 @@ class RayTrainingJob(pulumi.ComponentResource):
     ):
         super().__init__(TYPE_PREFIX + "RayTrainingJob", name, None, opts)
         require("RayTrainingJob", name, args, "project", "location", "pool", "training")
+        use_kubeconfig(self, name, args)
         body = {k: v for k, v in args["training"].items() if k not in ("enabled", "pool")}
         if args.get("image"):
             body["image"] = args["image"]
@@ -187,6 +190,7 @@ class LlmService(pulumi.ComponentResource):
     def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "LlmService", name, None, opts)
         require("LlmService", name, args, "project", "location", "pool", "models")
+        use_kubeconfig(self, name, args)
         models = [
             {
                 **plain(

@@ -1,0 +1,120 @@
+"""A GKE cluster park-gke did not create: looked up by name and location, checked, and handed
+on (name, kubeconfig, node service account) to the pools, KubeRay and the workloads."""
+
+from typing import NotRequired, TypedDict
+
+import pulumi
+
+from infra.components._base import TYPE_PREFIX, ComponentArgsError, require
+from infra.plan import existing_cluster
+from infra.plan.cluster import kubeconfig as kubeconfig_for
+
+
+class ExistingClusterArgs(TypedDict):
+    """An existing GKE Standard cluster to add TPU slice pools, KubeRay and Ray workloads to."""
+
+    project: str
+    """The cluster's GCP project."""
+    location: str
+    """The cluster's zone (TPU slice pools are zonal)."""
+    name: str
+    """The GKE cluster's name."""
+    kuberay_install: NotRequired[str]
+    """addon (default: GKE's Ray Operator add-on must be enabled) or helm."""
+    node_service_account: NotRequired[pulumi.Input[str]]
+    """The e-mail the new node pools run as (default: the cluster's own node service account)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig to reach it (default: one for gke-gcloud-auth-plugin, on the cluster's DNS
+    endpoint when it takes outside traffic, else its IP endpoint)."""
+
+
+class ExistingCluster(pulumi.ComponentResource):
+    """An existing cluster, looked up during preview: a cluster without Workload Identity, the
+    GCS FUSE driver, the Ray add-on (for kuberay_install addon) or a version TPU v6e needs
+    fails the preview, naming the gcloud command that fixes it."""
+
+    name: pulumi.Output[str]
+    """The GKE cluster's name (the node pools' cluster)."""
+    endpoint: pulumi.Output[str]
+    """Its control plane's IP endpoint."""
+    kubeconfig: pulumi.Output[str]
+    """A kubeconfig (secret) for the in-cluster components."""
+    node_service_account: pulumi.Output[str]
+    """The e-mail new node pools run as."""
+    version: pulumi.Output[str]
+    """The control plane's current version."""
+    ray_operator_addon: pulumi.Output[bool]
+    """Whether GKE's Ray Operator add-on is enabled."""
+
+    def __init__(
+        self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__(TYPE_PREFIX + "ExistingCluster", name, None, opts)
+        require("ExistingCluster", name, args, "project", "location", "name")
+        install = args.get("kuberay_install", "addon")
+        if install not in ("addon", "helm"):
+            raise ComponentArgsError(
+                "ExistingCluster",
+                name,
+                [f"args.kuberay_install = {install!r}: allowed: addon, helm"],
+            )
+        from pulumi_gcp.container import get_cluster_output
+
+        given_sa = args.get("node_service_account")
+        lookup = get_cluster_output(
+            name=args["name"],
+            location=args["location"],
+            project=args["project"],
+            opts=pulumi.InvokeOutputOptions(parent=self),
+        )
+
+        def checked(result: object) -> existing_cluster.ClusterFacts:
+            facts = existing_cluster.facts_of(result)
+            found = existing_cluster.problems(
+                facts,
+                project=args["project"],
+                kuberay_install=install,
+                node_service_account=None if given_sa is None else "given",
+            )
+            if found:
+                # Raised during preview: every output below (and so every pool, Helm release
+                # and workload that uses them) fails with it, before anything is created.
+                raise ComponentArgsError(
+                    "ExistingCluster",
+                    name,
+                    [f"cluster {args['name']!r} in {args['location']}: {p}" for p in found],
+                )
+            for warning in existing_cluster.warnings(facts):
+                pulumi.log.warn(f"cluster {args['name']!r}: {warning}", resource=self)
+            return facts
+
+        facts = lookup.apply(checked)
+        self.name = facts.apply(lambda f: f.name)
+        self.endpoint = facts.apply(lambda f: f.endpoint)
+        self.version = facts.apply(lambda f: f.version)
+        self.ray_operator_addon = facts.apply(lambda f: f.ray_operator_addon)
+        if given_sa is not None:
+            self.node_service_account = pulumi.Output.all(facts, given_sa).apply(lambda a: a[1])
+        else:
+            self.node_service_account = facts.apply(lambda f: f.node_service_account or "")
+        if args.get("kubeconfig") is not None:
+            config = pulumi.Output.all(facts, args["kubeconfig"]).apply(lambda a: a[1])
+        else:
+            config = facts.apply(
+                lambda f: (
+                    kubeconfig_for(f.name, f.dns_endpoint, None)
+                    if f.dns_endpoint
+                    else kubeconfig_for(f.name, f.endpoint, f.ca_certificate)
+                )
+            )
+        self.kubeconfig = pulumi.Output.secret(config)
+        self.register_outputs(
+            {
+                "name": self.name,
+                "endpoint": self.endpoint,
+                "kubeconfig": self.kubeconfig,
+                "node_service_account": self.node_service_account,
+                "version": self.version,
+                "ray_operator_addon": self.ray_operator_addon,
+            }
+        )
