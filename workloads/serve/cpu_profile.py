@@ -9,6 +9,7 @@ runtime env and the rest of the deployment config stay as rendered.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,15 @@ CPU_MAX_MODEL_LEN = 2048
 PARALLEL_KWARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 ACCELERATOR_ONLY_KWARGS = ("enable_expert_parallel",)
 REPLICA_KEYS = ("min_replicas", "max_replicas", "initial_replicas")
+# Ray 2.60 reads this at import (ray/llm/_internal/serve/constants.py); with it the LLM server is
+# the ingress itself (ray/llm/_internal/serve/core/ingress/builder.py:258-279) and Ray refuses any
+# ingress_deployment_config (builder.py:221-227), so there is no ingress CPU request to zero.
+DIRECT_STREAMING_ENV = "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING"
+
+
+def direct_streaming_enabled() -> bool:
+    """True when this process (and so the Ray it starts) runs Serve LLM's direct streaming."""
+    return os.environ.get(DIRECT_STREAMING_ENV, "0") == "1"
 
 
 def _llm_configs(app: dict[str, Any]) -> list[Any] | None:
@@ -98,6 +108,7 @@ def to_cpu(
     keep_models: Sequence[str] | None = None,
     max_replicas: int = 1,
     ingress_num_cpus: float = 0,
+    direct_streaming: bool | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Return ``(cpu_config, changes)`` for a rendered ``serveConfigV2`` (as a dict).
 
@@ -106,10 +117,14 @@ def to_cpu(
     ``max_replicas``: cap on replica counts; one host holds one replica per model.
     ``ingress_num_cpus``: the OpenAI ingress' CPU request; 0 lets it share a 2-core machine with
     the LLM server, which reserves 2 CPUs (replica actor + engine bundle).
+    ``direct_streaming``: whether Ray runs Serve LLM's direct streaming (default: this process'
+    ``RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING``); then there is no separate ingress to size.
 
     The input is not modified. Raises ValueError when there is no LLM app to convert.
     """
     config = copy.deepcopy(serve_config)
+    if direct_streaming is None:
+        direct_streaming = direct_streaming_enabled()
     changes: list[str] = []
     found = 0
     apps: list[dict[str, Any]] = []
@@ -137,6 +152,8 @@ def to_cpu(
         apps.append(app)
         app["args"]["llm_configs"] = kept
         found += len(kept)
+        if direct_streaming:
+            continue  # the LLM server is the ingress: nothing to size
         ingress = app["args"].setdefault("ingress_deployment_config", {})
         actor = ingress.setdefault("ray_actor_options", {})
         if actor.get("num_cpus") != ingress_num_cpus:
