@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import struct
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -279,10 +280,27 @@ def _offline() -> bool:
     )
 
 
+@cache
+def _hub_unreachable() -> str | None:
+    """Why the hub cannot be reached from here (its host does not resolve), asked once per
+    process: huggingface_hub would retry every file with backoff (~25 s) before giving up."""
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or ""
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as err:
+        return f"{host} does not resolve ({type(err).__name__}); offline?"
+    return None
+
+
 def from_hub(repo: str) -> ModelFacts:
     """Facts from the Hugging Face hub (config.json, and the safetensors index for the size)."""
     if _offline():
         raise FactsError(f"{repo}: the hub is off (HF_HUB_OFFLINE / PARK_OFFLINE)")
+    unreachable = _hub_unreachable()
+    if unreachable:
+        raise FactsError(f"{repo}: the hub cannot be reached: {unreachable}")
     try:
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import EntryNotFoundError

@@ -7,7 +7,7 @@ and rules as a stack file, and its errors name the component, the argument and w
 """
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 import pulumi
 
@@ -18,17 +18,11 @@ from infra.spec.secrets import redact
 TYPE_PREFIX = "park-gke:index:"  # the package's type tokens (PulumiPlugin name "park-gke")
 
 
-class InClusterArgs(TypedDict):
-    """What every component inside the cluster may be given instead of a Kubernetes provider."""
-
-    kubeconfig: NotRequired[pulumi.Input[str]]
-    """A kubeconfig (Cluster.kubeconfig, ExistingCluster.kubeconfig): the component then makes
-    its own Kubernetes provider. Unset: the provider in its options (providers={"kubernetes":
-    ...}), or the ambient kubeconfig."""
-
-
 def use_kubeconfig(component: pulumi.ComponentResource, name: str, args: Mapping[str, Any]) -> None:
-    """With args.kubeconfig, the component's children talk to that cluster (child_options)."""
+    """With args.kubeconfig, the component's children talk to that cluster (child_options).
+
+    Every in-cluster component's args declare `kubeconfig` themselves: Pulumi's schema analyzer
+    reads a field's description only from the class that declares it."""
     if args.get("kubeconfig") is None:
         return
     from pulumi_kubernetes import Provider
@@ -49,6 +43,12 @@ class ComponentArgsError(ValueError):
         self.component, self.name, self.problems = component, name, problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"{component} {name!r}: invalid arguments:\n{lines}")
+
+
+def bad_value(field: str, value: Any, message: str) -> str:
+    """One refused argument, as ComponentArgsError lists it (never a value that may be a
+    credential)."""
+    return f"args.{field} = {redact(value)!r}: {message}"
 
 
 def require(component: str, name: str, args: Mapping[str, Any], *fields: str) -> None:

@@ -5,7 +5,7 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import TYPE_PREFIX, ComponentArgsError, require
+from infra.components._base import TYPE_PREFIX, ComponentArgsError, bad_value, require
 from infra.plan import existing_cluster
 from infra.plan.cluster import kubeconfig as kubeconfig_for
 
@@ -53,11 +53,8 @@ class ExistingCluster(pulumi.ComponentResource):
         require("ExistingCluster", name, args, "project", "location", "name")
         install = args.get("kuberay_install", "addon")
         if install not in ("addon", "helm"):
-            raise ComponentArgsError(
-                "ExistingCluster",
-                name,
-                [f"args.kuberay_install = {install!r}: allowed: addon, helm"],
-            )
+            refused = bad_value("kuberay_install", install, "allowed: addon, helm")
+            raise ComponentArgsError("ExistingCluster", name, [refused])
         from pulumi_gcp.container import get_cluster_output
 
         given_sa = args.get("node_service_account")

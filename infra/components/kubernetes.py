@@ -5,7 +5,7 @@ Give these components a Kubernetes provider in their options
 Server-side apply: KubeRay's CRDs are too large for client-side apply's annotation.
 """
 
-from typing import Any, NotRequired
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 from pulumi_kubernetes import Provider
@@ -17,7 +17,7 @@ from pulumi_kubernetes.networking.v1 import NetworkPolicy
 from infra.components._base import (
     TYPE_PREFIX,
     ComponentArgsError,
-    InClusterArgs,
+    bad_value,
     checked_model,
     child_options,
     require,
@@ -76,7 +76,7 @@ def custom_resource(
     )
 
 
-class KubeRayOperatorArgs(InClusterArgs):
+class KubeRayOperatorArgs(TypedDict):
     """How KubeRay gets onto the cluster: GKE's Ray Operator add-on (enabled on the Cluster:
     nothing to create here), or the kuberay-operator Helm chart, plus cert-manager and the
     KubeRay TPU webhook when the cluster has multi-host TPU slices."""
@@ -89,6 +89,9 @@ class KubeRayOperatorArgs(InClusterArgs):
     """The cluster has multi-host TPU slices: helm then installs the TPU webhook too."""
     tpu_webhook_chart: NotRequired[str]
     """helm, multi-host: path of ai-on-gke's kuberay-tpu-webhook chart."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
+    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 class KubeRayOperator(pulumi.ComponentResource):
@@ -123,7 +126,7 @@ class KubeRayOperator(pulumi.ComponentResource):
         self.register_outputs({"mode": self.mode, "releases": self.releases})
 
 
-class WorkspaceArgs(InClusterArgs):
+class WorkspaceArgs(TypedDict):
     """The Ray pods' namespace, their Kubernetes service account (bound through Workload
     Identity), the HF token Secret, and the NetworkPolicy that lets in what Ray on GKE needs."""
 
@@ -143,6 +146,9 @@ class WorkspaceArgs(InClusterArgs):
     """Let Google's front ends (the IAP Gateway) reach the dashboard."""
     hf_token: NotRequired[pulumi.Input[str]]
     """A Hugging Face token (a secret): stored as a Secret the pods read as a file."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
+    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 class Workspace(pulumi.ComponentResource):
@@ -159,9 +165,8 @@ class Workspace(pulumi.ComponentResource):
         use_kubeconfig(self, name, args)
         install = args.get("kuberay_install", "addon")
         if install not in ("addon", "helm"):
-            raise ComponentArgsError(
-                "Workspace", name, [f"args.kuberay_install = {install!r}: allowed: addon, helm"]
-            )
+            refused = bad_value("kuberay_install", install, "allowed: addon, helm")
+            raise ComponentArgsError("Workspace", name, [refused])
         names = stack_names(
             project=args["project"],
             region="-",

@@ -1,12 +1,11 @@
 """Kueue for queued (DWS) TPU capacity: the Helm release, then its objects (CRDs come first)."""
 
-from typing import NotRequired
+from typing import NotRequired, TypedDict
 
 import pulumi
 
 from infra.components._base import (
     TYPE_PREFIX,
-    InClusterArgs,
     checked_plan,
     child_options,
     require,
@@ -17,7 +16,7 @@ from infra.components.workloads import TpuPoolRefArgs
 from infra.plan import kueue
 
 
-class KueueArgs(InClusterArgs):
+class KueueArgs(TypedDict):
     """Kueue and, per queued TPU pool, a ResourceFlavor, ClusterQueue and LocalQueue with the
     DWS (ProvisioningRequest) admission check."""
 
@@ -27,6 +26,9 @@ class KueueArgs(InClusterArgs):
     """The namespace the LocalQueues serve (default park)."""
     version: NotRequired[str]
     """Kueue chart version (default 0.19.2)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
+    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 class Kueue(pulumi.ComponentResource):

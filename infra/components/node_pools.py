@@ -1,7 +1,8 @@
 """The node pools: the CPU pool for Ray heads and system pods, TPU slice pools (one GKE node
 pool per slice, parented to their config pool) and GPU pools."""
 
-from typing import NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp.container import NodePool
@@ -29,7 +30,13 @@ def _node_pool(
     return NodePool(plan.name, name=plan.name, cluster=cluster, **args, opts=opts)
 
 
-class _PoolArgs(TypedDict):
+# Each pool's arguments repeat the fields every pool has rather than inherit them: Pulumi's
+# schema analyzer reads a field's description only from the class that declares it.
+
+
+class CpuPoolArgs(TypedDict):
+    """The pool Ray heads, KubeRay's submitters and system pods run on."""
+
     cluster: pulumi.Input[str]
     """The GKE cluster's name (Cluster.name, or an existing cluster's)."""
     location: str
@@ -38,11 +45,6 @@ class _PoolArgs(TypedDict):
     """The nodes' service account e-mail (Cluster.node_service_account)."""
     disk_size_gb: NotRequired[int]
     """Boot disk size, at least 15."""
-
-
-class CpuPoolArgs(_PoolArgs):
-    """The pool Ray heads, KubeRay's submitters and system pods run on."""
-
     machine_type: NotRequired[str]
     """Machine type (default e2-standard-8)."""
     min_nodes: NotRequired[int]
@@ -51,9 +53,17 @@ class CpuPoolArgs(_PoolArgs):
     """Autoscaling maximum (default 3)."""
 
 
-class TpuSlicePoolArgs(_PoolArgs):
+class TpuSlicePoolArgs(TypedDict):
     """`slices` TPU slices of one (machine type, topology): one GKE node pool per slice."""
 
+    cluster: pulumi.Input[str]
+    """The GKE cluster's name (Cluster.name, or an existing cluster's)."""
+    location: str
+    """The cluster's zone."""
+    node_service_account: pulumi.Input[str]
+    """The nodes' service account e-mail (Cluster.node_service_account)."""
+    disk_size_gb: NotRequired[int]
+    """Boot disk size, at least 15."""
     name: str
     """The pool's name; its node pools are <name>-s<i>."""
     machine_type: str
@@ -74,9 +84,17 @@ class TpuSlicePoolArgs(_PoolArgs):
     """Zones to accept beyond the catalog's known zones of the generation."""
 
 
-class GpuPoolArgs(_PoolArgs):
+class GpuPoolArgs(TypedDict):
     """A GPU pool beside the TPU pools, on the same control plane; scales to 0 while idle."""
 
+    cluster: pulumi.Input[str]
+    """The GKE cluster's name (Cluster.name, or an existing cluster's)."""
+    location: str
+    """The cluster's zone."""
+    node_service_account: pulumi.Input[str]
+    """The nodes' service account e-mail (Cluster.node_service_account)."""
+    disk_size_gb: NotRequired[int]
+    """Boot disk size, at least 15."""
     name: str
     """The pool's name."""
     machine_type: str
@@ -95,7 +113,7 @@ class GpuPoolArgs(_PoolArgs):
     """Scale between 0 and nodes (default true)."""
 
 
-def _values(args: _PoolArgs, **keys: object) -> dict[str, object]:
+def _values(args: Mapping[str, Any], **keys: object) -> dict[str, object]:
     return {
         "gcp:project": "project",  # node pools take the cluster's project
         "gcp:region": region_of(args["location"]),

@@ -1,14 +1,13 @@
 """Metrics (PodMonitorings, training log metrics, a Grafana dashboard) and the opt-in IAP access
 to the Ray dashboard. Provider submodules load only when a stack uses them."""
 
-from typing import Any, NotRequired
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
 from infra.components._base import (
     TYPE_PREFIX,
     ComponentArgsError,
-    InClusterArgs,
     checked_plan,
     child_options,
     plain,
@@ -20,7 +19,7 @@ from infra.plan.observability import IAP_ROLE, dashboard_access, metrics, value_
 from infra.rules.platform import check_observability
 
 
-class RayMetricsArgs(InClusterArgs):
+class RayMetricsArgs(TypedDict):
     """Managed Prometheus scrapes of every Ray pod of a namespace, training loss and tokens/s
     as log-based metrics, and an optional Grafana dashboard."""
 
@@ -44,9 +43,12 @@ class RayMetricsArgs(InClusterArgs):
     """A Grafana dashboard ConfigMap (default false)."""
     scrape_interval: NotRequired[str]
     """Managed Prometheus scrape interval (default 30s)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
+    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
-class DashboardAccessArgs(InClusterArgs):
+class DashboardAccessArgs(TypedDict):
     """The RayService's Ray dashboard on https://<domain>, behind IAP."""
 
     project: str
@@ -63,6 +65,9 @@ class DashboardAccessArgs(InClusterArgs):
     """Names derive from it (park-<stack>-ray-dashboard); default: the component's name."""
     namespace: NotRequired[str]
     """The RayService's namespace (default park)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
+    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 def _observed(
@@ -166,7 +171,9 @@ class DashboardAccess(pulumi.ComponentResource):
     grant that lets `iapMembers` through. Exists only with park:observability.exposeDashboard."""
 
     url: pulumi.Output[str]
+    """https://<domain>: the dashboard, once the certificate is issued and DNS points here."""
     ip_address: pulumi.Output[str]
+    """The static address to point the domain's DNS A record at."""
 
     def __init__(
         self, name: str, args: DashboardAccessArgs, opts: pulumi.ResourceOptions | None = None

@@ -4,13 +4,13 @@ Each is checked with the stack's rules (the TPU catalog, the engine's TP and mem
 model's facts) before a manifest exists; give them a Kubernetes provider in their options.
 """
 
+from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
 from infra.components._base import (
     TYPE_PREFIX,
-    InClusterArgs,
     checked_plan,
     child_options,
     plain,
@@ -39,7 +39,13 @@ class TpuPoolRefArgs(TypedDict):
     """Reservation name (capacity reservation only)."""
 
 
-class _WorkloadArgs(InClusterArgs):
+# The two workloads' arguments repeat their common fields rather than inherit them: Pulumi's
+# schema analyzer reads a field's description only from the class that declares it.
+
+
+class RayTrainingJobArgs(TypedDict):
+    """A training RayJob: TorchTrainer, one Ray worker per chip, on `num_slices` slices."""
+
     project: str
     """The GCP project."""
     location: str
@@ -58,17 +64,15 @@ class _WorkloadArgs(InClusterArgs):
     """The image (default park-workloads in the stack's registry)."""
     tpu_metrics: NotRequired[bool]
     """TPU chip metrics from the device plugin (default true)."""
-
-
-class RayTrainingJobArgs(_WorkloadArgs):
-    """A training RayJob: TorchTrainer, one Ray worker per chip, on `num_slices` slices."""
-
     training: dict[str, Any]
     """park:training's keys (camelCase, as in a stack file: strategy, steps, globalBatchSize,
     ...; see README's config reference); `pool` and `enabled` are set from the arguments."""
     hf_token: NotRequired[bool]
     """The workspace holds an HF token Secret (Workspace.hf_token): the pods read it (a gated
     base model)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
+    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 class ServedModelArgs(TypedDict):
@@ -92,9 +96,27 @@ class ServedModelArgs(TypedDict):
     """Other vLLM engine arguments."""
 
 
-class LlmServiceArgs(_WorkloadArgs):
+class LlmServiceArgs(TypedDict):
     """An OpenAI-compatible endpoint: vLLM through Ray Serve LLM, tensor parallel on a slice."""
 
+    project: str
+    """The GCP project."""
+    location: str
+    """The cluster's zone."""
+    pool: TpuPoolRefArgs
+    """The TPU pool it runs on."""
+    stack: NotRequired[str]
+    """Names derive from it (KSA, bucket, registry); default: the component's name."""
+    namespace: NotRequired[str]
+    """The Ray pods' namespace (default park)."""
+    bucket: NotRequired[str]
+    """The bucket the pods mount (default <project>-<stack>-park)."""
+    mount_path: NotRequired[str]
+    """Where the pods see it (default /data)."""
+    image: NotRequired[str]
+    """The image (default park-workloads in the stack's registry)."""
+    tpu_metrics: NotRequired[bool]
+    """TPU chip metrics from the device plugin (default true)."""
     models: list[ServedModelArgs]
     """The served models."""
     engine: NotRequired[str]
@@ -106,9 +128,12 @@ class LlmServiceArgs(_WorkloadArgs):
     """A LoadBalancer for the endpoint (default ClusterIP)."""
     hf_token: NotRequired[bool]
     """The workspace holds an HF token Secret (Workspace.hf_token): the pods read it."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
+    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
-def _values(args: _WorkloadArgs, section: str, body: dict[str, Any]) -> dict[str, Any]:
+def _values(args: Mapping[str, Any], section: str, body: dict[str, Any]) -> dict[str, Any]:
     pool = {
         "name": args["pool"]["name"],
         "machineType": args["pool"]["machine_type"],

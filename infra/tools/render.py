@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,35 +136,62 @@ class ProgramError(RuntimeError):
         self.resources = resources
 
 
-def run_program(
-    values: dict[str, Any],
-    stack: str,
-    secret_keys: list[str] | None = None,
+Calls = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+async def _drain(rpc_manager: Any) -> None:
+    """Let a failed program's remaining RPCs and outputs settle (their errors are its error),
+    so that none of them fails the next program run in this process."""
+    import asyncio
+    import contextlib
+
+    from pulumi.runtime.settings import SETTINGS
+
+    while rpc_manager.rpcs:
+        with contextlib.suppress(Exception):
+            await rpc_manager.rpcs.pop()
+    with SETTINGS.lock:
+        pending = list(SETTINGS.outputs)
+        SETTINGS.outputs.clear()
+    if pending:
+        _, stuck = await asyncio.wait(pending, timeout=10)
+        for task in stuck:
+            task.cancel()
+        for task in pending:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: no "exception was never retrieved" at exit
+    rpc_manager.clear()
+
+
+def run_under_mocks(
+    program: Callable[[], None],
     *,
-    prevalidate: bool = True,
-) -> Rendered:
-    """Run infra.program.main() under mocks with these config values; return what it registered."""
+    stack: str,
+    project: str = "project",
+    config: dict[str, Any] | None = None,
+    secret_keys: list[str] | None = None,
+    calls: Calls | None = None,
+) -> tuple[list[Resource], dict[str, Any]]:
+    """Run any Pulumi program under the mock engine (no CLI, no credentials): every resource it
+    registers, in a stable order, and its stack outputs (secret ones masked). `calls` answers
+    invokes (token, args → result), e.g. gcp:container/getCluster:getCluster."""
     import pulumi
     import pulumi.runtime
     from google.protobuf import json_format
     from pulumi.runtime import mocks, settings
+    from pulumi.runtime.settings import _get_rpc_manager
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
 
-    from infra import program
-
-    # Validate first: a bad config registers nothing (the program validates again itself).
-    parsed = stack_front.from_values(values, stack, secret_keys or ()) if prevalidate else None
-    project_id = str(values.get("gcp:project", "project"))
     recorded: list[Resource] = []
     outputs: dict[str, Any] = {}
 
     class ParkMocks(pulumi.runtime.Mocks):
         def new_resource(self, args: pulumi.runtime.MockResourceArgs):
-            return f"{args.name}-id", _mock_outputs(args.typ, args.name, args.inputs, project_id)
+            return f"{args.name}-id", _mock_outputs(args.typ, args.name, args.inputs, project)
 
         def call(self, args: pulumi.runtime.MockCallArgs):
-            return {}
+            return calls(args.token, dict(args.args)) if calls else {}
 
     class RecordingMonitor(mocks.MockMonitor):
         def RegisterResource(self, request):
@@ -186,28 +214,56 @@ def run_program(
 
     the_mocks = ParkMocks()
     settings.ROOT.set(None)
+    # A program that failed before this one leaves its unawaited RPCs (and their error) behind.
+    _get_rpc_manager().clear()
     pulumi.runtime.set_mocks(
         the_mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(the_mocks)
     )
-    config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
-    pulumi.runtime.set_all_config(config, secret_keys or [])
+    values = config or {}
+    pulumi.runtime.set_all_config(
+        {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()},
+        secret_keys or [],
+    )
     # The provider modules leave a large heap; the collector rescanning it made render time
     # grow faster than the resource count (benchmarks/render.py). Nothing here forms cycles
     # worth collecting mid-run.
     gc.disable()
     try:
-        _sync_await(run_pulumi_func(program.main))
+        _sync_await(run_pulumi_func(program))
     except Exception as err:
+        _sync_await(_drain(_get_rpc_manager()))
         raise ProgramError(str(err), recorded) from err
     finally:
         gc.enable()
-    parsed = parsed or stack_front.from_values(values, stack, secret_keys or ())
     exported = settings.get_root_resource().outputs  # type: ignore[union-attr]
     resolved = _sync_await(pulumi.Output.secret(exported).future()) if exported else {}
     outputs.update(_mask_outputs(exported, resolved or {}))
     # Registration order depends on when outputs resolve; sort so renders diff cleanly.
     recorded.sort(key=lambda r: (r.type, r.name))
-    return Rendered(plan=parsed, resources=recorded, outputs=outputs)
+    return recorded, outputs
+
+
+def run_program(
+    values: dict[str, Any],
+    stack: str,
+    secret_keys: list[str] | None = None,
+    *,
+    prevalidate: bool = True,
+) -> Rendered:
+    """Run infra.program.main() under mocks with these config values; return what it registered."""
+    from infra import program
+
+    # Validate first: a bad config registers nothing (the program validates again itself).
+    parsed = stack_front.from_values(values, stack, secret_keys or ()) if prevalidate else None
+    resources, outputs = run_under_mocks(
+        program.main,
+        stack=stack,
+        project=str(values.get("gcp:project", "project")),
+        config=values,
+        secret_keys=secret_keys,
+    )
+    parsed = parsed or stack_front.from_values(values, stack, secret_keys or ())
+    return Rendered(plan=parsed, resources=resources, outputs=outputs)
 
 
 def render_stack_file(

@@ -1,0 +1,462 @@
+"""park-gke as a Pulumi package: each public component built from its typed arguments alone,
+through Python and through the provider other languages use, with errors that name the
+component and the argument, and a schema the SDK's own analyzer infers, held as a golden.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+from pulumi.provider.experimental.component import ComponentProvider
+
+import park_gke
+from infra.components import args_from
+from infra.spec import models
+from infra.stack import from_file
+from infra.tools.render import ProgramError, run_under_mocks
+from park_gke import provider
+from tests.conftest import ROOT, STACKS_DIR
+
+ZONE = "us-east5-b"
+SA = "nodes@p.iam.gserviceaccount.com"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+
+
+def _run(build) -> list:
+    resources, _ = run_under_mocks(build, stack="t", project="p")
+    return resources
+
+
+def _children(resources, name: str) -> dict[str, int]:
+    """Resource types registered under the component named `name`, with counts."""
+    counts: dict[str, int] = {}
+    for r in resources:
+        if r.parent == name:
+            counts[r.type] = counts.get(r.type, 0) + 1
+    return counts
+
+
+# Each public component with only its required arguments (and what makes it create something),
+# and the resources it must create under itself.
+MINIMAL: dict[str, tuple[dict[str, Any], dict[str, int]]] = {
+    "Network": (
+        {"project": "p", "region": "us-east5"},
+        {
+            "gcp:compute/network:Network": 1,
+            "gcp:compute/subnetwork:Subnetwork": 1,
+            "gcp:compute/router:Router": 1,
+            "gcp:compute/routerNat:RouterNat": 1,
+        },
+    ),
+    "Cluster": (
+        {"project": "p", "location": ZONE, "network": "vpc", "subnetwork": "subnet"},
+        {"gcp:container/cluster:Cluster": 1, "gcp:serviceaccount/account:Account": 1},
+    ),
+    "CpuPool": (
+        {"cluster": "c", "location": ZONE, "node_service_account": SA},
+        {NODE_POOL: 1},
+    ),
+    "TpuSlicePool": (
+        {
+            "cluster": "c",
+            "location": ZONE,
+            "node_service_account": SA,
+            "name": "train",
+            "machine_type": "ct6e-standard-4t",
+            "topology": "4x4",
+            "slices": 2,
+        },
+        {NODE_POOL: 2},
+    ),
+    "GpuPool": (
+        {
+            "cluster": "c",
+            "location": ZONE,
+            "node_service_account": SA,
+            "name": "gpu",
+            "machine_type": "a3-highgpu-8g",
+            "accelerator_type": "nvidia-h100-80gb",
+        },
+        {NODE_POOL: 1},
+    ),
+    "Storage": (
+        {"project": "p", "region": "us-east5", "node_service_account": SA},
+        {
+            "gcp:storage/bucket:Bucket": 1,
+            "gcp:artifactregistry/repository:Repository": 1,
+            "gcp:serviceaccount/account:Account": 1,
+            "gcp:serviceaccount/iAMMember:IAMMember": 1,
+        },
+    ),
+    "KubeRayOperator": ({"install": "helm"}, {"kubernetes:helm.sh/v3:Release": 1}),
+    "Workspace": (
+        {"project": "p"},
+        {"kubernetes:core/v1:Namespace": 1, "kubernetes:networking.k8s.io/v1:NetworkPolicy": 1},
+    ),
+    "Kueue": (
+        {"queued_pools": [{"name": "q", "machine_type": "ct6e-standard-4t", "topology": "4x4"}]},
+        {"kubernetes:helm.sh/v3:Release": 1, "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue": 1},
+    ),
+    "RayTrainingJob": (
+        {
+            "project": "p",
+            "location": ZONE,
+            "pool": {"name": "train", "machine_type": "ct6e-standard-4t", "topology": "4x4"},
+            "training": {},
+        },
+        {"kubernetes:ray.io/v1:RayJob": 1},
+    ),
+    "LlmService": (
+        {
+            "project": "p",
+            "location": ZONE,
+            "pool": {"name": "serve", "machine_type": "ct6e-standard-8t", "topology": "2x4"},
+            "models": [{"name": "qwen", "source": "Qwen/Qwen3-1.7B"}],
+        },
+        {"kubernetes:ray.io/v1:RayService": 1},
+    ),
+    "RayMetrics": (
+        {"project": "p", "cluster_name": "c"},
+        {"kubernetes:monitoring.googleapis.com/v1:PodMonitoring": 2},
+    ),
+    "DashboardAccess": (
+        {
+            "project": "p",
+            "domain": "ray.example.com",
+            "iap_members": ["group:ml@example.com"],
+            "oauth_client_id": "123.apps.googleusercontent.com",
+            "oauth_secret": "iap-oauth",
+        },
+        {"gcp:compute/globalAddress:GlobalAddress": 1, "gcp:iap/webIamMember:WebIamMember": 1},
+    ),
+}
+
+
+def _cluster_lookup(**changes: Any) -> dict[str, Any]:
+    """getCluster's answer (wire names) for a cluster park-gke could use, with `changes`."""
+    answer: dict[str, Any] = {
+        "name": "team-gke",
+        "location": ZONE,
+        "masterVersion": "1.35.8-gke.1036000",
+        "endpoint": "203.0.113.7",
+        "enableAutopilot": False,
+        "datapathProvider": "ADVANCED_DATAPATH",
+        "workloadIdentityConfigs": [{"workloadPool": "p.svc.id.goog"}],
+        "addonsConfigs": [
+            {
+                "gcsFuseCsiDriverConfigs": [{"enabled": True}],
+                "rayOperatorConfigs": [{"enabled": True}],
+            }
+        ],
+        "masterAuths": [{"clusterCaCertificate": "Q0E="}],
+        "controlPlaneEndpointsConfigs": [
+            {
+                "dnsEndpointConfigs": [
+                    {"endpoint": "gke-1.us-east5.gke.goog", "allowExternalTraffic": True}
+                ]
+            }
+        ],
+        "nodeConfigs": [{"serviceAccount": SA}],
+    }
+    answer.update(changes)
+    return answer
+
+
+def _calls(answer: dict[str, Any]):
+    def call(token: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert token == "gcp:container/getCluster:getCluster", token
+        assert args["name"] == "team-gke" and args["location"] == ZONE
+        return answer
+
+    return call
+
+
+def test_every_public_component_is_tested_and_exported():
+    assert set(MINIMAL) | {"ExistingCluster"} == set(park_gke.COMPONENTS)
+    for name in park_gke.COMPONENTS:
+        component = getattr(park_gke, name)
+        assert issubclass(component, pulumi.ComponentResource)
+        assert getattr(park_gke, f"{name}Args")  # its typed arguments are public too
+
+
+def test_importing_the_package_loads_no_provider_module():
+    import subprocess
+
+    code = "import park_gke, sys; print(sorted(m for m in sys.modules if m.startswith('pulumi_')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", sorted(MINIMAL))
+def test_each_component_builds_from_its_typed_args_alone(name):
+    args, expected = MINIMAL[name]
+    component, typed_args = getattr(park_gke, name), getattr(park_gke, f"{name}Args")
+    resources = _run(lambda: component("it", typed_args(**args)))
+    (root,) = [r for r in resources if r.name == "it" and not r.custom]
+    assert root.type == f"park-gke:index:{name}"
+    below = _children(resources, "it")
+    for type_token, count in expected.items():
+        assert below.get(type_token) == count, (type_token, below)
+
+
+@pytest.mark.parametrize("name", sorted(MINIMAL))
+def test_each_component_builds_through_the_provider_other_languages_use(name):
+    """The same arguments, camelCased as a TypeScript or YAML program sends them, through
+    the SDK's ComponentProvider (what component_provider_host serves)."""
+    args, expected = MINIMAL[name]
+    host = ComponentProvider(provider.components(), provider.NAME, None, "0.0.0")
+    wire = _wire(args)
+    resources = _run(lambda: host.construct("it", f"park-gke:index:{name}", wire, None))
+    below = _children(resources, "it")
+    for type_token, count in expected.items():
+        assert below.get(type_token) == count, (type_token, below)
+
+
+def _camel(value: Any) -> Any:
+    from pydantic.alias_generators import to_camel
+
+    if isinstance(value, str):
+        return to_camel(value)
+    raise TypeError(value)
+
+
+def _wire(value: Any) -> Any:
+    """Argument names camelCased (values kept), as another language's SDK sends them."""
+    from pydantic.alias_generators import to_camel
+
+    if isinstance(value, dict):
+        return {to_camel(k): _wire(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    return value
+
+
+def test_an_existing_cluster_hands_on_its_name_kubeconfig_and_node_account():
+    def build():
+        cluster = park_gke.ExistingCluster(
+            "team", {"project": "p", "location": ZONE, "name": "team-gke"}
+        )
+        park_gke.TpuSlicePool(
+            "serve",
+            {
+                "cluster": cluster.name,
+                "location": ZONE,
+                "node_service_account": cluster.node_service_account,
+                "name": "serve",
+                "machine_type": "ct6e-standard-8t",
+                "topology": "2x4",
+            },
+        )
+        park_gke.Workspace("space", {"project": "p", "kubeconfig": cluster.kubeconfig})
+        pulumi.export("kubeconfig", cluster.kubeconfig)
+
+    resources, outputs = run_under_mocks(
+        build, stack="t", project="p", calls=_calls(_cluster_lookup())
+    )
+    (pool,) = [r for r in resources if r.type == NODE_POOL]
+    assert pool.inputs["cluster"] == "team-gke"
+    assert pool.inputs["nodeConfig"]["serviceAccount"] == SA
+    (kube,) = [r for r in resources if r.type == "pulumi:providers:kubernetes"]
+    assert kube.parent == "space" and kube.inputs["enableServerSideApply"] == "true"
+    assert outputs["kubeconfig"] == "[secret]"
+    namespace = [r for r in resources if r.type == "kubernetes:core/v1:Namespace"]
+    assert namespace and namespace[0].parent == "space"
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"enableAutopilot": True}, "Autopilot"),
+        ({"workloadIdentityConfigs": []}, "--workload-pool=p.svc.id.goog"),
+        (
+            {"addonsConfigs": [{"gcsFuseCsiDriverConfigs": [{"enabled": False}]}]},
+            "GcsFuseCsiDriver=ENABLED",
+        ),
+        (
+            {"addonsConfigs": [{"gcsFuseCsiDriverConfigs": [{"enabled": True}]}]},
+            "RayOperator=ENABLED",
+        ),
+        ({"masterVersion": "1.30.5-gke.1014000"}, "older than TPU v6e needs"),
+        ({"nodeConfigs": [{"serviceAccount": "default"}]}, "pass node_service_account"),
+    ],
+)
+def test_an_existing_cluster_park_cannot_use_fails_the_preview_saying_how_to_fix_it(
+    changes, fragment
+):
+    def build():
+        cluster = park_gke.ExistingCluster(
+            "team", {"project": "p", "location": ZONE, "name": "team-gke"}
+        )
+        pulumi.export("name", cluster.name)
+
+    with pytest.raises(ProgramError) as err:
+        run_under_mocks(build, stack="t", project="p", calls=_calls(_cluster_lookup(**changes)))
+    assert "ExistingCluster 'team'" in str(err.value) and fragment in str(err.value)
+
+
+# ---- errors that name the component and the argument ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "fragment"),
+    [
+        (
+            "TpuSlicePool",
+            {"topology": None},
+            "TpuSlicePool 'it': invalid arguments:\n  - args.topology: required",
+        ),
+        ("TpuSlicePool", {"topology": 4}, "args.topology = 4: Input should be a valid string"),
+        ("TpuSlicePool", {"topology": "3x3"}, "args.topology = '3x3'"),
+        ("TpuSlicePool", {"slices": "two"}, "args.slices = 'two': Input should be a valid integer"),
+        ("CpuPool", {"disk_size_gb": 10}, "args.disk_size_gb = 10"),
+        ("Cluster", {"release_channel": "NIGHTLY"}, "args.release_channel = 'NIGHTLY'"),
+        ("Storage", {"node_service_account": None}, "args.node_service_account: required"),
+        (
+            "LlmService",
+            {"models": [{"name": "q", "source": "Qwen/Qwen3-1.7B", "tensor_parallel_size": 3}]},
+            "args.models[0].tensor_parallel_size = 3",
+        ),
+        ("RayTrainingJob", {"training": {"strategy": "zero3"}}, "args.training.strategy = 'zero3'"),
+        (
+            "RayTrainingJob",
+            {"pool": {"name": "t", "machine_type": "ct6e-standard-9t", "topology": "2x4"}},
+            "args.pool.machine_type = 'ct6e-standard-9t'",
+        ),
+        ("KubeRayOperator", {"install": "kustomize"}, "args.install = 'kustomize'"),
+        (
+            "Workspace",
+            {"kuberay_install": "both"},
+            "args.kuberay_install = 'both': allowed: addon, helm",
+        ),
+    ],
+)
+def test_a_bad_argument_names_the_component_and_the_field(name, changes, fragment):
+    args = {**MINIMAL[name][0], **changes}
+    args = {k: v for k, v in args.items() if v is not None}
+    component = getattr(park_gke, name)
+    with pytest.raises(ProgramError) as err:
+        _run(lambda: component("it", args))
+    assert fragment in str(err.value)
+
+
+def test_a_bad_argument_never_echoes_a_credential():
+    token = "hf_" + "Qx9z" * 9
+    args = {**MINIMAL["Workspace"][0], "kuberay_install": token}
+    with pytest.raises(ProgramError) as err:
+        _run(lambda: park_gke.Workspace("it", args))
+    assert "args.kuberay_install" in str(err.value) and token not in str(err.value)
+
+
+def test_a_missing_argument_through_the_provider_names_the_component_and_the_field():
+    from pulumi.errors import InputPropertyError
+
+    host = ComponentProvider(provider.components(), provider.NAME, None, "0.0.0")
+    wire = _wire({k: v for k, v in MINIMAL["TpuSlicePool"][0].items() if k != "topology"})
+    with pytest.raises(ProgramError) as err:
+        _run(lambda: host.construct("it", "park-gke:index:TpuSlicePool", wire, None))
+    assert isinstance(err.value.__cause__, InputPropertyError)
+    assert "Missing required input 'topology' on 'TpuSlicePool'" in str(err.value)
+
+
+# ---- the schema --------------------------------------------------------------------------------
+
+SCHEMA = ROOT / "provider" / "schema.json"
+
+
+def test_the_schema_the_analyzer_infers_is_the_committed_golden():
+    now = provider.schema()
+    assert now == json.loads(SCHEMA.read_text()), (
+        "the components' arguments or outputs changed: run "
+        "`python -m park_gke.provider > provider/schema.json` and review the diff"
+    )
+
+
+def test_every_schema_property_says_what_it_is():
+    schema = json.loads(SCHEMA.read_text())
+    undocumented = [
+        f"{token}.{prop}"
+        for token, spec in [*schema["resources"].items(), *schema["types"].items()]
+        for section in ("inputProperties", "properties")
+        for prop, body in spec.get(section, {}).items()
+        if not body.get("description")
+    ]
+    assert not undocumented
+    for token, spec in schema["resources"].items():
+        assert spec.get("description"), token
+        assert spec["isComponent"] is True
+
+
+def test_the_plugin_manifest_hosts_the_components():
+    import yaml
+
+    manifest = yaml.safe_load((ROOT / "provider" / "PulumiPlugin.yaml").read_text())
+    assert manifest["runtime"]["name"] == "python"
+    entry = (ROOT / "provider" / "__main__.py").read_text()
+    assert "park_gke.provider import main" in entry
+    assert (ROOT / "provider" / "requirements.txt").read_text().splitlines()[-1] == ".."
+
+
+# ---- the arguments follow the stack config ---------------------------------------------------
+
+# (args class, spec model, spec fields the component sets itself or takes under another name)
+MIRRORS = [
+    ("TpuSlicePoolArgs", models.TpuPoolConfig, {}),
+    ("GpuPoolArgs", models.GpuPoolConfig, {}),
+    ("CpuPoolArgs", models.CpuPoolConfig, {}),
+    ("ServedModelArgs", models.ServedModel, {}),
+    ("NetworkArgs", models.NetworkConfig, {"master_cidr": "ClusterArgs"}),
+    ("ClusterArgs", models.ClusterConfig, {}),
+    (
+        "StorageArgs",
+        models.StorageConfig,
+        {"location": "bucket_location", "mount_path": "workloads"},
+    ),
+    ("RegistryArgs", models.RegistryConfig, {}),
+    (
+        "LlmServiceArgs",
+        models.ServingConfig,
+        {"enabled": "", "pool": "pool", "hf_token": "hf_token"},
+    ),
+    (
+        "KubeRayOperatorArgs",
+        models.KubeRayConfig,
+        {"logging": "ClusterArgs", "monitoring": "ClusterArgs"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("args_name", "model", "elsewhere"), MIRRORS, ids=[m[0] for m in MIRRORS])
+def test_every_stack_key_of_a_section_is_a_component_argument(args_name, model, elsewhere):
+    """A key added to the stack config without its component argument fails here."""
+    if args_name == "RegistryArgs":  # the registry is part of Storage
+        fields = set(park_gke.StorageArgs.__annotations__)
+        expected = {"repository": "repository", "create": "create_repository"}
+        assert set(expected.values()) <= fields
+        assert set(model.model_fields) == set(expected)
+        return
+    fields = set(getattr(park_gke, args_name).__annotations__)
+    missing = set(model.model_fields) - fields - set(elsewhere)
+    assert not missing
+
+
+def test_the_training_argument_is_the_training_section():
+    """RayTrainingJob takes park:training's own keys: every one is accepted, none invented."""
+    plan = from_file(STACKS_DIR / "Pulumi.prod.yaml")
+    settings = args_from.training(plan, False)["training"]
+    keys = set(models.TrainingConfig.model_fields) - {"enabled", "pool", "image"}
+    assert set(settings) == {_camel(k) for k in keys}
+    assert models.TrainingConfig.model_validate(settings)  # stack-file spelling, as documented
+
+
+def test_the_package_is_what_the_wheel_ships():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "park_gke*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert Path(park_gke.__file__).parent == ROOT / "park_gke"
