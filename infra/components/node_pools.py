@@ -200,6 +200,15 @@ class TpuSlicePool(pulumi.ComponentResource):
             for p in node_pools.tpu_slice_pools(pool, args["location"])
         ]
         self.plan = pool
+        # What a RayTrainingJob or LlmService on this pool takes as its `pool` argument.
+        self.ref = {
+            "name": pool.spec.name,
+            "machine_type": pool.spec.machine_type,
+            "topology": pool.spec.topology,
+            "slices": pool.spec.slices,
+            "capacity": pool.spec.capacity,
+            **({"reservation": pool.spec.reservation} if pool.spec.reservation else {}),
+        }
         self.chips = pulumi.Output.from_input(pool.total_chips)
         self.hosts = pulumi.Output.from_input(pool.total_hosts)
         self.node_pool_names = pulumi.Output.all(*(p.name for p in self.node_pools))

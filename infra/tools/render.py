@@ -62,12 +62,17 @@ class Rendered:
 
     def manifests(self) -> list[dict[str, Any]]:
         """Every Kubernetes object, as the API server would receive it."""
-        return [
-            _manifest_of(r)
-            for r in self.resources
-            if r.type.startswith("kubernetes:")
-            and not r.type.startswith(("kubernetes:helm", "pulumi:providers"))
-        ]
+        return manifests_of(self.resources)
+
+
+def manifests_of(resources: list[Resource]) -> list[dict[str, Any]]:
+    """The Kubernetes objects among registered resources (Helm releases aside)."""
+    return [
+        _manifest_of(r)
+        for r in resources
+        if r.type.startswith("kubernetes:")
+        and not r.type.startswith(("kubernetes:helm", "pulumi:providers"))
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,10 +176,12 @@ def run_under_mocks(
     config: dict[str, Any] | None = None,
     secret_keys: list[str] | None = None,
     calls: Calls | None = None,
+    pulumi_project: str = PROJECT,
 ) -> tuple[list[Resource], dict[str, Any]]:
     """Run any Pulumi program under the mock engine (no CLI, no credentials): every resource it
     registers, in a stable order, and its stack outputs (secret ones masked). `calls` answers
-    invokes (token, args → result), e.g. gcp:container/getCluster:getCluster."""
+    invokes (token, args → result), e.g. gcp:container/getCluster:getCluster; `pulumi_project`
+    is the project name its `pulumi.Config()` reads keys under."""
     import pulumi
     import pulumi.runtime
     from google.protobuf import json_format
@@ -198,7 +205,7 @@ def run_under_mocks(
             response = super().RegisterResource(request)
             if request.type != "pulumi:pulumi:Stack":
                 parent = request.parent.split("::")[-1] if request.parent else None
-                if parent == f"{PROJECT}-{stack}":
+                if parent == f"{pulumi_project}-{stack}":
                     parent = None  # the stack itself
                 recorded.append(
                     Resource(
@@ -217,7 +224,11 @@ def run_under_mocks(
     # A program that failed before this one leaves its unawaited RPCs (and their error) behind.
     _get_rpc_manager().clear()
     pulumi.runtime.set_mocks(
-        the_mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(the_mocks)
+        the_mocks,
+        project=pulumi_project,
+        stack=stack,
+        preview=False,
+        monitor=RecordingMonitor(the_mocks),
     )
     values = config or {}
     pulumi.runtime.set_all_config(

@@ -1,0 +1,74 @@
+"""A TPU v6e slice, KubeRay and an OpenAI-compatible endpoint on a GKE cluster you already run.
+
+The cluster (and its network) stay yours: park-gke looks the cluster up, checks at preview time
+that it has what Ray on TPU needs (Standard mode, Workload Identity, GCS FUSE, the Ray add-on,
+a new enough version), then adds one v6e-8 node pool, a bucket with a workload identity, the
+Ray namespace and a RayService serving Qwen3-1.7B across the slice's 8 chips.
+
+    pulumi config set gcp:project MY_PROJECT
+    pulumi config set clusterName team-gke
+    pulumi preview
+"""
+
+import pulumi
+
+from park_gke import (
+    ExistingCluster,
+    KubeRayOperator,
+    LlmService,
+    Storage,
+    TpuSlicePool,
+    Workspace,
+    kubernetes_provider,
+)
+
+config = pulumi.Config()
+project = pulumi.Config("gcp").require("project")
+zone = config.get("zone") or "us-east5-b"
+region = zone.rsplit("-", 1)[0]
+stack = pulumi.get_stack()
+
+cluster = ExistingCluster(
+    "cluster", {"project": project, "location": zone, "name": config.require("clusterName")}
+)
+slice_pool = TpuSlicePool(
+    "serve-pool",
+    {
+        "cluster": cluster.name,
+        "location": zone,
+        "node_service_account": cluster.node_service_account,
+        "name": "serve-v6e-8",
+        "machine_type": "ct6e-standard-8t",
+        "topology": "2x4",
+    },
+)
+storage = Storage(
+    "storage",
+    {
+        "project": project,
+        "region": region,
+        "node_service_account": cluster.node_service_account,
+        "cluster": cluster.name,
+        "stack": stack,
+    },
+)
+
+k8s = kubernetes_provider("team-gke", cluster.kubeconfig, depends_on=[])
+in_cluster = pulumi.ResourceOptions(providers={"kubernetes": k8s})
+KubeRayOperator("kuberay", {"install": "addon"}, in_cluster)  # the add-on: nothing to install
+workspace = Workspace("workspace", {"project": project, "stack": stack}, in_cluster)
+service = LlmService(
+    "llm",
+    {
+        "project": project,
+        "location": zone,
+        "stack": stack,
+        "pool": slice_pool.ref,  # type: ignore[typeddict-item]
+        "models": [{"name": "qwen3-1.7b", "source": "Qwen/Qwen3-1.7B"}],
+    },
+    in_cluster.merge(pulumi.ResourceOptions(depends_on=[*workspace.ready, *slice_pool.node_pools])),
+)
+
+pulumi.export("endpoint_service", service.endpoint_service)
+pulumi.export("bucket", storage.bucket)
+pulumi.export("node_pools", slice_pool.node_pool_names)
