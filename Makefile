@@ -9,4 +9,4 @@ test:
 	pytest
 
 lint:
-	ruff check . && ruff format --check infra workloads tests benchmarks policy
+	ruff check . && ruff format --check infra workloads tests benchmarks policy park_gke examples provider

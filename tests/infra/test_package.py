@@ -460,3 +460,19 @@ def test_the_package_is_what_the_wheel_ships():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "park_gke*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
     assert Path(park_gke.__file__).parent == ROOT / "park_gke"
+
+
+def test_readme_shows_each_language_path_and_a_real_error():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Use park-gke from your own Pulumi program") :]
+    section = section[: section.index("\n## ")]
+    for needed in ("```python", "```yaml", "```typescript", "```go", "pulumi package add"):
+        assert needed in section, needed
+    for name in park_gke.COMPONENTS:
+        assert f"`{name}`" in section, name  # every public component is in its table
+    # The error it shows is the one the component gives.
+    args = {**MINIMAL["TpuSlicePool"][0], "name": "serve-v6e-8"}
+    args |= {"machine_type": "ct6e-standard-8t", "topology": "3x3", "slices": 1}
+    with pytest.raises(ProgramError) as err:
+        _run(lambda: park_gke.TpuSlicePool("serve", args))
+    assert str(err.value) in section
