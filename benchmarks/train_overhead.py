@@ -158,9 +158,9 @@ def run_plain(cfg: TrainConfig, threads: int, out: Path) -> float:
 
 
 def run_ray(cfg: TrainConfig, threads: int, out: Path) -> float:
-    from ray.train import RunConfig
     from ray.train.torch import TorchTrainer
 
+    from workloads.train.launcher import build_run_config
     from workloads.train.scaling import build_scaling_config, build_torch_config
 
     start = time.time()
@@ -169,7 +169,7 @@ def run_ray(cfg: TrainConfig, threads: int, out: Path) -> float:
         train_loop_config={"cfg": cfg.to_dict(), "threads": threads, "out": str(out)},
         torch_config=build_torch_config(cfg),
         scaling_config=build_scaling_config(cfg),
-        run_config=RunConfig(name=out.stem, storage_path=cfg.storage_path),
+        run_config=build_run_config(cfg, name=out.stem),
     )
     result = trainer.fit()
     if result.error is not None:
@@ -292,11 +292,14 @@ def cases(args: argparse.Namespace, work: Path) -> dict[str, TrainConfig]:
 
 
 def _side(reports: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
-    first = next((r["first_step_at"] for r in reports if r.get("first_step_at")), None)
+    """One run's figures; time to first step is split at the loop's start: before it, process
+    start-up and (Ray) the controller and worker group; after it, model, data and step 1."""
+    first = next((r for r in reports if r.get("first_step_at")), {})
     return {
         "step_time_s": steady_step_time(reports),
         "cpu_s_per_step": steady_cpu_per_step(reports),
-        "time_to_first_step_s": None if first is None else first - start,
+        "time_to_first_step_s": first["first_step_at"] - start if first else None,
+        "until_loop_starts_s": first["started_at"] - start if first else None,
         "wall_s": end - start,
     }
 
@@ -314,10 +317,14 @@ def run_case(cfg: TrainConfig, repeats: int, threads: int, work: Path, name: str
             print(f"{name} {side} #{i}: {runs[side][-1]}", file=sys.stderr)
     best = {side: min(r["step_time_s"] for r in samples) for side, samples in runs.items()}
     cpu = {side: min(r["cpu_s_per_step"] for r in samples) for side, samples in runs.items()}
-    ttfs = {
-        side: min(r["time_to_first_step_s"] for r in samples if r["time_to_first_step_s"])
-        for side, samples in runs.items()
-    }
+
+    def least(key: str) -> dict[str, float | None]:
+        return {
+            side: min((r[key] for r in samples if r[key] is not None), default=None)
+            for side, samples in runs.items()
+        }
+
+    ttfs, until_loop = least("time_to_first_step_s"), least("until_loop_starts_s")
     tokens = cfg.batch * int(cfg.seq_len or 0)
     return {
         "model": cfg.model or f"gpt:{cfg.model_size}",
@@ -338,6 +345,8 @@ def run_case(cfg: TrainConfig, repeats: int, threads: int, work: Path, name: str
         "ray_over_plain_cpu": cpu["ray_train"] / cpu["plain"],
         "plain_time_to_first_step_s": ttfs["plain"],
         "ray_train_time_to_first_step_s": ttfs["ray_train"],
+        "plain_until_loop_starts_s": until_loop["plain"],
+        "ray_train_until_loop_starts_s": until_loop["ray_train"],
         "runs": runs,
     }
 

@@ -17,20 +17,30 @@ from workloads.train.loop import train_loop_per_worker
 from workloads.train.metrics import RESULT_PREFIX, emit
 from workloads.train.scaling import build_scaling_config, build_torch_config
 
+# Ray starts worker processes at nice 15 (the raylet's worker_niceness), below everything else
+# on the host: any other busy process (a FUSE sidecar, a metrics agent, another job on a shared
+# machine) then takes the training workers' CPU first. Those workers are the job; they run at
+# normal priority. Only this: the pods' own TORCH_TPU_* variables (the KubeRay TPU webhook's)
+# must stay visible to the bridge, which compares them with its plan.
+WORKER_ENV = {"RAY_worker_niceness": "0"}
 
-def build_trainer(cfg: TrainConfig) -> TorchTrainer:
-    """A TorchTrainer for a resolved config: checkpoints in storage_path, restarts on failure.
 
-    No worker runtime env: on TPU the pods' own TORCH_TPU_* variables (the KubeRay TPU
-    webhook's) must stay visible to the bridge, which compares them with its plan and sets the
-    ones it uses on each worker before the process group starts.
-    """
-    run_config = RunConfig(
+def build_run_config(cfg: TrainConfig, **overrides: Any) -> RunConfig:
+    """Checkpoints in storage_path, restarts on failure, workers at normal priority."""
+    values: dict[str, Any] = dict(
         name=cfg.run_name,
         storage_path=cfg.storage_path,
         failure_config=FailureConfig(max_failures=cfg.max_failures),
         checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+        worker_runtime_env={"env_vars": dict(WORKER_ENV)},
     )
+    values.update(overrides)
+    return RunConfig(**values)
+
+
+def build_trainer(cfg: TrainConfig) -> TorchTrainer:
+    """A TorchTrainer for a resolved config."""
+    run_config = build_run_config(cfg)
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=cfg.to_dict(),

@@ -121,6 +121,7 @@ def _global_targets(local: int, world_size: int, device: torch.device) -> torch.
 
 def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
     """Train until ``cfg.steps``; the default process group must already be initialized."""
+    started_at = time.time()
     device = env.device
     dtype = compute_dtype(cfg.precision, device.type)
     mesh = build_mesh(device.type, env.world_size, cfg.num_slices if cfg.is_tpu else 1)
@@ -170,6 +171,7 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
             "data_epoch": data.epoch,
         }
         if first_step_at is not None:
+            values["started_at"] = started_at  # wall clock: the loop began, first step done
             values["first_step_at"] = first_step_at
         if exports.latest:
             values["export_path"] = exports.latest
