@@ -186,8 +186,10 @@ def load_source(cfg: TrainConfig) -> HFSource:
 
 
 def _check_convertible(config: Any, spec: str) -> None:
-    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
-
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    except ImportError:  # transformers 4: no load-time conversions
+        return
     model_type = getattr(config, "model_type", "")
     if get_checkpoint_conversion_mapping(model_type):
         raise ModelError(
@@ -343,6 +345,13 @@ def init_from_config(model: nn.Module, seed: int) -> None:
 
 
 def _copy_buffers(module: nn.Module, twin: nn.Module) -> None:
+    rope = getattr(module, "rope_init_fn", None)
+    frequencies = twin._buffers.get("inv_freq")
+    if frequencies is not None and callable(rope) and not frequencies.any():
+        # transformers 4's _init_weights leaves rotary frequencies alone: compute them here.
+        twin._buffers["inv_freq"] = rope(module.config, None)[0]
+        if "original_inv_freq" in twin._buffers:
+            twin._buffers["original_inv_freq"] = twin._buffers["inv_freq"]
     for attr, buffer in module._buffers.items():
         computed = twin._buffers.get(attr)
         if buffer is not None and computed is not None:
