@@ -93,24 +93,19 @@ def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
         after_namespace = pulumi.ResourceOptions(depends_on=space.ready)
         queues = Kueue("kueue", args_from.kueue(plan), in_cluster.merge(after_namespace))
         ready += queues.ready
+
+    def on_pool(pool: str) -> pulumi.ResourceOptions:
+        """A workload waits for the namespace, the operator, its queue and its pool's nodes."""
+        waits = [*ready, *tpu_pools[pool].node_pools]
+        return pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=waits)
+
+    has_token = hf_token is not None
     if plan.training is not None:
-        RayTrainingJob(
-            "park-train",
-            args_from.training(plan, hf_token is not None),
-            pulumi.ResourceOptions(
-                providers={"kubernetes": provider},
-                depends_on=[*ready, *tpu_pools[plan.training.pool.name].node_pools],
-            ),
-        )
+        job = args_from.training(plan, has_token)
+        RayTrainingJob("park-train", job, on_pool(plan.training.pool.name))
     if plan.serving is not None:
-        LlmService(
-            "park-serve",
-            args_from.serving(plan, hf_token is not None),
-            pulumi.ResourceOptions(
-                providers={"kubernetes": provider},
-                depends_on=[*ready, *tpu_pools[plan.serving.pool.name].node_pools],
-            ),
-        )
+        service = args_from.serving(plan, has_token)
+        LlmService("park-serve", service, on_pool(plan.serving.pool.name))
 
     on_namespace = pulumi.ResourceOptions(
         providers={"kubernetes": provider}, depends_on=space.ready

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -126,11 +128,11 @@ def resolve_stack_file(stack: str, config_file: Path | None) -> Path:
     raise typer.Exit(2)
 
 
-def _plan(path: Path, stack: str, esc_config: Path | None, out: Console = err_console) -> StackPlan:
-    from infra.stack import from_file
-
+@contextmanager
+def _stack_errors(out: Console = err_console) -> Iterator[None]:
+    """A stack that cannot be read or planned: its problems printed, exit 1."""
     try:
-        return from_file(path, stack, esc_config)
+        yield
     except ConfigError as err:
         report.config_error(err, out)
         raise typer.Exit(1) from None
@@ -139,17 +141,18 @@ def _plan(path: Path, stack: str, esc_config: Path | None, out: Console = err_co
         raise typer.Exit(1) from None
 
 
+def _plan(path: Path, stack: str, esc_config: Path | None, out: Console = err_console) -> StackPlan:
+    from infra.stack import from_file
+
+    with _stack_errors(out):
+        return from_file(path, stack, esc_config)
+
+
 def _rendered(path: Path, stack: str, esc_config: Path | None) -> Rendered:
     from infra.tools.render import render_stack_file
 
-    try:
+    with _stack_errors():
         return render_stack_file(path, stack, esc_config)
-    except ConfigError as err:
-        report.config_error(err, err_console)
-        raise typer.Exit(1) from None
-    except StackFileError as err:
-        err_console.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
-        raise typer.Exit(1) from None
 
 
 # ---------------------------------------------------------------------------------------------
