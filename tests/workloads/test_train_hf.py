@@ -265,11 +265,22 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path: Path) -> None:
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
 
 
-def test_export_every_n_checkpoints(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, steps=6, checkpoint_every=2, export_every=2, export=False)
+def test_export_every_n_checkpoints_to_a_bucket_uri(tmp_path: Path) -> None:
+    """--export-every, to a URI through pyarrow's filesystems (file:// here, gs:// on GKE)."""
+    bucket = tmp_path / "bucket"
+    cfg = _config(
+        tmp_path,
+        steps=6,
+        checkpoint_every=2,
+        export_every=2,
+        export_path=f"file://{bucket}/exports",
+        export_max_shard_size="300KB",
+    )
     train(cfg, LocalEnv(tmp_path / "ckpt"))
-    exports = sorted(p.name for p in (Path(cfg.storage_path) / "hf" / "export").iterdir())
-    assert exports == ["step_00000004"]
+    assert sorted(p.name for p in (bucket / "exports").iterdir()) == ["final", "step_00000004"]
+    step = bucket / "exports" / "step_00000004"
+    assert json.loads((step / export.MARKER_NAME).read_text())["step"] == 4
+    assert (step / export.INDEX_NAME).exists() and (step / "config.json").exists()
 
 
 # ---- sources and their errors -------------------------------------------------------------------

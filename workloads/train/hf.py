@@ -90,9 +90,9 @@ def resolve_folder(source: str, *, weights: bool, flag_name: str = "--model") ->
     local = Path(os.path.expanduser(source))
     if local.is_dir():
         return local
-    if source.startswith(("/", ".", "~")) or source.count("/") != 1:
+    if source.startswith(("/", ".", "~")) or source.count("/") > 1:
         raise ModelError(
-            f"{flag_name} {source!r}: not a folder here, nor a hub id of the form org/name"
+            f"{flag_name} {source!r}: not a folder here, nor a hub id (org/name or name)"
         )
     return _download(source, weights=weights, flag_name=flag_name)
 

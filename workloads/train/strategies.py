@@ -149,9 +149,13 @@ def lr_at(
 def sdpa_backends(device_type: str) -> contextlib.AbstractContextManager[None]:
     """On TPU, attention through the backend a device registers its own fused kernel under
     (``SDPBackend.OVERRIDEABLE``), as Google's TorchTPU fine-tuning sample runs forward and
-    backward; elsewhere PyTorch's own choice (flash / memory-efficient / math)."""
+    backward; elsewhere PyTorch's own choice (flash / memory-efficient / math).
+
+    The sample attends causally without a mask; packed documents come with a block-diagonal
+    mask, which a device kernel may not take, so the math kernel stays allowed as the fallback
+    (PyTorch uses the first listed backend that accepts the inputs)."""
     if device_type != "tpu":
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel([SDPBackend.OVERRIDEABLE])
+    return sdpa_kernel([SDPBackend.OVERRIDEABLE, SDPBackend.MATH])
