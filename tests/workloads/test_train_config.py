@@ -175,10 +175,8 @@ def test_resolve_fills_worker_counts_and_topology() -> None:
 
 
 def test_hugging_face_runs_parse() -> None:
-    cfg = parse_args(
-        ["--model", "Qwen/Qwen2.5-0.5B", "--data", "gs://b/chat/", "--objective", "sft"]
-        + ["--export-max-shard-size", "2GiB", "--no-export"]
-    )
+    model = ["--model", "Qwen/Qwen2.5-0.5B", "--data", "gs://b/chat/", "--objective", "sft"]
+    cfg = parse_args([*model, "--export-max-shard-size", "2GiB", "--no-export"])
     assert (cfg.is_hf, cfg.init_mode, cfg.export) == (True, "pretrained", False)
     assert parse_args(["--model", "park:tiny-llama"]).init_mode == "config"
     assert parse_size("2GiB") == 2 * 2**30 and parse_size("500MB") == 500 * 10**6
