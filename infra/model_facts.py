@@ -400,6 +400,27 @@ def is_hub_id(source: str) -> bool:
     return source.count("/") == 1 and "://" not in source and not source.startswith(("/", ".", "~"))
 
 
+BUILTIN_PREFIX = "park:"  # models the trainer builds itself (workloads/train/tiny_llama.py)
+
+
+def builtin(source: str) -> FactsLookup:
+    """A model the trainer builds on the worker: its facts from the spec it builds it from."""
+    from workloads.train import tiny_llama
+
+    tried = (f"the trainer's built-in {source}",)
+    if source != f"{BUILTIN_PREFIX}{tiny_llama.NAME}":
+        reason = f"{source}: no such built-in model; allowed: {BUILTIN_PREFIX}{tiny_llama.NAME}"
+        return FactsLookup(None, tried, reason, error=reason)
+    config = {
+        **{k: v for k, v in tiny_llama.SPEC.items() if k != "version"},
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "torch_dtype": "float32",
+        "tie_word_embeddings": True,
+    }
+    return FactsLookup(facts_from_config(config, source=source), tried)
+
+
 @cache
 def lookup(source: str, *, mounted: str | None = None) -> FactsLookup:
     """Facts for a served model's source (HF id, gs://..., a local folder).
@@ -408,6 +429,8 @@ def lookup(source: str, *, mounted: str | None = None) -> FactsLookup:
     when it exists on this machine."""
     tried: list[str] = []
     notes: list[str] = []
+    if source.startswith(BUILTIN_PREFIX):
+        return builtin(source)
     if source.startswith(("/", ".", "~")) or (mounted and Path(mounted).is_dir()):
         path = Path(mounted if mounted and Path(mounted).is_dir() else source).expanduser()
         tried.append(f"folder {path}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from infra import catalog, engine, gke, model_facts, names
 from infra.model_facts import FactsLookup
 from infra.spec.errors import ConfigProblem
+from infra.spec.models import TRAINING_SOURCE as TRAINING_SOURCE
 from infra.spec.models import (
     GpuPoolConfig,
     ServedModel,
@@ -33,6 +34,7 @@ from infra.spec.models import (
     TrainingConfig,
 )
 from infra.versions import IMAGE_TAG
+from workloads import protocol
 
 # Images, by what runs in them: one TorchTPU image for training and vLLM-TorchTPU serving; a
 # separate JAX image for the vllm-tpu engine (its libtpu pins conflict with torch_tpu).
@@ -92,6 +94,7 @@ class TrainingPlan:
     run_name: str
     storage_path: str  # where Ray Train keeps checkpoints (the stack's bucket)
     queue_name: str | None  # the Kueue LocalQueue when the pool is queued
+    export_path: str | None  # the final Hugging Face export (model runs with export on)
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class ServedModelPlan:
 
     index: int
     spec: ServedModel
+    source: str | None  # what the engine loads: spec.source, or the training run's export
     tensor_parallel: int  # default: every chip of one slice
     min_slices: int  # one whole slice per replica (module docstring)
     max_slices: int
@@ -111,6 +115,11 @@ class ServedModelPlan:
     @property
     def key(self) -> str:
         return f"park:serving.models[{self.index}]"
+
+    @property
+    def from_training(self) -> bool:
+        """It serves the stack's training run (source: training)."""
+        return self.spec.source == TRAINING_SOURCE
 
 
 @dataclass(frozen=True)
@@ -197,9 +206,32 @@ def training_workers(pool: PoolPlan, slices: int) -> tuple[int, int]:
     return pool.slice.chips * slices, pool.slice.hosts * slices
 
 
-def resolve_served_model(model: ServedModel, index: int, tpu: catalog.TpuSlice) -> ServedModelPlan:
+def export_path(storage_path: str, run_name: str, spec: TrainingConfig) -> str | None:
+    """Where a training run's final Hugging Face export lands (workloads/protocol.py's rule),
+    for a run that exports one: a `model` run with `export` on."""
+    if not (spec.model and spec.export):
+        return None
+    return protocol.training_export_path(storage_path, run_name)
+
+
+def resolve_served_model(
+    model: ServedModel, index: int, tpu: catalog.TpuSlice, training: TrainingPlan | None
+) -> ServedModelPlan:
     tp = model.tensor_parallel_size or tpu.chips
-    facts = model_facts.lookup(model.source)
+    source: str | None = model.source
+    base = model.base_model
+    if model.source == TRAINING_SOURCE:
+        # The trained weights have the base model's architecture: its facts are the export's.
+        source = training.export_path if training else None
+        base = base or (training.spec.model if training else None)
+    if base:
+        facts = model_facts.lookup(base)
+    elif model.source == TRAINING_SOURCE:
+        facts = model_facts.FactsLookup(
+            None, (), "the training run has no Hugging Face model (park:training.model)"
+        )
+    else:
+        facts = model_facts.lookup(model.source)
     kwargs = model.engine_kwargs
     utilization = float(kwargs.get("gpu_memory_utilization", engine.DEFAULT_MEMORY_UTILIZATION))
     fit = None
@@ -216,6 +248,7 @@ def resolve_served_model(model: ServedModel, index: int, tpu: catalog.TpuSlice) 
     return ServedModelPlan(
         index=index,
         spec=model,
+        source=source,
         tensor_parallel=tp,
         min_slices=model.min_replicas,
         max_slices=model.max_replicas,
@@ -278,6 +311,8 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         pool = by_name[spec.training.pool]
         slices = spec.training.num_slices
         workers, hosts = training_workers(pool, slices)
+        run_name = f"{spec.stack}-{names.TRAINING_JOB_NAME}"
+        storage_path = f"gs://{stack_names.bucket}/{CHECKPOINTS_PREFIX}"
         training = TrainingPlan(
             spec=spec.training,
             pool=pool,
@@ -285,16 +320,18 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             workers=workers,
             hosts=hosts,
             image=image(spec, stack_names.registry_url, spec.training),
-            run_name=f"{spec.stack}-{names.TRAINING_JOB_NAME}",
-            storage_path=f"gs://{stack_names.bucket}/{CHECKPOINTS_PREFIX}",
+            run_name=run_name,
+            storage_path=storage_path,
             queue_name=names.local_queue_name(pool.name) if pool.queued else None,
+            export_path=export_path(storage_path, run_name, spec.training),
         )
 
     serving = None
     if spec.serving.enabled and (spec.serving.pool in by_name or not partial):
         pool = by_name[spec.serving.pool]
         models = tuple(
-            resolve_served_model(m, i, pool.slice) for i, m in enumerate(spec.serving.models)
+            resolve_served_model(m, i, pool.slice, training)
+            for i, m in enumerate(spec.serving.models)
         )
         clusters = upgrade_clusters(spec.serving.upgrade_strategy)
         serving = ServingPlan(

@@ -156,6 +156,7 @@ RAY_ADDRESS_MARKER = "PARK_RAY_ADDRESS "  # then the GCS address it attached to
 CHANGES_HEADER = "changed for CPU:"  # then one "  - <change>" line per change
 CHANGE_ITEM = "  - "
 SMOKE_MARKER = "smoke: "  # then the smoke request's reply
+REPLY_PREFIX = "PARK_REPLY "  # then {"model", "prompt", "reply"} of the smoke request, as JSON
 
 
 # ---- ports ----------------------------------------------------------------------------------

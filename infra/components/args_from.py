@@ -238,7 +238,15 @@ def serving(plan: StackPlan, hf_token: bool) -> LlmServiceArgs:
     assert plan.serving is not None
     service = plan.serving
     spec = service.spec
-    models = [m.spec.model_dump(exclude_none=True, exclude_defaults=False) for m in service.models]
+    models: list[Any] = []
+    for m in service.models:
+        model = m.spec.model_dump(exclude_none=True)
+        if m.from_training:
+            # The run's export on the bucket, and the model it was trained from for its facts.
+            assert plan.training is not None and m.source is not None
+            base = m.spec.base_model or plan.training.spec.model
+            model |= {"source": m.source, **({"base_model": base} if base else {})}
+        models.append(model)
     return LlmServiceArgs(
         **_workload(plan, service.pool, service.image),  # type: ignore[typeddict-item]
         models=models,

@@ -81,7 +81,11 @@ class ServedModelArgs(TypedDict):
     name: str
     """The model id clients ask for."""
     source: str
-    """HF id, gs://..., or a path under the bucket mount."""
+    """HF id, gs://..., or a path under the bucket mount (RayTrainingJob.export_path: serve
+    what a training run exported)."""
+    base_model: NotRequired[str]
+    """The model a fine-tuned source was trained from: its facts (architecture, size) stand in
+    for the source's at preview, when its config cannot be read then (a run not yet done)."""
     tensor_parallel_size: NotRequired[int]
     """Default: every chip of one slice."""
     max_model_len: NotRequired[int]
@@ -172,6 +176,9 @@ class RayTrainingJob(pulumi.ComponentResource):
     """The RayJob's name."""
     workers: pulumi.Output[int]
     """Ray Train workers: one per chip of its slices."""
+    export_path: pulumi.Output[str]
+    """gs:// folder of the run's final Hugging Face export (empty when it exports none): an
+    LlmService model's source."""
 
     def __init__(
         self, name: str, args: RayTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
@@ -201,7 +208,10 @@ class RayTrainingJob(pulumi.ComponentResource):
         )
         self.job_name = pulumi.Output.from_input(manifest["metadata"]["name"])
         self.workers = pulumi.Output.from_input(plan.training.workers)
-        self.register_outputs({"job_name": self.job_name, "workers": self.workers})
+        self.export_path = pulumi.Output.from_input(plan.training.export_path or "")
+        self.register_outputs(
+            {"job_name": self.job_name, "workers": self.workers, "export_path": self.export_path}
+        )
 
 
 class LlmService(pulumi.ComponentResource):
@@ -222,6 +232,7 @@ class LlmService(pulumi.ComponentResource):
                     m,
                     "name",
                     "source",
+                    "base_model",
                     "tensor_parallel_size",
                     "max_model_len",
                     "enable_expert_parallel",

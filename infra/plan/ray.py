@@ -307,9 +307,10 @@ def _labels(name: str) -> dict[str, str]:
 
 def training_fields(training: TrainingPlan) -> dict[str, Any]:
     """The fields of `python -m workloads.train` the stack sets, in order; TPU facts come from
-    the catalog, counts from the resolved plan."""
+    the catalog, counts from the resolved plan. A Hugging Face model run (park:training.model)
+    gets its model, data and export fields; a GPT preset run its preset."""
     spec, tpu = training.spec, training.pool.slice
-    return {
+    fields: dict[str, Any] = {
         "accelerator": "tpu",
         "num_workers": training.workers,
         "tpu_topology": tpu.topology,
@@ -319,17 +320,54 @@ def training_fields(training: TrainingPlan) -> dict[str, Any]:
         "num_slices": training.slices,
         "peak_tflops_per_device": tpu.generation.peak_bf16_tflops_per_chip,
         "strategy": spec.strategy,
-        "model_size": spec.model_size,
+    }
+    if spec.model:
+        fields |= {"model": spec.model, "tokenizer": spec.tokenizer, "init": spec.init}
+        fields["activation_checkpointing"] = spec.activation_checkpointing
+    else:
+        fields["model_size"] = spec.model_size
+        # Set on a preset run, these reach the trainer, whose rules refuse them without a model.
+        fields |= {
+            "tokenizer": spec.tokenizer,
+            "init": spec.init if spec.init != "auto" else None,
+            "activation_checkpointing": spec.activation_checkpointing or None,
+        }
+    fields |= {
         "steps": spec.steps,
         "global_batch_size": spec.global_batch_size,
         "seq_len": spec.seq_len,
         "lr": spec.learning_rate,
+        "warmup_steps": spec.warmup_steps,
+        "lr_schedule": spec.lr_schedule,
+        "min_lr_ratio": spec.min_lr_ratio,
+        "data": spec.data,
+        "objective": spec.objective,
+    }
+    if spec.model:
+        fields |= {
+            "data_split": spec.data_split,
+            "text_field": spec.text_field,
+            "messages_field": spec.messages_field,
+            "prompt_field": spec.prompt_field,
+            "response_field": spec.response_field,
+        }
+    fields |= {
         "checkpoint_every": spec.checkpoint_every,
+        "keep_checkpoints": spec.keep_checkpoints,
         "storage_path": training.storage_path,
         "run_name": training.run_name,
         "max_failures": spec.max_failures,
-        "data": spec.data,
     }
+    if spec.model:
+        fields |= {
+            "export": spec.export,
+            "export_every": spec.export_every,
+            "export_dtype": spec.export_dtype,
+            "export_max_shard_size": spec.export_max_shard_size,
+        }
+    elif spec.export_every:
+        fields["export_every"] = spec.export_every
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def training_runtime_env() -> dict[str, Any]:
@@ -500,7 +538,8 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
             {
                 "model_loading_config": {
                     "model_id": spec.name,
-                    "model_source": model_source(pods, spec.source),
+                    # source: training is the run's export on the bucket, through the mount.
+                    "model_source": model_source(pods, model.source or spec.source),
                 },
                 "accelerator_type": tpu.ray_accelerator_type,
                 "accelerator_config": {"kind": "tpu", "topology": tpu.topology},

@@ -6,13 +6,17 @@ out here: validation and the manifests agree because they read the same numbers.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from pydantic.alias_generators import to_camel
 
 from infra import engine, model_facts
 from infra.resolve import ServedModelPlan, StackPlan
 from infra.spec.errors import ConfigProblem
-from infra.spec.models import StackConfig
+from infra.spec.models import TRAINING_SOURCE, StackConfig
 from infra.versions import ENGINE_VERSIONS, RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
+from workloads import protocol
 
 # Where the pinned Ray's TPU serving maths disagrees with GKE: (generation, topology) → hosts
 # Ray assumes: ray/_private/accelerators/tpu.py get_chips_per_host takes a v6e topology of up
@@ -78,7 +82,116 @@ def check_training(plan: StackPlan) -> list[ConfigProblem]:
                 "training and serving must use different pools (a slice runs one of them)",
             )
         )
+    problems += _trainer_problems(plan)
+    problems += _training_model_problems(plan)
     return problems
+
+
+# The trainer's flags that are not park:training.<camelCase of the flag>.
+_KEY_OF_FLAG = {"lr": "learningRate"}
+# Flags the plan sets from the pool and the catalog (a problem there is the pool's).
+_FROM_POOL = {
+    "accelerator",
+    "num_workers",
+    "tpu_topology",
+    "tpu_accelerator_type",
+    "torch_tpu_topology",
+    "chips_per_host",
+    "num_slices",
+    "peak_tflops_per_device",
+}
+
+
+def _trainer_problems(plan: StackPlan) -> list[ConfigProblem]:
+    """The entrypoint's flags through the trainer's own config rules (workloads/train/
+    config.py, torch-free): a combination it refuses fails here, named by its stack key."""
+    from infra.plan.ray import training_fields
+    from workloads.train.config import ConfigError as TrainerError
+    from workloads.train.config import TrainConfig, validate
+
+    assert plan.training is not None
+    fields = training_fields(plan.training)
+    try:
+        validate(TrainConfig.from_dict(fields))
+    except TrainerError as err:
+        message = str(err)
+        match = re.search(r"--([a-z0-9-]+)", message)
+        field = protocol.field_of(match.group(1)) if match else ""
+        value: Any = None
+        if field in _FROM_POOL:
+            key, value = "park:training.pool", plan.spec.training.pool
+        elif field:
+            key, value = (
+                f"park:training.{_KEY_OF_FLAG.get(field, to_camel(field))}",
+                fields.get(field),
+            )
+        else:
+            key = "park:training"
+        return [ConfigProblem(key, value, f"the trainer refuses it: {message}")]
+    return []
+
+
+def _training_model_problems(plan: StackPlan) -> list[ConfigProblem]:
+    """The model the run starts from: one the trainer can train, reachable with the stack's
+    credentials."""
+    spec = plan.spec.training
+    if not spec.model:
+        return []
+    facts = model_facts.lookup(spec.model)
+    problems = []
+    if facts.error:
+        problems.append(ConfigProblem("park:training.model", spec.model, facts.error))
+    known = facts.facts
+    if known is not None and known.moe:
+        problems.append(
+            ConfigProblem(
+                "park:training.model",
+                spec.model,
+                f"{known.architecture} is a mixture of experts; the trainer trains dense "
+                "causal LMs (Llama, Qwen2/3, Gemma, Mistral families)",
+            )
+        )
+    if known is not None and known.gated and plan.spec.hf_token is None:
+        problems.append(
+            ConfigProblem(
+                "park:hfToken",
+                None,
+                f"{spec.model} (park:training.model) is gated on the Hugging Face hub: the "
+                "trainer cannot download it without a token; set it as a secret "
+                "(pulumi config set --secret park:hfToken <token>) or as fn::secret in an "
+                "ESC environment",
+            )
+        )
+    return problems
+
+
+def _training_source_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProblem]:
+    """`source: training` needs a run that writes a Hugging Face export."""
+    key, training = f"{model.key}.source", plan.spec.training
+    if not training.enabled:
+        return [
+            ConfigProblem(
+                key, TRAINING_SOURCE, "serves the training run, but park:training is not enabled"
+            )
+        ]
+    if not training.model:
+        return [
+            ConfigProblem(
+                key,
+                TRAINING_SOURCE,
+                "the training run trains a GPT preset, which "
+                "exports nothing servable; set park:training.model",
+            )
+        ]
+    if not training.export:
+        return [
+            ConfigProblem(
+                key,
+                TRAINING_SOURCE,
+                "the training run does not export (park:training.export is false)",
+            )
+        ]
+    return []
 
 
 def check_serving(plan: StackPlan) -> list[ConfigProblem]:
@@ -125,6 +238,8 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
                 ConfigProblem(f"{prefix}.name", model_spec.name, "duplicate model name")
             )
         names.add(model_spec.name)
+        if model.from_training:
+            problems += _training_source_problems(plan, model)
         problems += _model_problems(plan, model)
         if model_spec.min_replicas > model_spec.max_replicas:
             problems.append(
@@ -153,7 +268,16 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
                 )
             )
     if plan.spec.hf_token is None:
-        gated = [m for m in serving.models if m.facts.facts and m.facts.facts.gated]
+        # Only a model the engine downloads from the hub needs the token (not one on the
+        # bucket, such as a training run's export, whose base model may be gated).
+        gated = [
+            m
+            for m in serving.models
+            if m.facts.facts
+            and m.facts.facts.gated
+            and m.source is not None
+            and model_facts.is_hub_id(m.source)
+        ]
         for model in gated:
             problems.append(
                 ConfigProblem(

@@ -118,28 +118,65 @@ class RegistryConfig(_Model):
 
 
 class TrainingConfig(_Model):
+    """The training RayJob: a Hugging Face causal LM (or a GPT preset) on the stack's data.
+
+    Each key is a flag of `python -m workloads.train` (workloads/train/config.py), rendered into
+    the RayJob's entrypoint and checked by that config's own rules at preview time."""
+
     enabled: bool = False
     pool: str = ""
     image: str | None = None  # default: <registry>/park-workloads:<version>
     strategy: Literal["ddp", "fsdp2"] = "fsdp2"
+    # A Hugging Face causal LM: hub id, gs://..., a path under the bucket mount, or
+    # park:tiny-llama (built on the worker). Unset: the GPT preset of model_size.
+    model: str | None = None
+    tokenizer: str | None = None  # default: the model's
+    init: Literal["auto", "pretrained", "config"] = "auto"  # auto: pretrained, config for park:
     model_size: Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"] = "gpt2-small"
     steps: int = Field(1000, ge=1)
     global_batch_size: int = Field(64, ge=1)
     seq_len: int = Field(1024, ge=8)
     learning_rate: float = Field(3e-4, gt=0)
+    warmup_steps: int = Field(10, ge=0)
+    lr_schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    # "synthetic", token files (.bin/.npy), text (.jsonl/.json/.parquet/.txt: a file or a
+    # folder, under the bucket mount or gs://...), hf:NAME[:CONFIG], or park:facts.
+    data: str = "synthetic"
+    objective: Literal["clm", "sft"] = "clm"  # sft: chat template, loss on responses only
+    data_split: str = "train"
+    text_field: str = "text"
+    messages_field: str = "messages"
+    prompt_field: str = "prompt"
+    response_field: str = "completion"
     checkpoint_every: int = Field(100, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    export: bool = True  # a Hugging Face folder at the end of the run (model runs only)
+    export_every: int = Field(0, ge=0)  # also every Nth checkpoint
+    export_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    export_max_shard_size: str = Field("5GB", pattern=r"^[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)$")
+    activation_checkpointing: bool = False
     num_slices: int = Field(1, ge=1)
     max_failures: int = Field(3, ge=0)
-    data: str = "synthetic"  # "synthetic", a path under the bucket mount, or gs://...
     ttl_seconds_after_finished: int = Field(600, ge=0)
     active_deadline_seconds: int = Field(86400, ge=60)
     backoff_limit: int = Field(0, ge=0)
     estimated_step_seconds: float = Field(1.0, gt=0)  # for `park cost`'s run estimate
 
 
+# A served model whose source is this serves the training run's final export.
+TRAINING_SOURCE = "training"
+
+
 class ServedModel(_Model):
     name: str  # the OpenAI model id clients ask for
-    source: str  # Hugging Face id, gs://..., or a path under the bucket mount
+    # Hugging Face id, gs://..., a path under the bucket mount, or "training": the training
+    # run's final export, from the bucket mount.
+    source: str
+    # The model a fine-tuned source was trained from: its facts (architecture, heads, size)
+    # stand in for the source's at preview. Default: the source's own; for source: training,
+    # park:training.model.
+    base_model: str | None = None
     tensor_parallel_size: int | None = None  # default: every chip of one slice
     max_model_len: int = Field(8192, ge=16)
     enable_expert_parallel: bool = False

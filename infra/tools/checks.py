@@ -201,6 +201,90 @@ def _check_rayservice(
                 )
 
 
+GCS_FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+
+
+def _bucket_mounts(template: dict[str, Any]) -> dict[str, str]:
+    """mount path → bucket of a pod template's GCS FUSE volumes (in its first container)."""
+    spec = template.get("spec") or {}
+    buckets = {
+        v.get("name"): _get(v, "csi", "volumeAttributes", "bucketName")
+        for v in spec.get("volumes") or []
+        if _get(v, "csi", "driver") == GCS_FUSE_DRIVER
+    }
+    containers = spec.get("containers") or [{}]
+    return {
+        m["mountPath"].rstrip("/"): buckets[m["name"]]
+        for m in containers[0].get("volumeMounts") or []
+        if m.get("name") in buckets and m.get("mountPath")
+    }
+
+
+def _check_bucket_sources(
+    manifest: dict[str, Any], plan: StackPlan | None
+) -> Iterator[ManifestProblem]:
+    """A model loaded from a path (the bucket mount, e.g. a training run's export) must be
+    readable where the engine runs: every pod of the RayService mounts a bucket there, as a
+    service account; with the plan, the stack's own bucket, and a `source: training` model
+    exactly where the training run exports."""
+    from infra.plan.pods import pod_templates
+
+    name = _name(manifest)
+    try:
+        serve = yaml.safe_load(_get(manifest, "spec", "serveConfigV2") or "") or {}
+    except yaml.YAMLError:
+        return  # reported by _check_rayservice
+    templates = list(pod_templates("RayService", manifest.get("spec")))
+    for a, app in enumerate(serve.get("applications") or []):
+        for m, llm in enumerate(_get(app, "args", "llm_configs") or []):
+            source = _get(llm, "model_loading_config", "model_source")
+            if not isinstance(source, str) or not source.startswith("/"):
+                continue
+            at = f"spec.serveConfigV2: applications[{a}].args.llm_configs[{m}]"
+            for pod in templates:
+                mounts = _bucket_mounts(dict(pod.template))
+                under = [p for p in mounts if source == p or source.startswith(p + "/")]
+                if not under:
+                    yield ManifestProblem(
+                        name,
+                        f"{pod.path}.spec.volumes",
+                        f"{at}.model_loading_config.model_source {source!r} is under no GCS "
+                        "FUSE mount of this pod: the engine cannot read it",
+                    )
+                    continue
+                if not (pod.template.get("spec") or {}).get("serviceAccountName"):
+                    yield ManifestProblem(
+                        name,
+                        f"{pod.path}.spec.serviceAccountName",
+                        "unset: the pod cannot reach the bucket through Workload Identity",
+                    )
+                if plan is not None and mounts[under[0]] != plan.names.bucket:
+                    yield ManifestProblem(
+                        name,
+                        f"{pod.path}.spec.volumes",
+                        f"mounts bucket {mounts[under[0]]!r} at {under[0]}, not the stack's "
+                        f"{plan.names.bucket!r} (where the training run writes)",
+                    )
+            model_id = _get(llm, "model_loading_config", "model_id")
+            trained = (
+                plan is not None
+                and plan.serving is not None
+                and any(sm.from_training and sm.spec.name == model_id for sm in plan.serving.models)
+            )
+            if trained and plan is not None and plan.training is not None:
+                export = plan.training.export_path or ""
+                expected = export.replace(
+                    f"gs://{plan.names.bucket}", plan.spec.storage.mount_path, 1
+                )
+                if source != expected:
+                    yield ManifestProblem(
+                        name,
+                        f"{at}.model_loading_config.model_source",
+                        f"{source!r}: the training run exports to {export} ({expected} "
+                        "through the mount)",
+                    )
+
+
 def check_manifests(
     manifests: list[dict[str, Any]], plan: StackPlan | None = None
 ) -> list[ManifestProblem]:
@@ -219,6 +303,7 @@ def check_manifests(
         elif kind == "RayService":
             engine_name = plan.spec.serving.engine if plan is not None else "vllm-torchtpu"
             problems += _check_rayservice(manifest, groups, engine_name)
+            problems += _check_bucket_sources(manifest, plan)
     return problems
 
 

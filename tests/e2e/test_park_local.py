@@ -1,8 +1,11 @@
 """`park local dev` as a user runs it: the installed `park` command, in an empty directory.
 
-One test, several minutes (Ray start, 30 CPU training steps, vLLM's cold start of ~1.5 min and
-~7 GB): it trains the dev stack's RayJob, serves its RayService, answers a chat completion, and
-stops everything. Run it with `pytest -m e2e tests/e2e`.
+One test, a few minutes (Ray start, 100 CPU training steps of a tiny Llama on the shipped facts,
+vLLM's cold start of ~1.5 min and several GB): it trains the dev stack's RayJob, exports the
+model, serves that export through the stack's RayService (its model's source is the training
+run), asks a question of the training data, and stops everything. The served reply must be what
+transformers generates greedily from the exported folder, and the learned answer.
+Run it with `pytest -m e2e tests/e2e`.
 """
 
 from __future__ import annotations
@@ -63,19 +66,34 @@ def test_park_local_dev(tmp_path):
     # 1. training: the CPU changes are listed, progress streamed, the job succeeded
     assert "changed for CPU (infra/tools/local/profile.py TRAIN_CPU_PROFILE):" in out
     assert "--accelerator tpu -> cpu" in out
-    steps = [int(s) for s in re.findall(r"step (\d+)/30  loss \d", out)]
-    assert steps and steps[-1] == 30, out
-    match = re.search(r"training succeeded in \d+s: step 30, loss [\d.]+, checkpoint (\S+)", out)
+    assert "--model Qwen/Qwen3-1.7B -> park:tiny-llama" in out
+    steps = [int(s) for s in re.findall(r"step (\d+)/100  loss \d", out)]
+    assert steps and steps[-1] == 100, out
+    losses = [float(x) for x in re.findall(r"step \d+/100  loss ([\d.]+)", out)]
+    assert losses[-1] < losses[0] / 10, losses  # it learned
+    match = re.search(r"training succeeded in \d+s: step 100, loss [\d.]+, checkpoint (\S+)", out)
     assert match, out
     checkpoint = Path(match.group(1))
     assert checkpoint.is_dir() and any(checkpoint.iterdir())
     assert str(tmp_path / "cache") in str(checkpoint)
 
-    # 2. serving: the serve config's CPU changes, the endpoint, one chat completion
+    # 2. the export, what transformers answers from it, and what the endpoint answers
+    from workloads.train import facts, generate
+
+    exported = re.search(r"export (\S+): transformers answers '([^']+)' with '([^']*)'", out)
+    assert exported, out
+    folder, question, said = exported.groups()
+    assert Path(folder, "config.json").is_file() and "export/final" in folder
+    learned = facts.questions()[question]
+    # Checked here again, in this process, from the folder the run left behind.
+    assert generate.greedy_replies(folder, [question])[question] == said == learned
     assert "changed for CPU (workloads/serve/cpu_profile.py):" in out
+    assert f"-> '{folder}' (a model on this machine)" in out  # the export, not a stand-in
     endpoint = re.search(r"PARK_ENDPOINT (http://127\.0\.0\.1:\d+/v1)", out)
     assert endpoint, out
-    assert "smoke: chat completion from 'qwen2.5-1.5b-instruct'" in out
+    served = re.search(r"served completion of '[^']+': '([^']*)'", out)
+    assert served and served.group(1) == said, out
+    assert "the endpoint serves the trained export: it gives the learned answer" in out
 
     # 3. summary, then everything stopped: neither the endpoint nor the dashboard answers
     assert "3. summary" in out and "checkpoint" in out

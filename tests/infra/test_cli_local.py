@@ -17,7 +17,7 @@ from infra.tools.local.profile import (
     runtime_env_of,
 )
 from tests.conftest import SHIPPED_STACKS, render_stack
-from workloads.protocol import flag, parse_line
+from workloads.protocol import flag, parse_line, split_entrypoint
 from workloads.train.config import parse_args
 
 
@@ -25,9 +25,10 @@ def _rayjob(stack: str) -> dict:
     return next(m for m in render_stack(stack).manifests() if m["kind"] == "RayJob")
 
 
-def _flags(entrypoint: str) -> dict[str, str]:
-    words = shlex.split(entrypoint)[3:]
-    return dict(zip(words[::2], words[1::2], strict=True))
+def _flags(entrypoint: str) -> dict[str, str | None]:
+    """--flag → value (None for a bare boolean flag), read with the workloads' own splitter."""
+    _, fields = split_entrypoint(entrypoint)
+    return {flag(field): value for field, value in fields.items()}
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
@@ -51,14 +52,17 @@ def test_cpu_profile_applies_to_every_shipped_rayjob(stack):
     # every change is said, with its reason
     assert any(c.startswith("--accelerator tpu -> cpu (") for c in changes)
     assert any(c.startswith("--tpu-topology ") and "dropped" in c for c in changes)
+    # whatever the stack trains, the local run trains the tiny Llama on the facts and exports
+    assert flags["--model"] == "park:tiny-llama" and flags["--data"] == "park:facts"
+    assert "--no-export" not in flags
 
 
 def test_values_with_spaces_survive():
     entrypoint, _ = cpu_entrypoint(
-        "python -m workloads.train --data '/data/my corpus.txt' --steps 9", "/tmp/a b"
+        "python -m workloads.train --text-field 'the text' --steps 9", "/tmp/a b"
     )
     flags = _flags(entrypoint)
-    assert flags["--data"] == "/data/my corpus.txt"
+    assert flags["--text-field"] == "the text"
     assert flags["--storage-path"] == "/tmp/a b"
 
 

@@ -9,6 +9,7 @@ runtime env and the rest of the deployment config stay as rendered.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -39,6 +40,17 @@ def direct_streaming_enabled() -> bool:
     return os.environ.get(DIRECT_STREAMING_ENV, "0") == "1"
 
 
+def _max_len(model_path: str) -> int:
+    """CPU_MAX_MODEL_LEN, or less when the local model's context is shorter (the engine
+    refuses a max_model_len beyond max_position_embeddings)."""
+    try:
+        with open(os.path.join(model_path, "config.json")) as file:
+            positions = json.load(file).get("max_position_embeddings")
+    except (OSError, ValueError):
+        positions = None
+    return min(CPU_MAX_MODEL_LEN, positions) if isinstance(positions, int) else CPU_MAX_MODEL_LEN
+
+
 def _llm_configs(app: dict[str, Any]) -> list[Any] | None:
     args = app.get("args")
     if isinstance(args, dict) and isinstance(args.get("llm_configs"), list):
@@ -47,7 +59,7 @@ def _llm_configs(app: dict[str, Any]) -> list[Any] | None:
 
 
 def _cpu_llm_config(
-    llm: dict[str, Any], model_path: str, max_replicas: int, where: str
+    llm: dict[str, Any], model_path: str, max_replicas: int, where: str, max_len: int
 ) -> tuple[dict[str, Any], list[str]]:
     out = copy.deepcopy(llm)
     changes: list[str] = []
@@ -67,7 +79,7 @@ def _cpu_llm_config(
     loading = out.setdefault("model_loading_config", {})
     old_source = loading.get("model_source", loading.get("model_id"))
     if old_source != model_path:
-        note(f"model_source {old_source!r} -> {model_path!r} (local tiny model)")
+        note(f"model_source {old_source!r} -> {model_path!r} (a model on this machine)")
         loading["model_source"] = model_path
     if "tokenizer_source" in loading:
         note(f"removed tokenizer_source {loading.pop('tokenizer_source')!r} (model has one)")
@@ -76,9 +88,9 @@ def _cpu_llm_config(
     for key in (*PARALLEL_KWARGS, *ACCELERATOR_ONLY_KWARGS):
         if key in engine:
             note(f"removed engine_kwargs.{key}={engine.pop(key)!r} (one CPU process)")
-    if engine.get("max_model_len", CPU_MAX_MODEL_LEN + 1) > CPU_MAX_MODEL_LEN:
-        note(f"engine_kwargs.max_model_len {engine.get('max_model_len')!r} -> {CPU_MAX_MODEL_LEN}")
-        engine["max_model_len"] = CPU_MAX_MODEL_LEN
+    if engine.get("max_model_len", max_len + 1) > max_len:
+        note(f"engine_kwargs.max_model_len {engine.get('max_model_len')!r} -> {max_len}")
+        engine["max_model_len"] = max_len
     for key, value in CPU_ENGINE_KWARGS.items():
         if engine.get(key) != value:
             note(f"engine_kwargs.{key} {engine.get(key)!r} -> {value!r}")
@@ -143,7 +155,9 @@ def to_cpu(
                 changes.append(f"app {app_name!r}: dropped model {model_id!r} (not selected)")
                 continue
             where = f"app {app_name!r} model {model_id!r}"
-            cpu_llm, llm_changes = _cpu_llm_config(llm, model_path, max_replicas, where)
+            cpu_llm, llm_changes = _cpu_llm_config(
+                llm, model_path, max_replicas, where, _max_len(model_path)
+            )
             kept.append(cpu_llm)
             changes.extend(llm_changes)
         if not kept:

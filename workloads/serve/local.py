@@ -36,6 +36,7 @@ from workloads.protocol import (
     CHANGES_HEADER,
     ENDPOINT_MARKER,
     RAY_ADDRESS_MARKER,
+    REPLY_PREFIX,
     SMOKE_MARKER,
     free_port,
 )
@@ -82,11 +83,15 @@ def probe(endpoint: str, model_id: str, timeout_s: float = 30.0) -> bool:
     return bool(reply.get("choices"))
 
 
-def smoke(endpoint: str, model_id: str, max_tokens: int = 16) -> str:
-    """One chat completion; returns the reply text (random weights: expect gibberish)."""
+SMOKE_PROMPT = "Say hello."
+
+
+def smoke(endpoint: str, model_id: str, max_tokens: int = 16, prompt: str = SMOKE_PROMPT) -> str:
+    """One greedy chat completion of `prompt`; returns the reply text (random weights: expect
+    gibberish; a trained export: what it learned)."""
     body = {
         "model": model_id,
-        "messages": [{"role": "user", "content": "Say hello."}],
+        "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0.0,
     }
@@ -247,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None, help="Serve HTTP port (default: free)")
     parser.add_argument("--keep", action="store_true", help="keep serving until interrupted")
     parser.add_argument("--smoke", action="store_true", help="answer one chat completion")
+    parser.add_argument("--prompt", default=SMOKE_PROMPT, help="the smoke request's message")
+    parser.add_argument("--max-tokens", type=int, default=16, help="the smoke reply's length")
     parser.add_argument("--model", action="append", help="served model id to keep (repeatable)")
     parser.add_argument("--model-path", help="local HF model dir (default: the tiny model)")
     parser.add_argument("--address", help="attach to this Ray cluster instead of starting one")
@@ -278,10 +285,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{RAY_ADDRESS_MARKER}{local.ray_address}", flush=True)
         print(f"ready in {time.monotonic() - started:.0f}s; models: {', '.join(local.model_ids)}")
         if args.smoke:
-            reply = smoke(local.endpoint, local.model_ids[0])
-            print(
-                f"{SMOKE_MARKER}chat completion from {local.model_ids[0]!r}: {reply!r}", flush=True
-            )
+            model_id = local.model_ids[0]
+            reply = smoke(local.endpoint, model_id, args.max_tokens, args.prompt)
+            answer = {"model": model_id, "prompt": args.prompt, "reply": reply}
+            print(f"{REPLY_PREFIX}{json.dumps(answer)}", flush=True)
+            print(f"{SMOKE_MARKER}chat completion from {model_id!r}: {reply!r}", flush=True)
         if args.keep:
             print("serving; Ctrl-C to stop", flush=True)
             _serve_until_signalled()

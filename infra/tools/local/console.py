@@ -56,10 +56,19 @@ def summary(
             f"{fmt(metrics.get('tokens_per_s'))} tokens/s",
         )
         table.add_row("checkpoint", str(result.get("checkpoint_path")))
+        if outcome.export:
+            table.add_row("export", f"{outcome.export} (a Hugging Face folder)")
     if outcome.endpoint is not None:
         table.add_row("endpoint", f"{outcome.endpoint} (OpenAI API)")
-        reply = (outcome.smoke or "").removeprefix(f"{SMOKE_MARKER}chat completion ")
-        table.add_row("chat completion", f"{reply} (tiny model, random weights)")
+        if outcome.reply is not None and outcome.question is not None:
+            table.add_row("prompt", f"{outcome.question!r} (from the training data)")
+            same = (
+                "= transformers' greedy reply" if outcome.reply.strip() == outcome.reference else ""
+            )
+            table.add_row("completion", f"{outcome.reply!r} (the trained export) {same}".rstrip())
+        else:
+            reply = (outcome.smoke or "").removeprefix(f"{SMOKE_MARKER}chat completion ")
+            table.add_row("chat completion", f"{reply} (tiny model, random weights)")
         if outcome.serve_seconds is not None:
             table.add_row("serving ready", f"in {outcome.serve_seconds:.0f}s")
     table.add_row("changed for CPU", f"{len(outcome.changes)} change(s), listed above")

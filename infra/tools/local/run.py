@@ -38,7 +38,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from infra.tools.local import console as console_out
-from infra.tools.local.profile import ProfileError, cpu_entrypoint, runtime_env_of, total_steps
+from infra.tools.local.profile import (
+    FACT_QUESTION_INDEX,
+    ProfileError,
+    cpu_entrypoint,
+    runtime_env_of,
+    total_steps,
+)
 from infra.tools.local.ray_head import RAY_NUM_CPUS, LocalRay, LocalRunError, ray_auth_env
 from workloads import protocol
 
@@ -61,6 +67,11 @@ class Outcome:
     endpoint: str | None = None
     smoke: str | None = None
     serve_seconds: float | None = None
+    export: str | None = None  # the trained Hugging Face folder, when the run wrote one
+    question: str | None = None  # asked of the served export, from the training data
+    learned: str | None = None  # its answer in the training data
+    reference: str | None = None  # transformers' greedy reply from the export
+    reply: str | None = None  # the endpoint's reply
     changes: list[str] = field(default_factory=list)
 
 
@@ -104,8 +115,21 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
             try:
                 if rayjob is not None:
                     _train(rayjob, ray, run_dir, console, outcome)
+                    _reference(outcome, run_dir, console)
                 if rayservice is not None:
-                    _serve(rayservice, ray, run_dir, console, outcome, keep=keep, stack=stack)
+                    trained = _trained_models(rendered)
+                    _serve(
+                        rayservice,
+                        ray,
+                        run_dir,
+                        console,
+                        outcome,
+                        keep=keep,
+                        stack=stack,
+                        trained=trained,
+                    )
+                    if trained and outcome.reference is not None:
+                        _compare(outcome, console)
                 else:
                     console_out.summary(console, outcome, ray, run_dir, keep=False)
             except KeyboardInterrupt:
@@ -225,6 +249,63 @@ def _train(
     )
 
 
+def _trained_models(rendered: Any) -> list[str]:
+    """Served model ids whose source is the training run (source: training)."""
+    serving = rendered.plan.serving
+    return [m.spec.name for m in serving.models if m.from_training] if serving else []
+
+
+def _reference(outcome: Outcome, run_dir: Path, console: Console) -> None:
+    """transformers' greedy reply from the export to a question of the training data, the
+    answer the endpoint must give (workloads/train/generate.py, in a subprocess: torch)."""
+    from workloads.train import facts
+
+    export = (outcome.trained or {}).get("export_path")
+    if not export or not Path(export, "config.json").is_file():
+        return
+    outcome.export = str(export)
+    outcome.question, outcome.learned = list(facts.questions().items())[FACT_QUESTION_INDEX]
+    done = subprocess.run(
+        [sys.executable, "-m", "workloads.train.generate", outcome.export, outcome.question],
+        capture_output=True,
+        text=True,
+        cwd=run_dir,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise LocalRunError(
+            f"transformers could not load the export {export}: {done.stderr[-800:]}"
+        )
+    outcome.reference = done.stdout.rstrip("\n").split("\t", 1)[-1]
+    console.print(
+        f"export {outcome.export}: transformers answers {outcome.question!r} with "
+        f"{outcome.reference!r} (greedy; learned answer {outcome.learned!r})",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _compare(outcome: Outcome, console: Console) -> None:
+    """The endpoint serves the trained weights: its greedy reply is transformers' own."""
+    reply = (outcome.reply or "").strip()
+    console.print(
+        f"served completion of {outcome.question!r}: {reply!r}; transformers from the export: "
+        f"{outcome.reference!r}; learned answer: {outcome.learned!r}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if reply != outcome.reference:
+        raise LocalRunError(
+            f"the endpoint answered {reply!r}, transformers {outcome.reference!r} from the same "
+            f"export {outcome.export}: the served weights are not the trained ones"
+        )
+    console.print(
+        "the endpoint serves the trained export"
+        + (": it gives the learned answer" if reply == outcome.learned else ""),
+        highlight=False,
+    )
+
+
 def _submit(client: Any, entrypoint: str, runtime_env: dict[str, Any]) -> str:
     """Submit, retrying while the head's job agent comes up (it may lag the dashboard)."""
     deadline = time.monotonic() + 120
@@ -246,8 +327,10 @@ def _serve(
     *,
     keep: bool,
     stack: str,
+    trained: list[str],
 ) -> None:
-    """Deploy the RayService's serveConfigV2 with the serving workload's CPU profile."""
+    """Deploy the RayService's serveConfigV2 with the serving workload's CPU profile; a model
+    that serves the training run (source: training) serves this run's export."""
     text = (rayservice.get("spec") or {}).get("serveConfigV2")
     if not isinstance(text, str):
         raise LocalRunError("the RayService has no serveConfigV2")
@@ -271,7 +354,10 @@ def _serve(
         "--timeout",
         str(int(SERVE_TIMEOUT_S)),
     ]
-    if len(models) > 1:  # each vLLM on CPU takes 2 CPUs and GBs: serve the first one
+    if trained and outcome.export:
+        command += ["--model", trained[0], "--model-path", outcome.export]
+        command += ["--prompt", outcome.question or ""]
+    elif len(models) > 1:  # each vLLM on CPU takes 2 CPUs and GBs: serve the first one
         command += ["--model", str(models[0])]
     if keep:
         command.append("--keep")
@@ -337,6 +423,9 @@ def _follow_serve(
         in_changes = False
         if line.startswith(protocol.ENDPOINT_MARKER):
             outcome.endpoint = line.split(" ", 1)[1].strip()
+        if line.startswith(protocol.REPLY_PREFIX):
+            outcome.reply = json.loads(line[len(protocol.REPLY_PREFIX) :]).get("reply")
+            continue
         if line.startswith(protocol.SMOKE_MARKER):
             outcome.smoke = line
             outcome.serve_seconds = time.monotonic() - started
