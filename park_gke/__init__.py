@@ -69,7 +69,41 @@ COMPONENTS = (
     "DashboardAccess",
 )
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "AuthorizedNetworkArgs",
+    "Cluster",
+    "ClusterArgs",
+    "ComponentArgsError",
+    "CpuPool",
+    "CpuPoolArgs",
+    "DashboardAccess",
+    "DashboardAccessArgs",
+    "ExistingCluster",
+    "ExistingClusterArgs",
+    "GpuPool",
+    "GpuPoolArgs",
+    "KubeRayOperator",
+    "KubeRayOperatorArgs",
+    "Kueue",
+    "KueueArgs",
+    "LlmService",
+    "LlmServiceArgs",
+    "Network",
+    "NetworkArgs",
+    "RayMetrics",
+    "RayMetricsArgs",
+    "RayTrainingJob",
+    "RayTrainingJobArgs",
+    "ServedModelArgs",
+    "Storage",
+    "StorageArgs",
+    "TpuPoolRefArgs",
+    "TpuSlicePool",
+    "TpuSlicePoolArgs",
+    "Workspace",
+    "WorkspaceArgs",
+    "kubernetes_provider",
+]  # = sorted(_EXPORTS); tests/infra/test_package.py keeps them equal
 
 
 def __getattr__(name: str) -> Any:

@@ -184,6 +184,11 @@ def test_every_public_component_is_tested_and_exported():
         assert getattr(park_gke, f"{name}Args")  # its typed arguments are public too
 
 
+def test_the_public_names_are_the_lazy_exports():
+    assert park_gke.__all__ == sorted(park_gke._EXPORTS)
+    assert all(getattr(park_gke, name) is not None for name in park_gke.__all__)
+
+
 def test_importing_the_package_loads_no_provider_module():
     import subprocess
 
