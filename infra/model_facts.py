@@ -421,8 +421,21 @@ def builtin(source: str) -> FactsLookup:
     return FactsLookup(facts_from_config(config, source=source), tried)
 
 
-@cache
 def lookup(source: str, *, mounted: str | None = None) -> FactsLookup:
+    """Facts for a served model's source (HF id, gs://..., a local folder); see _lookup.
+
+    Remote answers are kept for the process (a stack names a model several times); a folder on
+    this machine is read each time (it may be an export being written)."""
+    local = source.startswith(("/", ".", "~")) or (mounted and Path(mounted).is_dir())
+    return _lookup(source, mounted=mounted) if local else _remembered(source, mounted)
+
+
+@cache
+def _remembered(source: str, mounted: str | None) -> FactsLookup:
+    return _lookup(source, mounted=mounted)
+
+
+def _lookup(source: str, *, mounted: str | None = None) -> FactsLookup:
     """Facts for a served model's source (HF id, gs://..., a local folder).
 
     `mounted`: the same model as a local path (the stack's bucket as the pods see it), tried

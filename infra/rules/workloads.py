@@ -322,15 +322,9 @@ def _model_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProbl
     if facts is None:
         return problems
     name = spec.source
-    if facts.architecture and facts.architecture not in model_facts.served_architectures():
-        problems.append(
-            ConfigProblem(
-                f"{prefix}.source",
-                name,
-                f"architecture {facts.architecture} is not one vLLM "
-                f"{ENGINE_VERSIONS['vllm-torchtpu']} serves (infra/data/vllm_architectures.yaml)",
-            )
-        )
+    problems += [
+        ConfigProblem(f"{prefix}.source", name, message) for message in servable_problems(facts)
+    ]
     heads = engine.head_problems(facts, tp)
     if heads:
         allowed = engine.allowed_tensor_parallel(engine_name, tpu, facts)
@@ -375,6 +369,17 @@ def _model_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProbl
             )
         )
     return problems
+
+
+def servable_problems(facts: model_facts.ModelFacts) -> list[str]:
+    """What stops the pinned vLLM serving a model at all, whatever the slice: `park validate`
+    asks it of each served model, `park local` of the folder it serves on CPU."""
+    if facts.architecture and facts.architecture not in model_facts.served_architectures():
+        return [
+            f"architecture {facts.architecture} is not one vLLM "
+            f"{ENGINE_VERSIONS['vllm-torchtpu']} serves (infra/data/vllm_architectures.yaml)"
+        ]
+    return []
 
 
 def _one_multi_host_slice(plan: StackPlan, index: int) -> ConfigProblem:

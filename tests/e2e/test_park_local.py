@@ -89,6 +89,7 @@ def test_park_local_dev(tmp_path):
     assert generate.greedy_replies(folder, [question])[question] == said == learned
     assert "changed for CPU (workloads/serve/cpu_profile.py):" in out
     assert f"-> '{folder}' (a model on this machine)" in out  # the export, not a stand-in
+    assert f"model checked ({folder}): LlamaForCausalLM" in out  # validate's checks, locally
     endpoint = re.search(r"PARK_ENDPOINT (http://127\.0\.0\.1:\d+/v1)", out)
     assert endpoint, out
     served = re.search(r"served completion of '[^']+': '([^']*)'", out)

@@ -91,3 +91,32 @@ def test_metrics_line_reads_well():
         30,
     )
     assert line == "step 10/30  loss 5.4563  tokens/s 2,059.1 (1,029.5/worker)  mfu n/a"
+
+
+def test_the_served_folder_gets_the_model_checks_validate_runs(tmp_path):
+    import io
+    import json
+
+    from rich.console import Console
+
+    from infra.tools.local.ray_head import LocalRunError
+    from infra.tools.local.run import _check_local_model
+
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 512,
+    }
+    quiet = Console(file=io.StringIO())
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    _check_local_model(str(tmp_path), quiet)  # servable
+    (tmp_path / "config.json").write_text(json.dumps({**config, "architectures": ["Nope"]}))
+    with pytest.raises(LocalRunError, match="architecture Nope is not one vLLM"):
+        _check_local_model(str(tmp_path), quiet)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(LocalRunError, match=r"config\.json"):
+        _check_local_model(str(tmp_path), quiet)

@@ -119,7 +119,6 @@ def test_a_folder_without_config_json_or_with_bad_json_is_an_error(tmp_path):
     lookup = model_facts.lookup(str(tmp_path))
     assert lookup.facts is None and "no config.json" in (lookup.error or "")
     (tmp_path / "config.json").write_text('{"hidden_size": 8,\n  oops}')
-    model_facts.lookup.cache_clear()
     lookup = model_facts.lookup(str(tmp_path))
     assert "config.json: not JSON (line 2" in (lookup.error or "")
 

@@ -306,6 +306,28 @@ def _compare(outcome: Outcome, console: Console) -> None:
     )
 
 
+def _check_local_model(folder: str, console: Console) -> None:
+    """The served models' checks that hold on any hardware, run on the folder served here:
+    its config.json read as `park validate` reads a model's, and the engine's architectures."""
+    from infra import model_facts
+    from infra.rules.workloads import servable_problems
+
+    found = model_facts.lookup(folder)
+    if found.facts is None:
+        raise LocalRunError(f"the model to serve, {folder}: {found.error or found.reason}")
+    problems = servable_problems(found.facts)
+    if problems:
+        raise LocalRunError(f"the model to serve, {folder}: {'; '.join(problems)}")
+    facts = found.facts
+    console.print(
+        f"model checked ({folder}): {facts.architecture}, {facts.layers} layers, "
+        f"{facts.attention_heads} heads / {facts.kv_heads} KV heads, {facts.max_positions} "
+        "positions: one the pinned vLLM serves",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def _submit(client: Any, entrypoint: str, runtime_env: dict[str, Any]) -> str:
     """Submit, retrying while the head's job agent comes up (it may lag the dashboard)."""
     deadline = time.monotonic() + 120
@@ -357,6 +379,7 @@ def _serve(
     if trained and outcome.export:
         command += ["--model", trained[0], "--model-path", outcome.export]
         command += ["--prompt", outcome.question or ""]
+        _check_local_model(outcome.export, console)
     elif len(models) > 1:  # each vLLM on CPU takes 2 CPUs and GBs: serve the first one
         command += ["--model", str(models[0])]
     if keep:
