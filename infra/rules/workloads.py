@@ -152,17 +152,18 @@ def _training_model_problems(plan: StackPlan) -> list[ConfigProblem]:
             )
         )
     if known is not None and known.gated and plan.spec.hf_token is None:
-        problems.append(
-            ConfigProblem(
-                "park:hfToken",
-                None,
-                f"{spec.model} (park:training.model) is gated on the Hugging Face hub: the "
-                "trainer cannot download it without a token; set it as a secret "
-                "(pulumi config set --secret park:hfToken <token>) or as fn::secret in an "
-                "ESC environment",
-            )
-        )
+        problems.append(_needs_token(f"{spec.model} (park:training.model)", "trainer"))
     return problems
+
+
+def _needs_token(model: str, downloader: str) -> ConfigProblem:
+    return ConfigProblem(
+        "park:hfToken",
+        None,
+        f"{model} is gated on the Hugging Face hub: the {downloader} cannot download it "
+        "without a token; set it as a secret (pulumi config set --secret park:hfToken "
+        "<token>) or as fn::secret in an ESC environment",
+    )
 
 
 def _training_source_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProblem]:
@@ -279,16 +280,7 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
             and model_facts.is_hub_id(m.source)
         ]
         for model in gated:
-            problems.append(
-                ConfigProblem(
-                    "park:hfToken",
-                    None,
-                    f"{model.spec.source} ({model.key}) is gated on the Hugging Face hub: the "
-                    "engine cannot download it without a token; set it as a secret "
-                    "(pulumi config set --secret park:hfToken <token>) or as fn::secret in an "
-                    "ESC environment",
-                )
-            )
+            problems.append(_needs_token(f"{model.spec.source} ({model.key})", "engine"))
     return problems
 
 
