@@ -179,6 +179,7 @@ def test_log_metric_prefix_matches_the_training_loop():
 def test_no_log_metrics_without_training():
     values = _values("dev")
     values["park:training"]["enabled"] = False
+    values["park:serving"]["enabled"] = False  # dev serves its training run's export
     assert obs.training_log_metrics(from_values(values, "dev")) == []
 
 
