@@ -157,7 +157,7 @@ def test_training_rules():
     problems = problems_of(
         config_with(park__training={"enabled": True, "pool": "train", "globalBatchSize": 20})
     )
-    assert "16 workers" in problems["park:training.globalBatchSize"]
+    assert "multiple of --num-workers (16)" in problems["park:training.globalBatchSize"]
     problems = problems_of(
         config_with(park__training={"enabled": True, "pool": "serve", "globalBatchSize": 16})
     )

@@ -72,9 +72,9 @@ def test_prod_by_hand():
     assert cost.idle_per_hour == pytest.approx(0.10 + 0.536048 + 30.24)  # 30.876048
     assert cost.serving_floor_per_hour == pytest.approx(30.876048 + 43.20)  # one 4x4 slice
     run = cost.training_run
-    # 20,000 steps x 1 s = 5.556 h on 16 chips = 88.9 chip-hours x 1.89
-    assert run.chip_hours == pytest.approx(16 * 20000 / 3600)
-    assert run.cost == pytest.approx(168.00)
+    # 4,000 steps x 1 s = 1.111 h on 16 chips = 17.8 chip-hours x 1.89
+    assert run.chip_hours == pytest.approx(16 * 4000 / 3600)
+    assert run.cost == pytest.approx(33.60)
 
 
 def test_queued_by_hand():

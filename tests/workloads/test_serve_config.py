@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -470,6 +471,18 @@ def test_throughput_env_switches_rays_constants(tmp_path: Path) -> None:
     assert defaults["DIRECT_STREAMING"] is False
 
 
+@pytest.fixture
+def ray_shut_down_after() -> Iterator[None]:
+    """Ray's app builder starts a local Ray in this process; leave none behind for the module
+    fixtures of later tests, which start their own (ray.init refuses a second one)."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.mark.usefixtures("ray_shut_down_after")
 def test_shipped_config_builds_with_rays_builder_under_direct_streaming(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
