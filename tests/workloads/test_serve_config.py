@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -471,37 +470,50 @@ def test_throughput_env_switches_rays_constants(tmp_path: Path) -> None:
     assert defaults["DIRECT_STREAMING"] is False
 
 
-@pytest.fixture
-def ray_shut_down_after() -> Iterator[None]:
-    """Ray's app builder starts a local Ray in this process; leave none behind for the module
-    fixtures of later tests, which start their own (ray.init refuses a second one)."""
-    yield
-    import ray
+# Ray's app builder starts a local Ray in the calling process, and a Ray Train run later in the
+# same process (tests/workloads/test_train_ray.py) then loses its controller actor even after a
+# ray.shutdown(); so the builder runs in a subprocess of its own.
+_BUILD_UNDER_DIRECT_STREAMING = """
+import json, sys
+import pytest
+from ray.llm._internal.serve.core.ingress import builder
 
-    if ray.is_initialized():
-        ray.shutdown()
+builder.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING = True
+configs = json.load(sys.stdin)
+app = builder.build_openai_app(configs["direct"])
+assert app._ingress_request_router is not None, "no LLMRouter"  # HAProxy asks it for a replica
+assert "LLMServer" in app._bound_deployment.name, app._bound_deployment.name
+with pytest.raises(ValueError, match="ingress_deployment_config"):
+    builder.build_openai_app(configs["with_ingress"])
+print("BUILT")
+"""
 
 
-@pytest.mark.usefixtures("ray_shut_down_after")
-def test_shipped_config_builds_with_rays_builder_under_direct_streaming(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_shipped_config_builds_with_rays_builder_under_direct_streaming(tmp_path: Path) -> None:
     """build_openai_app makes the LLM server the ingress (with its router), and would refuse the
     ingress_deployment_config that the CPU profile leaves out under direct streaming."""
-    from ray.llm._internal.serve.core.ingress import builder
+    import json
+    import os
+    import subprocess
+    import sys
 
-    monkeypatch.setattr(builder, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
     cpu, changes = to_cpu(_dev_serve_config(), MODEL, direct_streaming=True)
     args = cpu["applications"][0]["args"]
     assert "ingress_deployment_config" not in args
     assert not any("num_cpus" in c for c in changes)
-    app = builder.build_openai_app(args)
-    assert app._ingress_request_router is not None  # HAProxy asks the LLMRouter for a replica
-    assert "LLMServer" in app._bound_deployment.name
-
     with_ingress, _ = to_cpu(_dev_serve_config(), MODEL, direct_streaming=False)
-    with pytest.raises(ValueError, match="ingress_deployment_config"):
-        builder.build_openai_app(with_ingress["applications"][0]["args"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    out = subprocess.run(
+        [sys.executable, "-c", _BUILD_UNDER_DIRECT_STREAMING],
+        input=json.dumps({"direct": args, "with_ingress": with_ingress["applications"][0]["args"]}),
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and "BUILT" in out.stdout, out.stdout + out.stderr[-3000:]
 
 
 def test_cpu_profile_reads_direct_streaming_from_the_environment(
