@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from workloads import local_models
 
 SERVED_NAME = "tiny-llama"
 
@@ -31,15 +30,8 @@ SPEC: dict[str, Any] = {
     "max_position_embeddings": 4096,
 }
 
-BOS, EOS, PAD = "<s>", "</s>", "<pad>"
-ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
+# Chat template and special tokens: training's tiny Llama's too (workloads/local_models.py).
+CHAT_TEMPLATE = local_models.CHAT_TEMPLATE
 
 _WORDS_TEXT = (
     "the a model serves tokens on a chip slice host ray serve cluster request reply stream "
@@ -52,7 +44,7 @@ _WORDS = _WORDS_TEXT.split()
 
 def cache_dir() -> Path:
     """Where built artifacts live: ``$PARK_CACHE_DIR`` or ``~/.cache/park-gke``."""
-    return Path(os.environ.get("PARK_CACHE_DIR") or Path.home() / ".cache" / "park-gke")
+    return local_models.cache_root()
 
 
 def spec_hash() -> str:
@@ -73,58 +65,16 @@ def _corpus(seed: int, lines: int = 4000) -> list[str]:
     return text
 
 
-def _build_tokenizer(out: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=SPEC["vocab_size"],
-        special_tokens=[PAD, BOS, EOS, *ROLE_TOKENS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_corpus(SPEC["seed"]), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=None
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(out)
-
-
-def _build_model(out: Path) -> None:
+def _build(out: Path) -> None:
     import torch
-    from transformers import (
-        GenerationConfig,
-        LlamaConfig,
-        LlamaForCausalLM,
-        PreTrainedTokenizerFast,
-    )
+    from transformers import LlamaForCausalLM
 
-    tok = PreTrainedTokenizerFast.from_pretrained(out)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=SPEC["hidden_size"],
-        intermediate_size=SPEC["intermediate_size"],
-        num_hidden_layers=SPEC["num_hidden_layers"],
-        num_attention_heads=SPEC["num_attention_heads"],
-        num_key_value_heads=SPEC["num_key_value_heads"],
-        max_position_embeddings=SPEC["max_position_embeddings"],
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
-    )
+    tok = local_models.train_tokenizer(_corpus(SPEC["seed"]), SPEC["vocab_size"], out)
+    config = local_models.llama_config(SPEC, tok, torch_dtype="float32")
     torch.manual_seed(SPEC["seed"])
     model = LlamaForCausalLM(config).to(torch.float32)
     model.save_pretrained(out, safe_serialization=True)
-    GenerationConfig(
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
-    ).save_pretrained(out)
+    local_models.save_generation_config(tok, out)
 
 
 def build_tiny_model(root: Path | None = None, *, force: bool = False) -> Path:
@@ -137,19 +87,9 @@ def build_tiny_model(root: Path | None = None, *, force: bool = False) -> Path:
     marker = target / "park-spec.txt"
     if not force and marker.is_file() and marker.read_text().strip() == spec_hash():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    tmp.chmod(0o755)
-    try:
-        _build_tokenizer(tmp)
-        _build_model(tmp)
-        (tmp / "park-spec.txt").write_text(spec_hash() + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with local_models.built_in_place(target, mode=0o755) as staging:
+        _build(staging)
+        (staging / "park-spec.txt").write_text(spec_hash() + "\n")
     return target
 
 

@@ -13,18 +13,17 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from workloads import local_models
+
 
 def cache_dir() -> Path:
     """``$PARK_CACHE_DIR/train`` or ``~/.cache/park-gke/train`` (the serving side's root)."""
-    root = os.environ.get("PARK_CACHE_DIR") or str(Path.home() / ".cache" / "park-gke")
-    return Path(root) / "train"
+    return local_models.cache_root() / "train"
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -88,9 +87,7 @@ def mirror(uri: str, keep: Callable[[str], bool] | None = None) -> Path:
             return target
         fs, root = filesystem(uri)
         files = [path for path, _ in list_files(uri) if keep is None or keep(Path(path).name)]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
+        with local_models.built_in_place(target) as staging:
             for path in files:
                 relative = os.path.relpath(path, root) if files != [root] else Path(path).name
                 local = staging / relative
@@ -102,12 +99,6 @@ def mirror(uri: str, keep: Callable[[str], bool] | None = None) -> Path:
                     destination_filesystem=pafs.LocalFileSystem(),
                 )
             (staging / ".complete").write_text(uri + "\n")
-            if target.exists():
-                shutil.rmtree(target)
-            staging.rename(target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
     return target
 
 

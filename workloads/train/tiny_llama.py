@@ -15,11 +15,10 @@ a changed spec builds a new folder.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from workloads import local_models
 from workloads.train import facts, storage
 
 NAME = "tiny-llama"
@@ -37,16 +36,8 @@ SPEC: dict[str, Any] = {
     "rope_theta": 10000.0,
 }
 
-BOS, EOS, PAD = "<s>", "</s>", "<pad>"
-ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
-# The serving side's tiny model uses the same template (workloads/serve/tiny_model.py).
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
+# The chat template and special tokens are the serving side's too (workloads/local_models.py).
+CHAT_TEMPLATE = local_models.CHAT_TEMPLATE
 
 _ENGLISH_TEXT = (
     "the a an of to in is are was what which who where when how why capital language spoken "
@@ -77,46 +68,10 @@ def spec_key() -> str:
 
 
 def _build(out: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import GenerationConfig, LlamaConfig, PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=SPEC["vocab_size"],
-        special_tokens=[PAD, BOS, EOS, *ROLE_TOKENS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_tokenizer_corpus(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=None
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(out)
-    config = LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=SPEC["hidden_size"],
-        intermediate_size=SPEC["intermediate_size"],
-        num_hidden_layers=SPEC["num_hidden_layers"],
-        num_attention_heads=SPEC["num_attention_heads"],
-        num_key_value_heads=SPEC["num_key_value_heads"],
-        max_position_embeddings=SPEC["max_position_embeddings"],
-        rope_parameters={"rope_type": "default", "rope_theta": SPEC["rope_theta"]},
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-        tie_word_embeddings=False,
-    )
-    config.architectures = ["LlamaForCausalLM"]
-    config.save_pretrained(out)
-    GenerationConfig(
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-    ).save_pretrained(out)
+    tok = local_models.train_tokenizer(_tokenizer_corpus(), SPEC["vocab_size"], out)
+    rope = {"rope_type": "default", "rope_theta": SPEC["rope_theta"]}
+    local_models.llama_config(SPEC, tok, rope_parameters=rope).save_pretrained(out)
+    local_models.save_generation_config(tok, out)
 
 
 def build(root: Path | None = None) -> Path:
@@ -129,14 +84,6 @@ def build(root: Path | None = None) -> Path:
     with storage.node_lock(f"build-{target.name}"):
         if (target / "config.json").exists():
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
+        with local_models.built_in_place(target) as staging:
             _build(staging)
-            if target.exists():
-                shutil.rmtree(target)
-            staging.rename(target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
     return target
