@@ -20,6 +20,7 @@ from infra.components._base import (
 )
 from infra.components.kubernetes import custom_resource
 from infra.plan import ray as ray_plan
+from infra.resolve import StackPlan
 
 
 class TpuPoolRefArgs(TypedDict):
@@ -169,6 +170,24 @@ def _fields(section: str, argument: str) -> list[tuple[str, str]]:
     ]
 
 
+def _workload_plan(
+    component: str,
+    name: str,
+    args: Mapping[str, Any],
+    section: str,
+    body: dict[str, Any],
+    argument: str,
+) -> StackPlan:
+    """The one-pool stack a workload component stands for, checked with the stack's rules
+    (problems named by the component's arguments) and resolved."""
+    values = _values(args, section, body)
+    if args.get("hf_token"):
+        values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
+    return checked_plan(
+        component, name, values, _fields(section, argument), stack=args.get("stack") or name
+    )
+
+
 class RayTrainingJob(pulumi.ComponentResource):
     """The training RayJob: runs to completion on its slices, then releases them."""
 
@@ -189,16 +208,7 @@ class RayTrainingJob(pulumi.ComponentResource):
         body = {k: v for k, v in args["training"].items() if k not in ("enabled", "pool")}
         if args.get("image"):
             body["image"] = args["image"]
-        values = _values(args, "training", body)
-        if args.get("hf_token"):
-            values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
-        plan = checked_plan(
-            "RayTrainingJob",
-            name,
-            values,
-            _fields("training", "training."),
-            stack=args.get("stack") or name,
-        )
+        plan = _workload_plan("RayTrainingJob", name, args, "training", body, "training.")
         assert plan.training is not None
         manifest = ray_plan.rayjob(
             plan.training, ray_plan.ray_pods(plan), hf_token=bool(args.get("hf_token"))
@@ -247,16 +257,7 @@ class LlmService(pulumi.ComponentResource):
             "models": models,
             **plain(args, "engine", "upgrade_strategy", "expose_publicly", "image"),
         }
-        values = _values(args, "serving", body)
-        if args.get("hf_token"):
-            values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
-        plan = checked_plan(
-            "LlmService",
-            name,
-            values,
-            _fields("serving", ""),
-            stack=args.get("stack") or name,
-        )
+        plan = _workload_plan("LlmService", name, args, "serving", body, "")
         assert plan.serving is not None
         manifest = ray_plan.rayservice(
             plan.serving, ray_plan.ray_pods(plan), hf_token=bool(args.get("hf_token"))
