@@ -649,7 +649,6 @@ class Variant:
 
 
 ENV_SHORT = {
-    "RAY_worker_niceness": "nice0",
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "throughput_optimized",
     "RAY_SERVE_ENABLE_HA_PROXY": "haproxy",
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "direct_streaming",
