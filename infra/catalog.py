@@ -25,7 +25,10 @@ class TpuGeneration:
     gke_accelerator: str  # node label cloud.google.com/gke-tpu-accelerator
     ray_accelerator_type: str  # Ray's accelerator_type, e.g. "TPU-V6E"
     peak_bf16_tflops_per_chip: float
-    hbm_gib_per_chip: int
+    hbm_gib_per_chip: int  # nominal, as sold (32 GB on v6e)
+    # HBM as the runtime reports it to a process (vLLM's `determine_available_memory`, torch's
+    # device memory): what budgets are made against, never the nominal figure.
+    runtime_hbm_bytes_per_chip: int
     min_gke_version: str  # oldest GKE version with node pools of this generation
     zones: tuple[str, ...]  # zones known to offer it (Google adds more over time)
     pod_type_units_per_chip: int = 1  # Ray pod type counts chips (v6e) or cores (v4, v5p)
@@ -57,6 +60,9 @@ GENERATIONS: dict[str, TpuGeneration] = {
             ray_accelerator_type="TPU-V6E",
             peak_bf16_tflops_per_chip=918.0,
             hbm_gib_per_chip=32,
+            # 33,550,237,696 B = 31.25 GiB: a v6e chip's memory limit as the TPU runtime reports
+            # it (vLLM usage stats logged on v6e, vllm-project/vllm PR 16211; FACTS.md).
+            runtime_hbm_bytes_per_chip=33_550_237_696,
             min_gke_version="1.31.2-gke.1115000",
             zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
             torch_tpu_world_topologies=((1, "1,1,1"), (4, "2,2,1"), (8, "2,4,1")),
@@ -127,6 +133,11 @@ class TpuSlice:
         """torch_tpu's ``TORCH_TPU_TOPOLOGY``: ``4x4`` → ``4,4,1``."""
         dims = topology_dims(self.topology)
         return ",".join(str(d) for d in (*dims, 1, 1)[:3])
+
+    @property
+    def runtime_hbm_gib(self) -> float:
+        """One chip's HBM as the runtime reports it, in GiB (31.25 on v6e)."""
+        return self.generation.runtime_hbm_bytes_per_chip / 1024**3
 
     @property
     def peak_bf16_tflops(self) -> float:
