@@ -297,7 +297,7 @@ def test_sources_are_refused_with_the_flag_to_fix(
     MixtralConfig(vocab_size=800, hidden_size=32, num_hidden_layers=1).save_pretrained(moe)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tiny_llama_folder / name, moe / name)
-    with pytest.raises(hf.ModelError, match="converts mixtral checkpoints"):
+    with pytest.raises(hf.ModelError, match="mixtral is a mixture of experts"):
         hf.load_source(_config(tmp_path, model=str(moe), init="config"))
     with pytest.raises(hf.ModelError, match="not a folder here"):
         hf.resolve_folder(str(tmp_path / "missing"), weights=False)

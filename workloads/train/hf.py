@@ -3,10 +3,12 @@
 A model comes from ``--model``: a hub id (downloaded with ``huggingface_hub``, which reads the
 token from ``HF_TOKEN`` or the file at ``HF_TOKEN_PATH``; pods get the latter at
 ``/var/run/secrets/huggingface/token``), a ``gs://`` folder (mirrored once per node), a local
-folder, or ``park:tiny-llama`` (built on the worker). Any ``AutoModelForCausalLM`` architecture
-whose checkpoint keys are its state-dict keys works: the Llama, Qwen2/Qwen3, Mistral and Gemma
-families that vLLM serves. Models whose checkpoints transformers converts on load (fused MoE
-experts: Mixtral, Qwen-MoE) are refused with a message, because the sharded loader and the
+folder, or ``park:tiny-llama`` (built on the worker). Which models train is
+``workloads.train.model_rules`` (preview asks the same rule): the dense causal LMs whose
+checkpoint keys are their state-dict keys (Llama, Qwen2/Qwen3, Mistral, Gemma 1-4), and the
+text model of a Gemma 3 or Gemma 4 multimodal checkpoint, built from its ``text_config``, read
+from under its prefix and exported as a text-only checkpoint of that causal LM. Mixtures of
+experts are refused: transformers fuses their experts on load, and the sharded loader and the
 exporter below read and write the keys as they are.
 
 Build order, the same for DDP and FSDP2 and for TPU, GPU and CPU: the model is created on the
@@ -32,12 +34,12 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
-from workloads.train import storage, tiny_llama
+from workloads.train import model_rules, storage, tiny_llama
 from workloads.train.config import BUILTIN_PREFIX, DEFAULT_HF_SEQ_LEN, TrainConfig
 
 # What a model folder needs besides weights; a gs:// folder is mirrored with these only.
@@ -161,6 +163,7 @@ def load_source(cfg: TrainConfig) -> HFSource:
         config = AutoConfig.from_pretrained(folder)
     except (OSError, ValueError) as err:
         raise ModelError(f"--model {cfg.model}: no usable config.json in {folder}: {err}") from err
+    config = trained_config(config, _raw_config(folder), cfg.model)
     tokenizer_folder = (
         resolve_folder(cfg.tokenizer, weights=False, flag_name="--tokenizer")
         if cfg.tokenizer
@@ -185,7 +188,37 @@ def load_source(cfg: TrainConfig) -> HFSource:
     return HFSource(cfg.model, folder, config, tokenizer, tokenizer_folder, init)
 
 
+def _raw_config(folder: Path) -> dict[str, Any]:
+    """config.json as written: what preview's model facts read too (transformers' config
+    objects add defaults the file does not have)."""
+    try:
+        raw = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def refusal_message(spec: str, reason: str) -> str:
+    """A model_rules refusal as the worker says it: the flag, the stack key, the rule's words."""
+    return f"--model {spec} ({model_rules.KEY}): {reason}"
+
+
+def trained_config(config: Any, raw: dict[str, Any], spec: str) -> Any:
+    """The config of the causal LM the trainer builds: the model's own, or a multimodal
+    checkpoint's text_config (its architecture the text causal LM, which the export names)."""
+    traits = model_rules.traits_of_config(raw or config.to_dict())
+    reason = model_rules.refusal(traits)
+    if reason is not None:
+        raise ModelError(refusal_message(spec, reason))
+    text = config.get_text_config(decoder=True)
+    text = copy.deepcopy(text) if text is not config else config
+    text.architectures = [model_rules.trained_architecture(traits)]
+    return text
+
+
 def _check_convertible(config: Any, spec: str) -> None:
+    """A belt to model_rules: a model_type transformers converts on load would be loaded and
+    exported wrong (a test holds every allowed family against transformers' own table)."""
     try:
         from transformers.conversion_mapping import get_checkpoint_conversion_mapping
     except ImportError:  # transformers 4: no load-time conversions
@@ -193,9 +226,11 @@ def _check_convertible(config: Any, spec: str) -> None:
     model_type = getattr(config, "model_type", "")
     if get_checkpoint_conversion_mapping(model_type):
         raise ModelError(
-            f"--model {spec}: transformers converts {model_type} checkpoints on load (e.g. fused "
-            "MoE experts); the trainer loads and exports keys as they are, so it supports the "
-            "dense families (Llama, Qwen2/Qwen3, Mistral, Gemma)"
+            refusal_message(
+                spec,
+                f"transformers converts {model_type} checkpoints on load; "
+                f"{model_rules.REFUSED}; allowed: {model_rules.allowed()}",
+            )
         )
 
 
@@ -223,6 +258,12 @@ def meta_model(config: Any) -> nn.Module:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(
             config, attn_implementation="sdpa", dtype=torch.float32
+        )
+    wanted = (getattr(config, "architectures", None) or [None])[0]
+    if wanted and architecture_of(model) != wanted:
+        raise ModelError(
+            f"transformers builds {architecture_of(model)} for this config, not {wanted} "
+            "(workloads/train/model_rules.py and the installed transformers disagree)"
         )
     return model
 
@@ -293,8 +334,14 @@ def _local_view(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...]]:
 
 def _cpu_twin(module: nn.Module) -> nn.Module:
     """A shallow copy of one module with its own parameters and buffers as zeroed CPU tensors
-    of full size and no children: what its ``_init_weights`` needs, and no more memory."""
-    twin = copy.copy(module)
+    of full size and no children: what its ``_init_weights`` needs, and no more memory. A
+    block FSDP2 wrapped is copied as its own class (``copy.copy`` of the wrapper class calls
+    the block's ``__init__`` again): Gemma 4's decoder layers hold a buffer of their own."""
+    from torch.distributed.fsdp import FSDPModule
+
+    klass = next(k for k in type(module).__mro__ if not issubclass(k, FSDPModule))
+    twin = cast(nn.Module, object.__new__(klass))
+    twin.__dict__.update(module.__dict__)
     twin._modules = {}
     twin._parameters = {
         name: None if p is None else nn.Parameter(torch.zeros(p.shape, dtype=torch.float32))
@@ -366,7 +413,12 @@ def init_buffers(model: nn.Module) -> None:
         if not module._buffers:
             continue
         twin = _cpu_twin(module)
-        twin._parameters = {}
+        # Parameters on the meta device: an _init_weights that also fills them (Gemma 3's
+        # scaled embedding) runs without allocating them.
+        twin._parameters = {
+            name: None if p is None else nn.Parameter(torch.empty(p.shape, device="meta"))
+            for name, p in module._parameters.items()
+        }
         owner._init_weights(twin)
         _copy_buffers(module, twin)
 
@@ -390,26 +442,38 @@ def load_pretrained(model: nn.Module, folder: Path, spec: str) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageReader
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        set_model_state_dict,
+    )
 
     state = get_model_state_dict(model)
     available = checkpoint_keys(folder)
+    layout = model_rules.layout_of(set(state), available)
     for key in tied_export_keys(model):
-        if key not in available:
+        if layout.checkpoint_key(key) not in available:
             state.pop(key, None)  # tied to a tensor that is loaded
-    missing = sorted(set(state) - available)
+    missing = sorted(k for k in state if layout.checkpoint_key(k) not in available)
     if missing:
         raise ModelError(
             f"--model {spec}: {len(missing)} weights of {architecture_of(model)} are not in its "
             f"safetensors, e.g. {', '.join(missing[:3])}"
         )
+    init_buffers(model)  # first: the load then overwrites the persistent ones (Gemma 4's)
+    # The same tensors under the checkpoint's names: DCP fills them in place.
+    named = {layout.checkpoint_key(key): value for key, value in state.items()}
     dcp.load(
-        state,
+        named,
         storage_reader=HuggingFaceStorageReader(str(folder)),
         planner=DefaultLoadPlanner(allow_partial_load=True),
     )
-    set_model_state_dict(model, state)
-    init_buffers(model)
+    # Not strict: a tied key (lm_head.weight) left out above is filled through its twin.
+    set_model_state_dict(
+        model,
+        {key: named[layout.checkpoint_key(key)] for key in state},
+        options=StateDictOptions(strict=False),
+    )
 
 
 def count_params(model: nn.Module) -> int:
@@ -423,6 +487,10 @@ def train_flops_per_token(model: nn.Module, config: Any, seq_len: int) -> float:
     tied = bool(tie_groups(model))
     matmul = count_params(model) - embedding + (embedding if tied else 0)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = int(text.num_attention_heads)
-    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
-    return 6.0 * matmul + 12.0 * int(text.num_hidden_layers) * heads * head_dim * seq_len
+    # Gemma 4's layers differ in head_dim (its config refuses a global one): layer by layer.
+    layers = getattr(text, "per_layer_config", None) or [text] * int(text.num_hidden_layers)
+    width = 0
+    for layer in layers:
+        heads = int(layer.num_attention_heads)
+        width += heads * int(getattr(layer, "head_dim", None) or layer.hidden_size // heads)
+    return 6.0 * matmul + 12.0 * width * seq_len
