@@ -41,6 +41,7 @@ CONTRACT_FLAGS = [
     "--model-size",
     "--steps",
     "--global-batch-size",
+    "--micro-batch-size",
     "--seq-len",
     "--lr",
     "--warmup-steps",
@@ -150,11 +151,29 @@ def test_json_config_and_unknown_keys(tmp_path: Path) -> None:
         (["--model", "m/m", "--data", "park:wiki"], "built-in data sets are park:facts"),
         (["--model", "m/m", "--data", "hf:"], "needs a data set name"),
         (["--min-lr-ratio", "2"], "--min-lr-ratio"),
+        (
+            ["--global-batch-size", "16", "--num-workers", "2", "--micro-batch-size", "3"],
+            r"--micro-batch-size 3 does not divide the 8 sequences .* one of 1, 2, 4, 8$",
+        ),
+        (
+            ["--global-batch-size", "16", "--num-workers", "2", "--micro-batch-size", "16"],
+            "--micro-batch-size 16 does not divide",
+        ),
+        (["--micro-batch-size", "0"], "--micro-batch-size must be > 0"),
     ],
 )
 def test_invalid_combinations_say_which_flag(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_args(argv)
+
+
+def test_micro_batches_and_activation_checkpointing_parse() -> None:
+    argv = ["--global-batch-size", "16", "--num-workers", "2", "--micro-batch-size", "2"]
+    assert parse_args(argv).micro_batch_size == 2
+    assert parse_args(["--micro-batch-size", "2"]).micro_batch_size == 2  # checked at resolve
+    with pytest.raises(ConfigError, match="--micro-batch-size 3"):
+        resolve(parse_args(["--global-batch-size", "8", "--micro-batch-size", "3"]), {})
+    assert parse_args(["--activation-checkpointing"]).activation_checkpointing  # presets too
 
 
 def test_main_reports_config_errors_with_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -233,6 +252,8 @@ _configs = st.builds(
     steps=st.integers(1, 10_000),
     lr=st.floats(1e-6, 1.0),
     compile=st.booleans(),
+    activation_checkpointing=st.booleans(),
+    micro_batch_size=st.sampled_from([None, 1, 2]),
     run_name=st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
     storage_path=st.sampled_from(["gs://bucket/runs", "/tmp/runs dir"]),
 )

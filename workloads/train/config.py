@@ -39,6 +39,15 @@ HF_DATA_PREFIX = "hf:"  # a data set of the Hugging Face hub, through `datasets`
 ENTRYPOINT = " ".join(TRAIN_COMMAND)
 DEFAULT_BATCH_PER_WORKER = 4
 DEFAULT_HF_SEQ_LEN = 1024  # for --model when --seq-len is not given (capped by the model)
+# Tokens whose logits the loss computes at once. The loss never holds full-vocabulary fp32
+# logits for a whole micro-batch: it runs the head and the fp32 cross-entropy on this many
+# tokens at a time and recomputes each chunk's logits in backward. 1024 keeps one chunk's fp32
+# logits at 0.58 GiB for Qwen's 151,936-token vocabulary (1.0 GiB for Gemma 3's 262,144), about
+# 1.5-2.5 GiB with their gradient and the bf16 copy, on a 31.25 GiB v6e chip; a 1024-row
+# matmul still fills the 128x128 (v5e) / 256x256 (v6e) matrix units, and micro-batches of a
+# multiple of 1024 tokens (seq lens 1024, 2048, ...) split into equal chunks, one compiled
+# program for all of them. infra's training fit reads this number.
+LOSS_CHUNK_TOKENS = 1024
 
 
 class ConfigError(ValueError):
@@ -97,12 +106,19 @@ class TrainConfig:
     precision: str = _opt("auto", "bf16 on TPU/GPU, fp32 on CPU when auto", choices=PRECISIONS)
     compile: bool = _opt(False, "torch.compile each block (backend 'tpu' on TPU)", type=bool)
     activation_checkpointing: bool = _opt(
-        False, "recompute each block's activations in backward (--model only)", type=bool
+        False, "recompute each block's activations in backward (non-reentrant)", type=bool
     )
     # How long and how fast.
     steps: int = _opt(100, "optimizer steps in total (a resumed run continues to this)", type=int)
     global_batch_size: int | None = _opt(
         None, "sequences per step across all workers (default: 4 per worker)", type=int
+    )
+    micro_batch_size: int | None = _opt(
+        None,
+        "sequences per forward/backward on each worker; a step accumulates gradients over "
+        "global-batch-size / num-workers / micro-batch-size of them (default: the worker's "
+        "whole share in one pass)",
+        type=int,
     )
     seq_len: int | None = _opt(
         None,
@@ -350,6 +366,7 @@ def validate(cfg: TrainConfig) -> None:
         cfg,
         "num_workers",
         "global_batch_size",
+        "micro_batch_size",
         "seq_len",
         "vocab_size",
         "chips_per_host",
@@ -376,6 +393,22 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"--global-batch-size ({cfg.global_batch_size}) must be a multiple of "
             f"--num-workers ({cfg.num_workers})"
+        )
+    _validate_micro_batch(cfg)
+
+
+def _validate_micro_batch(cfg: TrainConfig) -> None:
+    """A micro-batch must split each worker's share of the global batch into whole passes."""
+    micro = cfg.micro_batch_size
+    if micro is None or not (cfg.num_workers and cfg.global_batch_size):
+        return
+    share = cfg.global_batch_size // cfg.num_workers
+    if share % micro:
+        divisors = [d for d in range(1, share + 1) if share % d == 0]
+        raise ConfigError(
+            f"--micro-batch-size {micro} does not divide the {share} sequences each worker "
+            f"takes per step (--global-batch-size {cfg.global_batch_size} / --num-workers "
+            f"{cfg.num_workers}); use one of {', '.join(map(str, divisors))}"
         )
 
 
@@ -423,7 +456,7 @@ BUILTIN_DATA = ("facts",)
 def _validate_model(cfg: TrainConfig) -> None:
     model = cfg.model
     if model is None:
-        for name in ("tokenizer", "activation_checkpointing"):
+        for name in ("tokenizer",):
             if getattr(cfg, name):
                 raise ConfigError(f"{flag(name)} needs --model (a Hugging Face model)")
         if cfg.init == "pretrained":

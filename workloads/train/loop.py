@@ -14,7 +14,10 @@ needs; progress goes to the log, where the CLI and the log-based metrics read it
 
 The loss is the mean over every target token of the global batch: each rank's summed loss is
 divided by the token count of all ranks (an all-reduce when counts differ, as with SFT masks),
-so a rank with more response tokens weighs more, as it would on one device.
+so a rank with more response tokens weighs more, as it would on one device. A step may run
+as several micro-batches (``--micro-batch-size``) whose gradients add up to that same
+gradient (workloads.train.step); the loss never holds a micro-batch's full-vocabulary logits
+(workloads.train.loss).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from workloads.protocol import training_export_path
 from workloads.train import checkpointing, modeling, storage
@@ -36,7 +38,7 @@ from workloads.train.config import (
     data_kind,
     parse_size,
 )
-from workloads.train.data import IGNORE, BatchSource, TokenStream, make_batches
+from workloads.train.data import BatchSource, TokenStream, make_batches
 from workloads.train.metrics import (
     METRICS_PREFIX,
     ThroughputMeter,
@@ -45,6 +47,7 @@ from workloads.train.metrics import (
     peak_tflops,
 )
 from workloads.train.runenv import RayTrainEnv, RunEnv
+from workloads.train.step import forward_backward
 from workloads.train.strategies import (
     autocast,
     build_mesh,
@@ -112,13 +115,6 @@ def make_source(
     )
 
 
-def _global_targets(local: int, world_size: int, device: torch.device) -> torch.Tensor:
-    count = torch.tensor(float(local), device=device)
-    if world_size > 1:
-        dist.all_reduce(count)
-    return count.clamp_min(1.0)
-
-
 def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
     """Train until ``cfg.steps``; the default process group must already be initialized."""
     started_at = time.time()
@@ -139,12 +135,14 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
             state.resumes += 1
     resumed_from = state.step
 
+    per_worker = cfg.batch // env.world_size  # rows each step takes from the batch source
+    micro_batch = cfg.micro_batch_size or per_worker  # rows per forward/backward
     data = make_source(
         cfg,
         model,
         rank=env.rank,
         world_size=env.world_size,
-        batch_size=cfg.batch // env.world_size,
+        batch_size=per_worker,
         state=data_state,
     )
     tokens_per_step = cfg.batch * model.seq_len
@@ -189,30 +187,16 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
         )
         for param_group in optimizer.param_groups:
             param_group["lr"] = lr
-        batch = data.next_batch()
-        inputs = batch.input_ids.to(device, non_blocking=True)
-        labels = batch.labels.to(device, non_blocking=True)
-        positions = (
-            batch.position_ids.to(device, non_blocking=True)
-            if batch.position_ids is not None
-            else None
-        )
-        if data.counts_vary:
-            total: torch.Tensor | float = _global_targets(batch.n_targets, env.world_size, device)
-        else:
-            total = float(batch.n_targets * env.world_size)
         with sdpa_backends(device.type):
-            with amp:
-                logits = model.forward(inputs, positions)
-            summed = F.cross_entropy(
-                logits.float().flatten(0, 1),
-                labels.flatten(),
-                ignore_index=IGNORE,
-                reduction="sum",
+            loss = forward_backward(
+                model,
+                data.next_batch(),
+                micro_batch=micro_batch,
+                world_size=env.world_size,
+                device=device,
+                counts_vary=data.counts_vary,
+                amp=amp,
             )
-            # Gradients are averaged over ranks, so the rank's share is scaled by the world.
-            loss = summed * env.world_size / total
-            loss.backward()
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.module.parameters(), cfg.grad_clip)
         optimizer.step()

@@ -16,6 +16,10 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from workloads.train.config import LOSS_CHUNK_TOKENS
+from workloads.train.loss import chunked_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Token + learned position embeddings, ``n_layer`` blocks, final norm, linear head."""
+    """Token + learned position embeddings, ``n_layer`` blocks, final norm, linear head.
+
+    ``checkpointing``: recompute each block in backward (non-reentrant), keeping only the
+    blocks' inputs; ``loss_chunk_tokens``: tokens per chunk of the loss (workloads.train.loss).
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -121,14 +129,28 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm_f = nn.LayerNorm(cfg.d_model, bias=False)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.checkpointing = False
+        self.loss_chunk_tokens = LOSS_CHUNK_TOKENS
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token ids ``[B, T]`` → logits ``[B, T, vocab]``."""
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids ``[B, T]`` → final normalized hidden states ``[B, T, d_model]``."""
         positions = torch.arange(idx.shape[1], device=idx.device)
         x = self.tok_emb(idx) + self.pos_emb(positions)
         for block in self.blocks:
-            x = block(x)
-        return self.lm_head(self.norm_f(x))
+            if self.checkpointing and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        normed: torch.Tensor = self.norm_f(x)
+        return normed
+
+    def forward(self, idx: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """Token ids ``[B, T]`` → logits ``[B, T, vocab]``; with ``labels`` (``-100``: no
+        target) the summed fp32 cross-entropy instead, without full logits."""
+        if labels is None:
+            logits: torch.Tensor = self.lm_head(self.hidden(idx))
+            return logits
+        return chunked_cross_entropy(self.hidden(idx), labels, self.lm_head, self.loss_chunk_tokens)
 
 
 # ---- initialization ----------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """The model a run trains, behind one interface: a Hugging Face causal LM or a GPT preset.
 
 The loop needs a module to step, the unwrapped model (state dicts, export), its vocabulary,
-sequence length and FLOPs per token, and a forward from token ids (and position ids, for
-packed documents) to logits. Which model it is decides nothing else in the loop.
+sequence length and FLOPs per token, and a loss from token ids (and position ids, for
+packed documents) and targets, computed inside the wrapped module's forward without
+full-vocabulary logits (workloads.train.loss). Which model it is decides nothing else in the
+loop.
 
 The GPT presets stay for what a Hugging Face model does not do as cheaply: the overhead
 benchmark's default (``tiny``, 240K parameters, a byte vocabulary, no tokenizer) and the
@@ -20,6 +22,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from workloads.train import hf
 from workloads.train.config import TrainConfig
+from workloads.train.loss import install_loss_forward
 from workloads.train.model import model_config
 from workloads.train.model import train_flops_per_token as gpt_flops_per_token
 from workloads.train.strategies import compile_blocks, parallelize, replicate, shard
@@ -39,13 +42,26 @@ class TrainModel:
         return self.source is not None
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
-        """Token ids ``[B, T]`` → logits ``[B, T, vocab]``."""
+        """Token ids ``[B, T]`` → logits ``[B, T, vocab]`` (whole: for checks, not training)."""
         if self.source is None:
             logits: torch.Tensor = self.module(input_ids)
             return logits
         out = self.module(input_ids=input_ids, position_ids=position_ids, use_cache=False)
         hf_logits: torch.Tensor = out.logits
         return hf_logits
+
+    def loss(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, position_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The summed fp32 cross-entropy of ``labels`` (``-100``: none), computed inside the
+        wrapped module's forward in chunks (workloads.train.loss), so DDP and FSDP2 see it."""
+        if self.source is None:
+            summed: torch.Tensor = self.module(input_ids, labels)
+            return summed
+        hf_summed: torch.Tensor = self.module(
+            input_ids=input_ids, position_ids=position_ids, loss_labels=labels
+        )
+        return hf_summed
 
 
 def build(
@@ -73,6 +89,7 @@ def build(
             compile=cfg.compile,
         )
         inner = module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
+        inner.checkpointing = cfg.activation_checkpointing
         return TrainModel(
             module=module,
             inner=inner,
@@ -110,6 +127,7 @@ def _build_hf(
         hf.load_pretrained(model, source.folder, source.spec)
     else:
         hf.init_from_config(model, cfg.seed)
+    install_loss_forward(model)
     module: nn.Module = replicate(model, device) if cfg.strategy == "ddp" else model
     config: Any = source.config
     return TrainModel(

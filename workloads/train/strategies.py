@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 
 import torch
 from torch import nn
@@ -146,16 +147,48 @@ def lr_at(
     return base_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def sdpa_backends(device_type: str) -> contextlib.AbstractContextManager[None]:
-    """On TPU, attention through the backend a device registers its own fused kernel under
-    (``SDPBackend.OVERRIDEABLE``), as Google's TorchTPU fine-tuning sample runs forward and
-    backward; elsewhere PyTorch's own choice (flash / memory-efficient / math).
+# SDPA backends on TPU, in priority order; PARK_TPU_SDPA_BACKENDS (e.g. "OVERRIDEABLE,MATH",
+# what Google's samples use) replaces it without a new image if a kernel misbehaves on a slice.
+TPU_SDPA_BACKENDS = ("FLASH_ATTENTION", "OVERRIDEABLE", "MATH")
 
-    The sample attends causally without a mask; packed documents come with a block-diagonal
-    mask, which a device kernel may not take, so the math kernel stays allowed as the fallback
-    (PyTorch uses the first listed backend that accepts the inputs)."""
+
+def sdpa_backends(device_type: str) -> contextlib.AbstractContextManager[None]:
+    """On TPU, torch_tpu's flash-attention kernel first; elsewhere PyTorch's own choice
+    (flash / memory-efficient / math), unchanged.
+
+    Read in torch_tpu 0.2.0 (the wheel; attention on the ``tpu`` device is compiled code, so
+    the C++ facts are its symbols and messages in
+    ``csrc/common/glue_2_13_0/libpywrap_2_13_0_common.so``):
+
+    - ``FLASH_ATTENTION`` is ``torch_tpu::AtenScaledDotProductFlashAttention(q, k, v,
+      attn_mask?, ...)`` → ``CreateFlashAttentionKernel`` (``csrc/ops/scaled_dot_product_
+      attention/flash_attention_kernel.cc``): a Mosaic kernel, tiled with an online softmax
+      (no ``T x T`` scores kept for backward), that skips blocks above the diagonal when
+      causal and otherwise takes the mask as a bias ("Causal mask and attn bias are mutually
+      exclusive"). ``AtenFusedSdpChoice`` takes it when "inputs have static shapes", "dropout_p
+      is in [0.0, 1.0)" and "attn_mask does not require gradient" — true of both masks the
+      trainer makes: causal (no mask) and Hugging Face's boolean block-diagonal mask for packed
+      documents (position ids restarting).
+    - ``OVERRIDEABLE`` is ``AtenScaledDotProductFusedAttentionOverrideable`` →
+      ``ScaledDotProductFusedAttentionShlo``, attention written as StableHLO for XLA (an online
+      softmax only where ``IsSdpaSequenceAlignedAndLarge``); it also takes a mask
+      (``_internal/compile/fx_passes/detect_causal_mask.py:160-183``). Google's samples and
+      torch_tpu's own ``SingleTraceTrainer`` (``_internal/optimizers/single_trace_trainer.py:
+      100-103``) run ``[OVERRIDEABLE, MATH]``: it stays as the fallback, then MATH.
+    - The Pallas splash kernel (``_internal/ops/splash_attention.py:441-560``, public as the
+      experimental ``torch.tpu.ops.splash_sdpa``) is not an SDPA backend, and takes only
+      causal, full or sliding-window masks (``segment_ids=None`` at line 194): not packed
+      documents, so not used here.
+
+    Not yet run on a v6e slice: ``PARK_TPU_SDPA_BACKENDS`` overrides the order."""
     if device_type != "tpu":
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel([SDPBackend.OVERRIDEABLE, SDPBackend.MATH])
+    names = os.environ.get("PARK_TPU_SDPA_BACKENDS", ",".join(TPU_SDPA_BACKENDS))
+    backends = []
+    for name in filter(None, (n.strip().upper() for n in names.split(","))):
+        if not isinstance(getattr(SDPBackend, name, None), SDPBackend):
+            raise ValueError(f"PARK_TPU_SDPA_BACKENDS: {name} is not a torch SDPBackend")
+        backends.append(getattr(SDPBackend, name))
+    return sdpa_kernel(backends, set_priority=True)
