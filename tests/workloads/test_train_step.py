@@ -52,6 +52,7 @@ def _hf_config(family: str) -> Any:
         # A cap small enough to bend the logits of a random model, and tied embeddings.
         "gemma2": {"final_logit_softcapping": 2.0, "attn_logit_softcapping": None},
         "gemma3_text": {"final_logit_softcapping": 2.0, "tie_word_embeddings": True},
+        "gemma4_text": {"final_logit_softcapping": 2.0, "global_head_dim": 16},
         "cohere": {"logit_scale": 0.5},
         "granite": {"logits_scaling": 4.0},
     }
@@ -102,7 +103,18 @@ def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize(
     "family",
-    ["llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3_text", "cohere", "granite"],
+    [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "gemma4_text",
+        "cohere",
+        "granite",
+    ],
 )
 def test_chunked_loss_equals_the_families_own_logits(family: str) -> None:
     model = _hf_model(family)

@@ -117,8 +117,9 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Token + learned position embeddings, ``n_layer`` blocks, final norm, linear head.
 
-    ``checkpointing``: recompute each block in backward (non-reentrant), keeping only the
-    blocks' inputs; ``loss_chunk_tokens``: tokens per chunk of the loss (workloads.train.loss).
+    ``checkpointing``: recompute each block in backward (non-reentrant; no dropout, so no RNG
+    state to keep), keeping only the blocks' inputs; ``loss_chunk_tokens``: tokens per chunk
+    of the loss (workloads.train.loss).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -138,7 +139,7 @@ class GPT(nn.Module):
         x = self.tok_emb(idx) + self.pos_emb(positions)
         for block in self.blocks:
             if self.checkpointing and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(block, x, use_reentrant=False, preserve_rng_state=False)
             else:
                 x = block(x)
         normed: torch.Tensor = self.norm_f(x)
