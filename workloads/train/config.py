@@ -41,12 +41,14 @@ DEFAULT_BATCH_PER_WORKER = 4
 DEFAULT_HF_SEQ_LEN = 1024  # for --model when --seq-len is not given (capped by the model)
 # Tokens whose logits the loss computes at once. The loss never holds full-vocabulary fp32
 # logits for a whole micro-batch: it runs the head and the fp32 cross-entropy on this many
-# tokens at a time and recomputes each chunk's logits in backward. 1024 keeps one chunk's fp32
-# logits at 0.58 GiB for Qwen's 151,936-token vocabulary (1.0 GiB for Gemma 3's 262,144), about
-# 1.5-2.5 GiB with their gradient and the bf16 copy, on a 31.25 GiB v6e chip; a 1024-row
-# matmul still fills the 128x128 (v5e) / 256x256 (v6e) matrix units, and micro-batches of a
-# multiple of 1024 tokens (seq lens 1024, 2048, ...) split into equal chunks, one compiled
-# program for all of them. infra's training fit reads this number.
+# tokens at a time and recomputes each chunk's logits in backward. A chunk costs about 12 bytes
+# per logit at its peak in backward (bf16 logits, their fp32 copy, its gradient, the bf16
+# gradient; MemTracker under FakeTensorMode, Qwen3-1.7B's head: +1.74 GiB from 1024 to 2048
+# tokens), so 1024 tokens hold 1.74 GiB for Qwen's 151,936-token vocabulary and 3.0 GiB for
+# Gemma 3's 262,144, of a 31.25 GiB v6e chip, where a whole 4 x 2048 micro-batch would need 8
+# times that. A 1024-row matmul still fills the 128x128 (v5e) / 256x256 (v6e) matrix units,
+# and micro-batches of a multiple of 1024 tokens (seq lens 1024, 2048, ...) split into equal
+# chunks, one compiled program for all of them. infra's training fit reads this number.
 LOSS_CHUNK_TOKENS = 1024
 
 
