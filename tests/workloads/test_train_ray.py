@@ -98,13 +98,17 @@ def _data_states(checkpoint: Path) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+@pytest.mark.parametrize(("strategy", "micro"), [("ddp", 2), ("fsdp2", None)])
 def test_hf_model_trains_checkpoints_and_resumes_its_data(
     local_ray: LocalRay,
     tmp_path: Path,
     strategy: str,
+    micro: int | None,
 ) -> None:
-    cfg = _config(tmp_path, f"resume-{strategy}", strategy=strategy, export=False)
+    """DDP accumulates two micro-batches per step: the data still advances a batch a step."""
+    cfg = _config(
+        tmp_path, f"resume-{strategy}", strategy=strategy, export=False, micro_batch_size=micro
+    )
     first = build_trainer(cfg).fit()
 
     assert first.error is None
@@ -121,7 +125,9 @@ def test_hf_model_trains_checkpoints_and_resumes_its_data(
         _expected_data_state(cfg, r, 20) for r in (0, 1)
     ]
 
-    longer = _config(tmp_path, f"resume-{strategy}", strategy=strategy, steps=30)
+    longer = _config(
+        tmp_path, f"resume-{strategy}", strategy=strategy, steps=30, micro_batch_size=micro
+    )
     second = build_trainer(longer).fit()
 
     assert second.error is None
