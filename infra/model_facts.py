@@ -64,6 +64,13 @@ class ModelFacts:
     gated: bool = False  # the hub needs a token to download it
     multimodal: bool = False
     params_estimated: bool = False  # params computed from the shapes, not read
+    model_type: str = ""  # config.json's own (a multimodal model's outer one): the training rule's
+    intermediate_size: int | None = None  # dense MLP width (the training memory model's)
+    # Serving's memory model (infra.engine, infra.kv_cache):
+    moe_intermediate_size: int | None = None  # one routed expert's MLP width
+    expert_params: int = 0  # every routed expert of every MoE layer (expert parallel places them)
+    kv_shared_layers: int = 0  # Gemma 3n/4: the last layers reuse earlier layers' KV, hold none
+    layer_types: tuple[str, ...] = ()  # "sliding" / "full" per layer, when the config says
 
     @property
     def moe(self) -> bool:
@@ -184,13 +191,57 @@ def facts_from_config(
         experts_per_token=int(_first(text, ("num_experts_per_tok", "top_k_experts"), 0) or 0),
         sliding_window=int(window) if window else None,
         sliding_layers=sliding if window else 0,
-        global_kv_heads=text.get("num_global_key_value_heads"),
+        # Gemma 4: full-attention layers' own KV heads apply with attention_k_eq_v only
+        # (transformers' Gemma4TextConfig; an absent flag counts as set)
+        global_kv_heads=text.get("num_global_key_value_heads")
+        if text.get("attention_k_eq_v", True)
+        else None,
         global_head_dim=text.get("global_head_dim"),
         mla_kv_dim=mla,
         gated=gated,
         multimodal="text_config" in config,
+        model_type=str(config.get("model_type") or ""),
         params_estimated=estimated,
+        intermediate_size=int(text["intermediate_size"]) if text.get("intermediate_size") else None,
+        **_serving_fields(text, experts, layers, hidden),
     )
+
+
+def _serving_fields(text: dict[str, Any], experts: int, layers: int, hidden: int) -> dict[str, Any]:
+    """What serving's memory model reads beyond the basics, from a (text) config the way vLLM's
+    model classes read it: KV-shared layers (vllm/model_executor/
+    models/gemma4.py: the last num_kv_shared_layers hold no cache), which layers route experts
+    (Qwen MoE: mlp_only_layers, decoder_sparse_step; DeepSeek: first_k_dense_replace,
+    moe_layer_freq) and their size (gate, up and down projections of each expert)."""
+    expert_width = int(
+        text.get("moe_intermediate_size")
+        or text.get("expert_intermediate_size")
+        or text.get("intermediate_size")
+        or 0
+    )
+    dense = set(text.get("mlp_only_layers") or [])
+    first = int(text.get("first_k_dense_replace") or 0)
+    step = int(text.get("decoder_sparse_step") or 1)
+    freq = int(text.get("moe_layer_freq") or 1)
+    moe_layers = sum(
+        1
+        for i in range(layers)
+        if experts and i >= first and i not in dense and (i + 1) % step == 0 and i % freq == 0
+    )
+    pattern = int(text.get("sliding_window_pattern") or 0)
+    raw = text.get("layer_types") or (
+        [("sliding" if (i + 1) % pattern else "full") for i in range(layers)]  # Gemma's rule
+        if text.get("sliding_window") and pattern
+        else ()
+    )
+    types = tuple("sliding" if "sliding" in str(t) else "full" for t in raw)
+    fields: dict[str, Any] = {
+        "moe_intermediate_size": expert_width if experts else None,
+        "expert_params": moe_layers * experts * 3 * hidden * expert_width,
+        "kv_shared_layers": int(text.get("num_kv_shared_layers") or 0),
+        "layer_types": types if len(types) == layers else (),
+    }
+    return fields
 
 
 def _safetensors_params(read: Any, dtype_bytes: int) -> int | None:
@@ -380,7 +431,37 @@ def from_catalogue(repo: str) -> ModelFacts | None:
         else None,
         gated=bool(entry.get("gated")),
         multimodal=bool(entry.get("multimodal")),
+        model_type=str(entry.get("model_type") or ""),
+        intermediate_size=_catalogued_intermediate(entry.get("_alias_of") or repo),
+        **_catalogued_serving(entry.get("_alias_of") or repo, entry),
     )
+
+
+def _catalogued_serving(repo: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """Serving's fields (_serving_fields) from the committed config.json of a catalogued model;
+    the catalogue's sliding_window_pattern stands in for transformers' default layer_types."""
+    config = (_catalogued_configs().get(repo) or {}).get("config") or {}
+    text = dict(config.get("text_config") or config)
+    if entry.get("sliding_window_pattern") and not text.get("layer_types"):
+        text["sliding_window_pattern"] = entry["sliding_window_pattern"]
+        text["sliding_window"] = entry.get("sliding_window")
+    return _serving_fields(
+        text, int(entry.get("experts") or 0), int(entry["layers"]), int(entry["hidden_size"])
+    )
+
+
+@cache
+def _catalogued_configs() -> dict[str, Any]:
+    configs: dict[str, Any] = json.loads((DATA / "models" / "configs.json").read_text())["models"]
+    return configs
+
+
+def _catalogued_intermediate(repo: str) -> int | None:
+    """The MLP width from the committed config.json of a catalogued model (configs.json)."""
+    config = (_catalogued_configs().get(repo) or {}).get("config") or {}
+    text = config.get("text_config") or config
+    value = text.get("intermediate_size")
+    return int(value) if value else None
 
 
 @cache
