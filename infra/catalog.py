@@ -47,6 +47,10 @@ class TpuMachineType:
     topologies: tuple[str, ...]
     vcpus: int
     memory_gib: int
+    # Local SSD the machine type comes with, GiB; None: not known. GKE's TPU and machine-type
+    # pages stored here list chips, vCPUs and memory of ct6e but no local SSD, so none is
+    # assumed: pods' scratch lives on the boot disk (infra.disk).
+    local_ssd_gib: int | None = None
 
 
 # TPU v6e (Trillium). Zones: those in Google's tables as read for FACTS.md (the table was cut,

@@ -18,6 +18,8 @@ from infra.components.node_pools import CpuPoolArgs, GpuPoolArgs, TpuSlicePoolAr
 from infra.components.observability import DashboardAccessArgs, RayMetricsArgs
 from infra.components.storage import StorageArgs
 from infra.components.workloads import LlmServiceArgs, RayTrainingJobArgs, TpuPoolRefArgs
+from infra.disk import DEFAULT_BOOT_DISK_GB
+from infra.plan.node_pools import boot_disk_gb
 from infra.resolve import GpuPoolPlan, PoolPlan, StackPlan
 
 
@@ -113,7 +115,7 @@ def cpu_pool(plan: StackPlan, refs: PoolRefs) -> CpuPoolArgs:
         machine_type=pool.machine_type,
         min_nodes=pool.min_nodes,
         max_nodes=pool.max_nodes,
-        disk_size_gb=pool.disk_size_gb,
+        disk_size_gb=boot_disk_gb(plan, "cpu") or pool.disk_size_gb or DEFAULT_BOOT_DISK_GB,
     )
 
 
@@ -129,7 +131,7 @@ def tpu_pool(plan: StackPlan, pool: PoolPlan, refs: PoolRefs) -> TpuSlicePoolArg
         slices=spec.slices,
         capacity=spec.capacity,
         autoscaling=spec.autoscaling,
-        disk_size_gb=spec.disk_size_gb,
+        disk_size_gb=boot_disk_gb(plan, spec.name) or spec.disk_size_gb or DEFAULT_BOOT_DISK_GB,
     )
     if spec.reservation:
         args["reservation"] = spec.reservation

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from infra import catalog
+from infra import catalog, disk
 from infra.names import GPU_TAINT_KEY, POOL_LABEL, QUEUED_TAINT_KEY, ROLE_LABEL, SLICE_LABEL
 from infra.resolve import PoolPlan, StackPlan
 from infra.spec.models import CpuPoolConfig, GpuPoolConfig
@@ -75,8 +75,10 @@ def _node_config(
     }
 
 
-def cpu_pool(cpu: CpuPoolConfig, zone: str) -> NodePoolPlan:
-    """The pool for the Ray heads and system pods."""
+def cpu_pool(cpu: CpuPoolConfig, zone: str, disk_gb: int | None = None) -> NodePoolPlan:
+    """The pool for the Ray heads and system pods. `disk_gb`: the boot disk the disk plan
+    derived (infra.disk), else the stack's, else GKE's default."""
+    disk_gb = disk_gb or cpu.disk_size_gb or disk.DEFAULT_BOOT_DISK_GB
     labels = {ROLE_LABEL: "system"}
     return NodePoolPlan(
         name="cpu",
@@ -87,14 +89,15 @@ def cpu_pool(cpu: CpuPoolConfig, zone: str) -> NodePoolPlan:
             "initial_node_count": max(cpu.min_nodes, 1),
             "autoscaling": {"min_node_count": cpu.min_nodes, "max_node_count": cpu.max_nodes},
             "management": {"auto_repair": True, "auto_upgrade": True},
-            "node_config": _node_config(cpu.machine_type, labels, [], cpu.disk_size_gb),
+            "node_config": _node_config(cpu.machine_type, labels, [], disk_gb),
         },
     )
 
 
-def tpu_slice_pools(plan: PoolPlan, zone: str) -> list[NodePoolPlan]:
-    """One node pool per slice of a config pool."""
+def tpu_slice_pools(plan: PoolPlan, zone: str, disk_gb: int | None = None) -> list[NodePoolPlan]:
+    """One node pool per slice of a config pool; `disk_gb` as for cpu_pool."""
     pool, tpu = plan.spec, plan.slice
+    disk_gb = disk_gb or pool.disk_size_gb or disk.DEFAULT_BOOT_DISK_GB
     taints = [_taint(catalog.TPU_TAINT_KEY, catalog.TPU_TAINT_VALUE)]
     if pool.capacity == "queued":
         taints.append(_taint(QUEUED_TAINT_KEY, "true"))
@@ -102,7 +105,7 @@ def tpu_slice_pools(plan: PoolPlan, zone: str) -> list[NodePoolPlan]:
     for index in range(pool.slices):
         labels = {POOL_LABEL: pool.name, SLICE_LABEL: str(index), ROLE_LABEL: "tpu"}
         node_config = {
-            **_node_config(pool.machine_type, labels, taints, pool.disk_size_gb),
+            **_node_config(pool.machine_type, labels, taints, disk_gb),
             **_capacity_args(pool.capacity, pool.reservation),
         }
         if pool.max_run_duration:
@@ -173,10 +176,16 @@ def gpu_pool(pool: GpuPoolConfig, zone: str) -> NodePoolPlan:
     return NodePoolPlan(name=pool.name, kind="gpu", pool=pool.name, args=args, taints=taints)
 
 
+def boot_disk_gb(plan: StackPlan, pool: str) -> int | None:
+    """The boot disk of a pool ("cpu" for the CPU pool) as the disk plan sizes it."""
+    node = plan.disk.node(pool) if plan.disk else None
+    return node.boot_disk_gb if node else None
+
+
 def all_node_pools(plan: StackPlan) -> list[NodePoolPlan]:
     zone = plan.spec.zone
-    pools = [cpu_pool(plan.spec.cpu_pool, zone)]
+    pools = [cpu_pool(plan.spec.cpu_pool, zone, boot_disk_gb(plan, "cpu"))]
     for tpu_pool in plan.tpu_pools:
-        pools += tpu_slice_pools(tpu_pool, zone)
+        pools += tpu_slice_pools(tpu_pool, zone, boot_disk_gb(plan, tpu_pool.name))
     pools += [gpu_pool(g.spec, zone) for g in plan.gpu_pools]
     return pools

@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from infra import catalog, engine
+from infra import catalog, disk, engine
+from infra.disk import DiskPlan, PodDisk
 from infra.names import (
     APP_NAME_LABEL,
     EXPOSE_SERVE_ANNOTATION,
@@ -53,6 +54,12 @@ class RayPods:
     mount_path: str  # where pods see the bucket (GCS FUSE)
     service_account: str  # the KSA, bound to the workload GSA through Workload Identity
     tpu_metrics: bool = True  # TPU chip metrics from the device plugin
+    disk: DiskPlan | None = None  # each pod's scratch and file cache (infra.disk)
+
+    def budget(self, role: str) -> PodDisk:
+        """A pod's disk budget from the plan; without one, Ray's own scratch only."""
+        found = self.disk.pod(role) if self.disk else None
+        return found or disk.head_pod(role)
 
 
 def ray_pods(plan: StackPlan) -> RayPods:
@@ -63,6 +70,7 @@ def ray_pods(plan: StackPlan) -> RayPods:
         mount_path=spec.storage.mount_path,
         service_account=plan.names.workload_ksa,
         tpu_metrics=spec.observability.tpu_metrics,
+        disk=plan.disk,
     )
 
 
@@ -92,9 +100,29 @@ def _pod_security_context() -> dict[str, Any]:
     }
 
 
-def _volumes(pods: RayPods, *, hf_token: bool = False) -> list[dict[str, Any]]:
+# The GCS FUSE sidecar's read cache: a pod volume of this name replaces the driver's default
+# one (GKE, "Configure the Cloud Storage FUSE CSI driver sidecar container": custom read cache
+# volume), so the plan sizes it.
+GCSFUSE_CACHE_VOLUME = "gke-gcsfuse-cache"
+
+
+def mount_options(budget: disk.PodDisk) -> str:
+    """gcsfuse's options: the Ray user owns the files; the file cache capped at what the disk
+    plan gives this pod (0: no cache; gcsfuse evicts past the cap); streaming writes, so a
+    checkpoint or export written through the mount is uploaded as it is written, not staged
+    whole in a local temp file first (the default from gcsfuse 3.0, explicit for older)."""
+    return (
+        f"implicit-dirs,uid={RAY_UID},gid={RAY_GID},"
+        f"file-cache:max-size-mb:{budget.file_cache_mb},write:enable-streaming-writes:true"
+    )
+
+
+def _volumes(
+    pods: RayPods, budget: disk.PodDisk, *, hf_token: bool = False
+) -> list[dict[str, Any]]:
     """The bucket through the GCS FUSE CSI driver (owned by the Ray user, who runs non-root),
-    writable scratch for a read-only root, and the HF token file when there is one."""
+    writable scratch for a read-only root and gcsfuse's file cache, both sized by the disk
+    plan, and the HF token file when there is one."""
     volumes: list[dict[str, Any]] = [
         {
             "name": GCS_VOLUME,
@@ -102,15 +130,17 @@ def _volumes(pods: RayPods, *, hf_token: bool = False) -> list[dict[str, Any]]:
                 "driver": "gcsfuse.csi.storage.gke.io",
                 "volumeAttributes": {
                     "bucketName": pods.bucket,
-                    "mountOptions": (
-                        f"implicit-dirs,uid={RAY_UID},gid={RAY_GID},file-cache:max-size-mb:-1"
-                    ),
+                    "mountOptions": mount_options(budget),
                 },
             },
         },
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": budget.scratch_limit}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
+    if budget.file_cache_bytes:
+        volumes.append(
+            {"name": GCSFUSE_CACHE_VOLUME, "emptyDir": {"sizeLimit": budget.cache_limit}}
+        )
     if hf_token:
         volumes.append(
             {
@@ -136,19 +166,42 @@ def _volume_mounts(pods: RayPods, *, hf_token: bool = False) -> list[dict[str, A
     return mounts
 
 
-def _env(hf_token: bool, extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-        {"name": "HOME", "value": "/tmp"},  # caches go to the writable scratch
-    ]
+SCRATCH = "/tmp"  # the pod's scratch emptyDir, sized by the disk plan
+
+
+def scratch_env(pods: RayPods) -> dict[str, str]:
+    """Where local caches go (the sized scratch: the disk plan counts them), Ray's log rotation
+    (bounded, so the plan can count Ray's logs), and the bucket as the pods see it (the trainer
+    writes checkpoints through the mount and reads them back from it)."""
+    return {
+        "HOME": SCRATCH,
+        "TMPDIR": SCRATCH,
+        "HF_HOME": f"{SCRATCH}/huggingface",  # hub side files, hf: data sets
+        "XDG_CACHE_HOME": f"{SCRATCH}/.cache",
+        "PARK_CACHE_DIR": f"{SCRATCH}/park-gke",
+        "RAY_ROTATION_MAX_BYTES": str(disk.RAY_LOG_ROTATE_BYTES),
+        "RAY_ROTATION_BACKUP_COUNT": str(disk.RAY_LOG_BACKUPS),
+        "PARK_BUCKET_URI": f"gs://{pods.bucket}",
+        "PARK_BUCKET_MOUNT": pods.mount_path,
+    }
+
+
+def _env(
+    pods: RayPods, hf_token: bool, extra: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    env += [{"name": k, "value": v} for k, v in scratch_env(pods).items()]
     if hf_token:
         env.append({"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/{HF_SECRET_KEY}"})
     env += [{"name": k, "value": v} for k, v in sorted((extra or {}).items())]
     return env
 
 
-def _resources(cpu: int | str, memory: str, tpu_chips: int = 0) -> dict[str, Any]:
-    amounts = {"cpu": str(cpu), "memory": memory, "ephemeral-storage": "20Gi"}
+def _resources(
+    cpu: int | str, memory: str, budget: disk.PodDisk, tpu_chips: int = 0
+) -> dict[str, Any]:
+    """Requests = limits; ephemeral storage is the disk plan's worst case for this pod."""
+    amounts = {"cpu": str(cpu), "memory": memory, "ephemeral-storage": budget.limit}
     if tpu_chips:
         amounts[catalog.TPU_RESOURCE] = str(tpu_chips)
     return {"requests": dict(amounts), "limits": dict(amounts)}
@@ -173,11 +226,13 @@ def head_group(
     hf_token: bool = False,
     autoscaler: bool = False,
     extra_env: dict[str, str] | None = None,
+    role: str = "training-head",
 ) -> dict[str, Any]:
     """The Ray head on the CPU pool. It runs no tasks (num-cpus 0); the dashboard listens on the
     pod network only — the head Service is ClusterIP and no Ingress is created. Only a head
     with KubeRay's autoscaler sidecar mounts an API token: the autoscaler scales worker groups
-    through the Kubernetes API."""
+    through the Kubernetes API. `role`: its disk budget in the plan (infra.disk)."""
+    budget = pods.budget(role)
     ports = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()]
     ports.append({"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT})
     return {
@@ -200,13 +255,13 @@ def head_group(
                         "image": image,
                         "imagePullPolicy": "Always",
                         "ports": ports,
-                        "resources": _resources(2, "8Gi"),
-                        "env": _env(hf_token, extra_env),
+                        "resources": _resources(2, "8Gi", budget),
+                        "env": _env(pods, hf_token, extra_env),
                         "volumeMounts": _volume_mounts(pods, hf_token=hf_token),
                         "securityContext": _security_context(),
                     }
                 ],
-                "volumes": _volumes(pods, hf_token=hf_token),
+                "volumes": _volumes(pods, budget, hf_token=hf_token),
             },
         },
     }
@@ -252,10 +307,12 @@ def tpu_worker_group(
     max_replicas: int,
     hf_token: bool = False,
     extra_env: dict[str, str] | None = None,
+    role: str = "training-worker",
 ) -> dict[str, Any]:
     """The worker group shared by training and serving: one Ray pod per TPU host, one replica
-    per slice."""
+    per slice. `role`: its disk budget in the plan (infra.disk)."""
     tpu = pool.slice
+    budget = pods.budget(role)
     # The pool's own label too: two pools of one topology (prod: training on a reservation,
     # serving on demand) must not take each other's nodes, nor make the autoscaler grow the
     # wrong one.
@@ -284,14 +341,14 @@ def tpu_worker_group(
                         "imagePullPolicy": "Always",
                         "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT}],
                         "resources": _resources(
-                            tpu.pod_cpu, f"{tpu.pod_memory_gib}Gi", tpu.chips_per_host
+                            tpu.pod_cpu, f"{tpu.pod_memory_gib}Gi", budget, tpu.chips_per_host
                         ),
-                        "env": [*_env(hf_token, extra_env), *_tpu_metrics_env(pods)],
+                        "env": [*_env(pods, hf_token, extra_env), *_tpu_metrics_env(pods)],
                         "volumeMounts": _volume_mounts(pods, hf_token=hf_token),
                         "securityContext": _security_context(),
                     }
                 ],
-                "volumes": _volumes(pods, hf_token=hf_token),
+                "volumes": _volumes(pods, budget, hf_token=hf_token),
             },
         },
     }
@@ -322,7 +379,9 @@ def training_fields(training: TrainingPlan) -> dict[str, Any]:
         "strategy": spec.strategy,
     }
     if spec.model:
-        fields |= {"model": spec.model, "tokenizer": spec.tokenizer, "init": spec.init}
+        # the staged copy of a hub model, through the mount (infra.disk)
+        model = training.model_path or spec.model
+        fields |= {"model": model, "tokenizer": spec.tokenizer, "init": spec.init}
         fields["activation_checkpointing"] = spec.activation_checkpointing
     else:
         fields["model_size"] = spec.model_size
@@ -335,6 +394,9 @@ def training_fields(training: TrainingPlan) -> dict[str, Any]:
     fields |= {
         "steps": spec.steps,
         "global_batch_size": spec.global_batch_size,
+        # The plan's micro-batch (the pin, or the most that fit: infra.training_fit), so the
+        # run holds what preview proved fits; the trainer accumulates over the rest.
+        "micro_batch_size": training.micro_batch,
         "seq_len": spec.seq_len,
         "lr": spec.learning_rate,
         "warmup_steps": spec.warmup_steps,
@@ -425,6 +487,7 @@ def rayjob(training: TrainingPlan, pods: RayPods, *, hf_token: bool = False) -> 
 
 def _submitter_template(pods: RayPods, image: str) -> dict[str, Any]:
     """KubeRay's submitter pod runs `ray job submit`; same image, small and locked down."""
+    budget = pods.budget("submitter")
     return {
         "spec": {
             "restartPolicy": "Never",
@@ -437,13 +500,13 @@ def _submitter_template(pods: RayPods, image: str) -> dict[str, Any]:
                     "name": "ray-job-submitter",
                     "image": image,
                     "imagePullPolicy": "Always",
-                    "resources": _resources("500m", "1Gi"),
+                    "resources": _resources("500m", "1Gi", budget),
                     "env": [{"name": "HOME", "value": "/tmp"}],  # `ray job submit` writes ~/.ray
                     "securityContext": _security_context(),
                     "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                 }
             ],
-            "volumes": [{"name": "tmp", "emptyDir": {}}],
+            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": budget.scratch_limit}}],
         }
     }
 
@@ -453,7 +516,11 @@ def _submitter_template(pods: RayPods, image: str) -> dict[str, Any]:
 
 
 def model_source(pods: RayPods, source: str) -> str | dict[str, str]:
-    """HF id as is; our own bucket through the FUSE mount (no copy); other buckets mirrored."""
+    """What the engine loads: a hub id's copy staged once in our bucket (`park stage-model`,
+    infra.disk), and our own bucket's folders, through the FUSE mount and its sized file cache
+    (never a per-host hub download into scratch); other buckets mirrored by Serve LLM."""
+    if disk.needs_staging(source):
+        return disk.staged_path(pods.mount_path, source)
     own = f"gs://{pods.bucket}/"
     if source.startswith(own):
         return f"{pods.mount_path}/{source[len(own) :]}"
@@ -609,7 +676,12 @@ def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[s
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": True,
                 "headGroupSpec": head_group(
-                    pods, image, hf_token=hf_token, autoscaler=True, extra_env=ray_env
+                    pods,
+                    image,
+                    hf_token=hf_token,
+                    autoscaler=True,
+                    extra_env=ray_env,
+                    role="serving-head",
                 ),
                 "workerGroupSpecs": [
                     tpu_worker_group(
@@ -621,6 +693,7 @@ def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[s
                         max_replicas=serving.max_slices,
                         hf_token=hf_token,
                         extra_env=ray_env,
+                        role="serving-worker",
                     )
                 ],
             },

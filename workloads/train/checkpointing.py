@@ -1,15 +1,17 @@
 """Sharded checkpoints with torch.distributed.checkpoint (DCP), the same for DDP and FSDP2.
 
-Every rank writes its own shards into a local folder and hands it to Ray Train, which uploads
-all ranks' folders into one checkpoint folder in ``storage_path`` (``gs://`` on GKE). DCP's
-``.metadata`` (rank 0) names the shard files relative to that folder, so loading reads it back
-with any world size. The training state (step, last loss) rides along as ``train_state.json``.
+Every rank writes its own shards straight into one checkpoint folder of the run's storage
+(``storage_path``: the bucket through the pod's GCS FUSE mount on GKE, whose streaming writes
+upload each file as it is written), which Ray Train then registers without a copy; a resume
+reads the folder in place (workloads/train/runenv.py). DCP's ``.metadata`` (rank 0) names the
+shard files relative to that folder, so loading reads it back with any world size. The
+training state (step, last loss) rides along as ``train_state.json``.
 
 DCP coordinates ranks with object collectives; they run on a gloo group so that they work
 whatever the training backend is (tpu_dist, nccl or gloo).
 
 Each rank also writes where its data stream stands, ``data_state/rank-NNNNN.json``: a name of
-its own, since Ray merges every rank's folder into one.
+its own, since every rank writes into the same folder.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ gradient (workloads.train.step); the loss never holds a micro-batch's full-vocab
 
 from __future__ import annotations
 
-import tempfile
 import time
 from typing import Any
 
@@ -221,7 +220,9 @@ def train(cfg: TrainConfig, env: RunEnv) -> checkpointing.TrainState:
                 metrics["export_path"] = export_now
             if env.rank == 0:
                 emit(METRICS_PREFIX, metrics)
-            with tempfile.TemporaryDirectory(prefix="park-ckpt-") as directory:
+            # Written where it is kept (the run's storage folder, through the bucket's mount
+            # on GKE), registered by Ray without a copy (workloads/train/runenv.py).
+            with env.checkpoint_folder(step) as directory:
                 checkpointing.save(
                     directory, model.module, optimizer, state, group, data.state_dict()
                 )

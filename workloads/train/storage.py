@@ -102,6 +102,32 @@ def mirror(uri: str, keep: Callable[[str], bool] | None = None) -> Path:
     return target
 
 
+# The stack's bucket as the pods see it (infra/plan/ray.py `scratch_env`): gs://BUCKET and the
+# folder its GCS FUSE mount shows it at.
+BUCKET_URI_ENV = "PARK_BUCKET_URI"
+BUCKET_MOUNT_ENV = "PARK_BUCKET_MOUNT"
+
+
+def local_path(uri: str) -> Path | None:
+    """``uri`` as a folder of this machine, read and written in place: a local path or
+    ``file://`` as it is, the stack's bucket through its mount when the pod has one; None
+    for anything else (which would need a copy)."""
+    if uri.startswith("file://"):
+        return Path(uri.removeprefix("file://"))
+    if "://" not in uri:
+        return Path(os.path.abspath(os.path.expanduser(uri)))
+    bucket = os.environ.get(BUCKET_URI_ENV, "").rstrip("/")
+    mount = os.environ.get(BUCKET_MOUNT_ENV)
+    if (
+        bucket
+        and mount
+        and Path(mount).is_dir()
+        and (uri == bucket or uri.startswith(bucket + "/"))
+    ):
+        return Path(mount) / uri[len(bucket) :].lstrip("/")
+    return None
+
+
 def write_bytes(uri: str, data: bytes) -> None:
     """Write a whole file (parents are created; on a bucket there are none to create)."""
     fs, path = filesystem(uri)

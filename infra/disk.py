@@ -1,0 +1,496 @@
+"""Disk and host memory per pod and per node, before anything runs: the disk model.
+
+Where bytes go (issue 19 item 3, what the plan renders):
+
+- model weights from the hub are staged once into the stack's bucket (``models/<org>/<name>``,
+  `park stage-model`) and read through the GCS FUSE mount; serving reads them through a gcsfuse
+  file cache sized here (a cap gcsfuse honours by evicting, on its own emptyDir), training
+  streams them once (no file cache: each rank reads only its slices, once);
+- DCP checkpoints and exports go to the bucket directly (through the mount, gcsfuse's streaming
+  writes: no local staging of the file) and a resume reads them from there;
+- what stays in the pod's scratch (the ``/tmp`` emptyDir, where HOME, TMPDIR, HF_HOME and the
+  local compile caches live): Ray's session folder and logs (rotation bounded by the env this
+  plan sets), hub side files and data sets, the compilers' local scratch.
+
+Every figure below is either derived from the plan (weights from the model's facts, the gcsfuse
+file cache, the per-host share of a checkpoint) or a named allowance with its reason; the pod's
+ephemeral-storage request and limit, the emptyDirs' sizeLimits and the node pools' boot disks
+are derived from them (infra/plan/ray.py, infra/plan/node_pools.py), never constants.
+Pure: no torch, no Pulumi; `build(plan)` runs at the end of infra.resolve.resolve.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from infra import catalog, model_facts
+
+if TYPE_CHECKING:
+    from infra.resolve import PoolPlan, ServingPlan, StackPlan, TrainingPlan
+    from infra.spec.models import TrainingConfig
+
+GIB = 1024**3
+MIB = 1024**2
+GB = 10**9
+
+MODELS_PREFIX = "models"  # staged hub models: gs://<bucket>/models/<org>/<name>
+
+# ---- allowances: what no source sizes; each says why it is this big --------------------------
+# Ray's own logs: Ray rotates each log file at RAY_ROTATION_MAX_BYTES with RAY_ROTATION_BACKUP_
+# COUNT backups (defaults 512 MiB and 5, ray/_common/ray_constants.py: 3 GiB per file). The pods
+# get the smaller values below (infra/plan/ray.py `_env`), so a file holds at most 128 MiB.
+RAY_LOG_ROTATE_BYTES = 64 * MIB
+RAY_LOG_BACKUPS = 1
+# Log files of one Ray node besides its workers' (raylet, gcs, dashboard and its agents, log
+# monitor, runtime env agent, monitor..., .out and .err each): counted on a Ray 2.60 session.
+RAY_SYSTEM_LOG_FILES = 24
+RAY_WORKER_LOG_FILES = 2  # .out and .err per worker process (one per chip, plus a few idle)
+RAY_SESSION_OTHER_BYTES = 2 * GIB  # runtime_env packages, sockets, the session's metadata
+HF_SIDE_FILES_BYTES = 1 * GIB  # config, tokenizer and chat template files in HF_HOME
+HF_DATASET_BYTES = 4 * GIB  # an hf: data set's download and Arrow cache (not known offline)
+COMPILE_SCRATCH_BYTES = 8 * GIB  # compilers' local dumps and inductor/XLA caches under TMPDIR
+CONTAINER_LOGS_BYTES = 50 * MIB  # the kubelet's log rotation: 10 MiB x 5 files per container
+SUBMITTER_SCRATCH_BYTES = 1 * GIB  # `ray job submit` writes ~/.ray and its logs only
+FILE_CACHE_OVERHEAD_BYTES = 1 * GIB  # gcsfuse's cache index and partial downloads beyond max
+# The node's boot disk also holds the images (the workload image carries torch, torch_tpu,
+# vLLM, JAX and Ray: well over 10 GB unpacked; this is an upper allowance) and system pods.
+IMAGE_BYTES = 30 * GIB
+SYSTEM_PODS_BYTES = 2 * GIB
+DEFAULT_BOOT_DISK_GB = 100  # GKE's default; the floor of a derived boot disk
+BOOT_DISK_STEP_GB = 10  # derived boot disks are rounded up to this
+# Host memory (per host) — what the sources say, plus per-process allowances.
+GCSFUSE_STREAMING_BUFFER_BYTES = 64 * MIB  # per file open for a streaming write (gcsfuse 2.9.1)
+GCSFUSE_METADATA_BYTES = 1152 * MIB  # stat 1024 MiB + type 128 MiB caches (gcsfuse v3 on ct6e)
+TRAIN_PROCESS_BYTES = 8 * GIB  # one training worker: Python, torch, torch_tpu, Ray (allowance)
+ENGINE_PROCESS_BYTES = 16 * GIB  # one vLLM engine worker host process (allowance)
+RAY_NODE_PROCESS_BYTES = 4 * GIB  # raylet, agents, dashboard on one node (allowance)
+DCP_COPY_AHEAD_BYTES = 10 * 1000**2  # FileSystemWriter per_thread_copy_ahead default (10 MB)
+
+
+def staged_uri(bucket: str, repo: str) -> str:
+    """Where a hub model is staged in the stack's bucket."""
+    return f"gs://{bucket}/{MODELS_PREFIX}/{repo}"
+
+
+def staged_path(mount_path: str, repo: str) -> str:
+    """The staged copy as the pods see it, through the bucket's FUSE mount."""
+    return f"{mount_path.rstrip('/')}/{MODELS_PREFIX}/{repo}"
+
+
+def needs_staging(source: str | None) -> bool:
+    """A hub id: fetched once into the bucket, never per host into scratch."""
+    return bool(source) and model_facts.is_hub_id(str(source))
+
+
+def gke_allocatable_bytes(disk_gb: int) -> int:
+    """Ephemeral storage a GKE node offers pods from a boot disk of `disk_gb` GB: GKE reserves
+    min(50 %, 6 GiB + 35 %, 100 GiB) of it for the system and evicts at 10 % free (GKE, "Plan
+    GKE Standard node sizes", local ephemeral storage reservation; a 100 GB node shows ~47 GB
+    allocatable there, this formula says ~49: the image allowance covers the difference)."""
+    total = disk_gb * GB
+    reserved = min(total // 2, 6 * GIB + int(total * 0.35), 100 * GIB)
+    return total - reserved - total // 10
+
+
+def boot_disk_needed_gb(pod_bytes: int) -> int:
+    """The smallest boot disk (GB, a multiple of BOOT_DISK_STEP_GB, at least GKE's default)
+    whose allocatable storage holds `pod_bytes` plus the images and system pods."""
+    need = pod_bytes + IMAGE_BYTES + SYSTEM_PODS_BYTES
+    size = DEFAULT_BOOT_DISK_GB
+    while gke_allocatable_bytes(size) < need:
+        size += BOOT_DISK_STEP_GB
+    return size
+
+
+# ---- the model ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One use of disk or memory: what it is, how many bytes, why this many."""
+
+    name: str
+    bytes: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StagedModel:
+    """A hub model the stack reads from its bucket: staged once, before the workloads run."""
+
+    repo: str
+    uri: str  # gs://<bucket>/models/<repo>
+    path: str  # the same folder through the pods' mount
+    weights_bytes: int | None  # from the model's facts; None when not known here
+    used_by: tuple[str, ...]  # config keys naming it
+
+
+@dataclass(frozen=True)
+class PodDisk:
+    """One pod's local disk: its scratch emptyDir, its gcsfuse file cache, and what goes
+    straight to the bucket (shown, no scratch)."""
+
+    role: str  # training-worker, serving-worker, training-head, serving-head, submitter
+    pool: str  # the config pool it runs on ("cpu" for the CPU pool)
+    scratch: tuple[Item, ...]
+    file_cache_bytes: int = 0  # gcsfuse's read cache cap (0: off)
+    bucket: tuple[Item, ...] = ()
+
+    @property
+    def scratch_bytes(self) -> int:
+        return sum(i.bytes for i in self.scratch)
+
+    @property
+    def cache_volume_bytes(self) -> int:
+        """The cache emptyDir's sizeLimit: the cap plus gcsfuse's own overhead."""
+        return self.file_cache_bytes + FILE_CACHE_OVERHEAD_BYTES if self.file_cache_bytes else 0
+
+    @property
+    def worst_case_bytes(self) -> int:
+        """Everything this pod may hold on the node's disk at once."""
+        return self.scratch_bytes + self.cache_volume_bytes + CONTAINER_LOGS_BYTES
+
+    @property
+    def limit_bytes(self) -> int:
+        """The container's ephemeral-storage request and limit: the worst case in whole GiB."""
+        return math.ceil(self.worst_case_bytes / GIB) * GIB
+
+    @property
+    def limit(self) -> str:
+        return f"{self.limit_bytes // GIB}Gi"
+
+    @property
+    def scratch_limit(self) -> str:
+        return f"{math.ceil(self.scratch_bytes / MIB)}Mi"
+
+    @property
+    def cache_limit(self) -> str:
+        return f"{math.ceil(self.cache_volume_bytes / MIB)}Mi"
+
+    @property
+    def file_cache_mb(self) -> int:
+        """gcsfuse's file-cache:max-size-mb (MiB)."""
+        return self.file_cache_bytes // MIB
+
+
+@dataclass(frozen=True)
+class NodeDisk:
+    """One node pool's boot disk against the pods that may share one of its nodes."""
+
+    key: str  # the config key of its size: park:tpuPools[0].diskSizeGb, park:cpuPool.diskSizeGb
+    pool: str
+    machine_type: str
+    boot_disk_gb: int  # what the node pool gets: the stack's, or the derived size
+    needed_gb: int  # the smallest boot disk that holds it
+    pinned: bool  # the stack set the size
+    pods_bytes: int  # ephemeral-storage requests of the pods one node may run
+    local_ssd_gib: int | None  # the machine type's local SSD (None: not known, none assumed)
+
+    @property
+    def allocatable_bytes(self) -> int:
+        return gke_allocatable_bytes(self.boot_disk_gb)
+
+    @property
+    def fits(self) -> bool:
+        return self.boot_disk_gb >= self.needed_gb
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """What one pod holds in the host's memory, against its memory request."""
+
+    role: str
+    pool: str
+    items: tuple[Item, ...]
+    request_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(i.bytes for i in self.items)
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.request_bytes
+
+
+@dataclass(frozen=True)
+class DiskPlan:
+    pods: tuple[PodDisk, ...]
+    nodes: tuple[NodeDisk, ...]
+    memory: tuple[HostMemory, ...]
+    staged: tuple[StagedModel, ...]
+
+    def pod(self, role: str) -> PodDisk | None:
+        return next((p for p in self.pods if p.role == role), None)
+
+    def node(self, pool: str) -> NodeDisk | None:
+        return next((n for n in self.nodes if n.pool == pool), None)
+
+    def staged_model(self, repo: str) -> StagedModel | None:
+        return next((s for s in self.staged if s.repo == repo), None)
+
+
+# ---- per workload ---------------------------------------------------------------------------
+
+
+def _weights_bytes(facts: model_facts.ModelFacts | None) -> int | None:
+    """Stored weights: parameters at the checkpoint's dtype (the facts resolve looked up)."""
+    if facts is None or facts.params is None:
+        return None
+    return facts.params * facts.dtype_bytes
+
+
+def _training_facts(training: TrainingPlan) -> model_facts.ModelFacts | None:
+    return training.facts.facts
+
+
+def _ray_logs(workers: int) -> Item:
+    files = RAY_SYSTEM_LOG_FILES + RAY_WORKER_LOG_FILES * (workers + 2)
+    per_file = RAY_LOG_ROTATE_BYTES * (1 + RAY_LOG_BACKUPS)
+    return Item(
+        "ray session logs",
+        files * per_file + RAY_SESSION_OTHER_BYTES,
+        f"{files} files x {per_file // MIB} MiB (rotation set in the pod env) + session files",
+    )
+
+
+def _training_uses_hub_data(training: TrainingPlan) -> bool:
+    return str(training.spec.data or "").startswith("hf:")
+
+
+def trainer_model_source(spec: TrainingConfig, mount_path: str) -> str | None:
+    """What the trainer loads for park:training.model: a hub model's staged copy under the
+    mount when the run needs its weights, else the spec's source as is (a run from random
+    weights fetches only config and tokenizer, small, into HF_HOME)."""
+    if spec.model and needs_staging(spec.model) and spec.init != "config":
+        return staged_path(mount_path, spec.model)
+    return spec.model
+
+
+def _checkpoint_bytes(training: TrainingPlan) -> int | None:
+    """One checkpoint: fp32 weights and AdamW's two fp32 moments (12 bytes a parameter)."""
+    facts = _training_facts(training)
+    if facts is None or facts.params is None:
+        return None
+    return facts.params * 12
+
+
+def training_pod(training: TrainingPlan) -> PodDisk:
+    tpu = training.pool.slice
+    scratch = [_ray_logs(tpu.chips_per_host), Item("hub side files (HF_HOME)", HF_SIDE_FILES_BYTES)]
+    if _training_uses_hub_data(training):
+        scratch.append(
+            Item("hub data set (HF_HOME)", HF_DATASET_BYTES, f"{training.spec.data}: allowance")
+        )
+    scratch.append(Item("compile scratch (TMPDIR)", COMPILE_SCRATCH_BYTES))
+    spec = training.spec
+    if spec.model and spec.model.startswith("gs://"):
+        # another bucket's model is mirrored once per node into the cache (workloads/train/
+        # storage.mirror); our own bucket's is read through the mount
+        mirrored = _weights_bytes(_training_facts(training)) or 0
+        scratch.append(Item("model mirrored from another bucket", mirrored, spec.model))
+    bucket: list[Item] = []
+    ckpt = _checkpoint_bytes(training)
+    if ckpt is not None:
+        per_host = ckpt * tpu.chips_per_host // max(training.workers, 1)
+        bucket.append(
+            Item(
+                "checkpoint shards (DCP, through the mount)",
+                per_host,
+                f"this host's share of {ckpt / GIB:.1f} GiB; resume reads them in place",
+            )
+        )
+    if training.export_path:
+        weights = _weights_bytes(_training_facts(training))
+        if weights is not None:
+            bucket.append(Item("export (safetensors, to the bucket)", weights))
+    return PodDisk("training-worker", training.pool.name, tuple(scratch), 0, tuple(bucket))
+
+
+def serving_file_cache_bytes(serving: ServingPlan) -> int:
+    """The gcsfuse file cache of a serving worker: the largest model one replica loads (every
+    host reads every safetensors file of its model), so a restarted replica loads from disk."""
+    sizes = [_weights_bytes(m.facts.facts) or 0 for m in serving.models]
+    return max(sizes, default=0)
+
+
+def serving_pod(serving: ServingPlan, bucket: str) -> PodDisk:
+    """A serving worker: Ray's scratch and the compilers' (the engines' compile caches live on
+    the bucket, infra/plan/ray.py), the file cache, and any model of another bucket, which
+    Serve LLM mirrors into the pod's scratch (`bucket_uri`)."""
+    tpu = serving.pool.slice
+    scratch = [
+        _ray_logs(tpu.chips_per_host),
+        Item("hub side files (HF_HOME)", HF_SIDE_FILES_BYTES),
+        Item("compile scratch (TMPDIR)", COMPILE_SCRATCH_BYTES, "engine caches: on the bucket"),
+    ]
+    for m in serving.models:
+        source = m.source or ""
+        if source.startswith("gs://") and not source.startswith(f"gs://{bucket}/"):
+            size = _weights_bytes(m.facts.facts) or 0
+            scratch.append(Item(f"{m.spec.name} mirrored from another bucket", size, source))
+    cache = serving_file_cache_bytes(serving)
+    return PodDisk("serving-worker", serving.pool.name, tuple(scratch), cache)
+
+
+def head_pod(role: str) -> PodDisk:
+    scratch = (_ray_logs(4), Item("hub side files (HF_HOME)", HF_SIDE_FILES_BYTES))
+    return PodDisk(role, "cpu", scratch)
+
+
+def submitter_pod() -> PodDisk:
+    return PodDisk("submitter", "cpu", (Item("ray job submit", SUBMITTER_SCRATCH_BYTES),))
+
+
+def _largest_tensor_bytes(facts: model_facts.ModelFacts | None) -> int | None:
+    """The largest single tensor of a model in fp32 (the embedding or the LM head)."""
+    if facts is None:
+        return None
+    return facts.vocab_size * facts.hidden_size * 4
+
+
+def training_memory(training: TrainingPlan) -> HostMemory:
+    """A training host: its ranks' processes; DCP's save copies each tensor to the host ahead of
+    writing it, 10 MB ahead (FileSystemWriter, per_thread_copy_ahead) but at least one whole
+    tensor; HuggingFaceStorageReader reads one slice at a time from memory-mapped files (page
+    cache, reclaimable); an export holds one shard twice (tensors and safetensors bytes) on
+    each rank that owns one; gcsfuse holds 64 MiB per file it streams."""
+    tpu, spec = training.pool.slice, training.spec
+    ranks = tpu.chips_per_host
+    shard = max(training.workers, 1) if spec.strategy == "fsdp2" else 1
+    largest = _largest_tensor_bytes(_training_facts(training))
+    staging = max((largest or 0) // shard, DCP_COPY_AHEAD_BYTES)
+    items = [
+        Item("training processes", ranks * TRAIN_PROCESS_BYTES, f"{ranks} ranks (allowance)"),
+        Item("ray node processes", RAY_NODE_PROCESS_BYTES),
+        Item("DCP save staging", ranks * staging, "one tensor shard per rank"),
+        Item(
+            "gcsfuse buffers",
+            ranks * GCSFUSE_STREAMING_BUFFER_BYTES + GCSFUSE_METADATA_BYTES,
+            "streaming writes + metadata caches",
+        ),
+    ]
+    if training.export_path:
+        from workloads.train.config import parse_size
+
+        items.append(
+            Item(
+                "export shards",
+                ranks * 2 * parse_size(spec.export_max_shard_size),
+                "each rank's shard, as tensors and as bytes",
+            )
+        )
+    return HostMemory("training-worker", training.pool.name, tuple(items), tpu.pod_memory_gib * GIB)
+
+
+def serving_memory(serving: ServingPlan) -> HostMemory:
+    """A serving host: one engine worker per chip, the Ray node, gcsfuse's caches (the weights
+    themselves are read through the page cache from the file cache: reclaimable)."""
+    tpu = serving.pool.slice
+    items = (
+        Item("engine workers", tpu.chips_per_host * ENGINE_PROCESS_BYTES, "allowance per chip"),
+        Item("ray node processes", RAY_NODE_PROCESS_BYTES),
+        Item("gcsfuse metadata caches", GCSFUSE_METADATA_BYTES),
+    )
+    return HostMemory("serving-worker", serving.pool.name, items, tpu.pod_memory_gib * GIB)
+
+
+# ---- nodes ----------------------------------------------------------------------------------
+
+
+def _tpu_node(pool: PoolPlan, pods: list[PodDisk]) -> NodeDisk:
+    on_pool = [p.limit_bytes for p in pods if p.pool == pool.name]
+    pods_bytes = max(on_pool, default=0)  # one Ray pod per TPU host: it takes every chip
+    needed = boot_disk_needed_gb(pods_bytes)
+    pinned = pool.spec.disk_size_gb is not None
+    machine = catalog.MACHINE_TYPES.get(pool.spec.machine_type)
+    return NodeDisk(
+        key=f"{pool.key}.diskSizeGb",
+        pool=pool.name,
+        machine_type=pool.spec.machine_type,
+        boot_disk_gb=pool.spec.disk_size_gb if pool.spec.disk_size_gb is not None else needed,
+        needed_gb=needed,
+        pinned=pinned,
+        pods_bytes=pods_bytes,
+        local_ssd_gib=machine.local_ssd_gib if machine else None,
+    )
+
+
+def _cpu_node(plan: StackPlan, pods: list[PodDisk]) -> NodeDisk:
+    # Heads and the submitter may all land on one CPU node.
+    pods_bytes = sum(p.limit_bytes for p in pods if p.pool == "cpu")
+    needed = boot_disk_needed_gb(pods_bytes)
+    cpu = plan.spec.cpu_pool
+    return NodeDisk(
+        key="park:cpuPool.diskSizeGb",
+        pool="cpu",
+        machine_type=cpu.machine_type,
+        boot_disk_gb=cpu.disk_size_gb if cpu.disk_size_gb is not None else needed,
+        needed_gb=needed,
+        pinned=cpu.disk_size_gb is not None,
+        pods_bytes=pods_bytes,
+        local_ssd_gib=None,
+    )
+
+
+def _staged(plan: StackPlan) -> tuple[StagedModel, ...]:
+    bucket, mount = plan.names.bucket, plan.spec.storage.mount_path
+    found: dict[str, tuple[list[str], int | None]] = {}
+    training = plan.training
+    # staged: trainer_model_source gave the run the copy in the bucket
+    if training is not None and training.spec.model and training.model_path != training.spec.model:
+        weights = _weights_bytes(_training_facts(training))
+        found[training.spec.model] = (["park:training.model"], weights)
+    if plan.serving is not None:
+        for m in plan.serving.models:
+            if needs_staging(m.source):
+                assert m.source is not None
+                keys, _ = found.setdefault(m.source, ([], _weights_bytes(m.facts.facts)))
+                keys.append(f"{m.key}.source")
+    return tuple(
+        StagedModel(
+            repo=repo,
+            uri=staged_uri(bucket, repo),
+            path=staged_path(mount, repo),
+            weights_bytes=weights,
+            used_by=tuple(keys),
+        )
+        for repo, (keys, weights) in found.items()
+    )
+
+
+def build(plan: StackPlan) -> DiskPlan:
+    """The disk plan of a resolved stack (pools the catalog does not know are left out)."""
+    pods: list[PodDisk] = []
+    memory: list[HostMemory] = []
+    if plan.training is not None:
+        pods += [training_pod(plan.training), head_pod("training-head"), submitter_pod()]
+        memory.append(training_memory(plan.training))
+    if plan.serving is not None:
+        pods += [serving_pod(plan.serving, plan.names.bucket), head_pod("serving-head")]
+        memory.append(serving_memory(plan.serving))
+    nodes = [_cpu_node(plan, pods)] + [_tpu_node(pool, pods) for pool in plan.tpu_pools]
+    return DiskPlan(tuple(pods), tuple(nodes), tuple(memory), _staged(plan))
+
+
+def problems(plan: StackPlan) -> list[tuple[str, int, str]]:
+    """(key, value, message) for each boot disk the stack pinned below what its pods need."""
+    if plan.disk is None:
+        return []
+    found = []
+    for node in plan.disk.nodes:
+        if node.pinned and not node.fits:
+            found.append(
+                (
+                    node.key,
+                    node.boot_disk_gb,
+                    f"{node.pool}'s nodes need a boot disk of at least {node.needed_gb} GB: its "
+                    f"Ray pod's ephemeral storage ({node.pods_bytes / GIB:.0f} GiB, `park "
+                    f"validate` lists it) plus images and system pods, within what GKE leaves "
+                    f"allocatable ({gke_allocatable_bytes(node.boot_disk_gb) / GIB:.0f} GiB of "
+                    f"{node.boot_disk_gb} GB); raise it, or leave it unset for the derived size",
+                )
+            )
+    return found
