@@ -19,9 +19,10 @@ The budget is the pool's slices, halved when upgrades build a second cluster bes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from infra import catalog, engine, gke, model_facts, names
+from infra import catalog, disk, engine, gke, model_facts, names
+from infra.disk import DiskPlan
 from infra.model_facts import FactsLookup
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import TRAINING_SOURCE as TRAINING_SOURCE
@@ -95,6 +96,9 @@ class TrainingPlan:
     storage_path: str  # where Ray Train keeps checkpoints (the stack's bucket)
     queue_name: str | None  # the Kueue LocalQueue when the pool is queued
     export_path: str | None  # the final Hugging Face export (model runs with export on)
+    # What the trainer loads for park:training.model: a hub model's staged copy in the bucket,
+    # through the pods' mount (infra.disk), else the spec's source as is.
+    model_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,7 @@ class StackPlan:
     serving: ServingPlan | None
     cluster_version: gke.GkeVersion  # the pin, or the release channel's default
     warnings: tuple[ConfigProblem, ...] = ()  # valid, but worth saying (infra.rules.warnings)
+    disk: DiskPlan | None = None  # scratch, file caches, boot disks, host memory
 
     @property
     def stack(self) -> str:
@@ -324,6 +329,7 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             storage_path=storage_path,
             queue_name=names.local_queue_name(pool.name) if pool.queued else None,
             export_path=export_path(storage_path, run_name, spec.training),
+            model_path=disk.trainer_model_source(spec.training, spec.storage.mount_path),
         )
 
     serving = None
@@ -347,7 +353,7 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
 
     cluster = spec.cluster
     pinned = cluster.version if gke.parse(cluster.version or "") else None  # rules say why not
-    return StackPlan(
+    plan = StackPlan(
         spec=spec,
         names=stack_names,
         tpu_pools=tuple(pools),
@@ -356,3 +362,4 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         serving=serving,
         cluster_version=gke.cluster_version(cluster.release_channel, pinned),
     )
+    return replace(plan, disk=disk.build(plan))

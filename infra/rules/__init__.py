@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from infra import disk
 from infra.resolve import StackPlan, resolve
 from infra.rules import platform, pools, workloads
 from infra.spec.errors import ConfigError, ConfigProblem
@@ -30,6 +31,7 @@ def problems(spec: StackConfig) -> list[ConfigProblem]:
     found += platform.check_lifecycle(spec)
     found += platform.check_kueue(spec)
     found += platform.check_observability(spec)
+    found += [ConfigProblem(key, value, message) for key, value, message in disk.problems(plan)]
     return found
 
 

@@ -63,7 +63,9 @@ class CpuPoolConfig(_Model):
     machine_type: str = "e2-standard-8"
     min_nodes: int = Field(1, ge=0)
     max_nodes: int = Field(3, ge=1)
-    disk_size_gb: int = Field(100, ge=15)  # GKE: 15 GB from 1.36.3-gke.1480000
+    # Boot disk, GB (GKE: 15 GB at least from 1.36.3-gke.1480000). Unset: what the pods
+    # scheduled there need (infra.disk); set below that, validation refuses it.
+    disk_size_gb: int | None = Field(None, ge=15)
 
 
 class KubeRayConfig(_Model):
@@ -89,7 +91,9 @@ class TpuPoolConfig(_Model):
     reservation: str | None = None
     autoscaling: bool = True
     max_run_duration: str | None = None  # flex-start only, e.g. "86400s"
-    disk_size_gb: int = Field(100, ge=15)  # GKE: 15 GB from 1.36.3-gke.1480000
+    # Boot disk, GB (GKE: 15 GB at least from 1.36.3-gke.1480000). Unset: what the pods
+    # scheduled there need (infra.disk); set below that, validation refuses it.
+    disk_size_gb: int | None = Field(None, ge=15)
 
 
 class GpuPoolConfig(_Model):

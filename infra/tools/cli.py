@@ -233,6 +233,8 @@ def validate(
     fits = report.fit_table(plan)
     if fits is not None:
         console.print(fits)
+    for table in report.disk_tables(plan):
+        console.print(table)
     report.warnings(plan, console)
     sections = manifest_sections(
         docs, plan, where=where, resources=resources, serve_check=serve_check, status=console.status
@@ -269,6 +271,33 @@ def cost(
     fits = report.fit_table(plan)
     if fits is not None:
         console.print(fits)
+    for table in report.disk_tables(plan):
+        console.print(table)
+
+
+@app.command(
+    "stage-model", short_help="Jobs that stage the stack's hub models into its bucket."
+)
+def stage_model(
+    stack: StackArg, config_file: ConfigFileOpt = None, esc_config: EscConfigOpt = None
+) -> None:
+    """Print the Kubernetes Jobs that copy each hub model the stack trains or serves into its
+    bucket (models/ORG/NAME), once; apply them after the first `pulumi up`:
+
+        park stage-model prod | kubectl apply -f -
+
+    The workloads read those copies through the bucket's mount (infra/disk.py); until a copy
+    is complete, the replica or the run that needs it fails and is retried."""
+    import yaml
+
+    from infra.plan.staging import staging_jobs
+
+    plan = _plan(resolve_stack_file(stack, config_file), stack, esc_config)
+    jobs = staging_jobs(plan)
+    if not jobs:
+        err_console.print(f"{plan.stack}: no hub model to stage")
+        return
+    print(yaml.safe_dump_all(jobs, sort_keys=False), end="")
 
 
 @app.command(short_help="Run the RayJob and RayService on a local Ray, on CPU.")

@@ -53,6 +53,8 @@ def render_summary(rendered: Rendered, out: Console) -> None:
     fits = fit_table(rendered.plan)
     if fits is not None:
         out.print(fits)
+    for table in disk_tables(rendered.plan):
+        out.print(table)
     warnings(rendered.plan, out)
 
 
@@ -271,3 +273,67 @@ def cost(result: StackCost, out: Console) -> None:
         "network and storage, and your discounts. Set park:prices for your own.",
         highlight=False,
     )
+
+
+def disk_tables(plan: StackPlan) -> list[Table]:
+    """Per pod: scratch, gcsfuse file cache and the ephemeral-storage limit they make; per
+    node pool: the boot disk against what its pods need; per TPU host: host memory; and the
+    hub models to stage into the bucket first (infra.disk)."""
+    from infra.disk import GIB
+
+    budget = plan.disk
+    if budget is None or not budget.pods:
+        return []
+    pods = Table(
+        title="disk per pod (scratch emptyDir + gcsfuse file cache; checkpoints and exports "
+        "go to the bucket)",
+        caption="limit = the pod's ephemeral-storage request and limit, from this plan",
+    )
+    for column in ("pod", "pool", "scratch", "file cache", "limit", "to the bucket"):
+        pods.add_column(column, justify="left" if column in ("pod", "pool") else "right")
+    for pod in budget.pods:
+        to_bucket = sum(i.bytes for i in pod.bucket)
+        pods.add_row(
+            pod.role,
+            pod.pool,
+            f"{pod.scratch_bytes / GIB:.1f} GiB",
+            f"{pod.file_cache_bytes / GIB:.1f} GiB" if pod.file_cache_bytes else "off",
+            pod.limit,
+            f"{to_bucket / GIB:.1f} GiB" if to_bucket else "",
+        )
+    nodes = Table(title="boot disk per node pool", caption="GKE keeps part of it for itself")
+    for column in ("pool", "machine", "pods", "needed", "boot disk", "local SSD"):
+        nodes.add_column(column, justify="left" if column in ("pool", "machine") else "right")
+    for node in budget.nodes:
+        size = f"{node.boot_disk_gb} GB" + (" (set)" if node.pinned else "")
+        nodes.add_row(
+            node.pool,
+            node.machine_type,
+            f"{node.pods_bytes / GIB:.0f} GiB",
+            f"{node.needed_gb} GB",
+            size if node.fits else f"[red]{size}[/]",
+            "unknown" if node.local_ssd_gib is None else f"{node.local_ssd_gib} GiB",
+        )
+    memory = Table(title="host memory per TPU pod", caption="allowances named in infra/disk.py")
+    for column in ("pod", "pool", "holds", "request"):
+        memory.add_column(column, justify="left" if column in ("pod", "pool") else "right")
+    for host in budget.memory:
+        memory.add_row(
+            host.role,
+            host.pool,
+            f"{host.total_bytes / GIB:.1f} GiB",
+            f"{host.request_bytes / GIB:.0f} GiB",
+        )
+    tables = [pods, nodes, memory]
+    if budget.staged:
+        staged = Table(
+            title="models to stage into the bucket first: `park stage-model STACK | kubectl "
+            "apply -f -`"
+        )
+        for column in ("model", "to", "weights", "for"):
+            staged.add_column(column)
+        for model in budget.staged:
+            size = "?" if model.weights_bytes is None else f"{model.weights_bytes / GIB:.1f} GiB"
+            staged.add_row(model.repo, model.uri, size, ", ".join(model.used_by))
+        tables.append(staged)
+    return tables
