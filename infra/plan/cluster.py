@@ -85,7 +85,9 @@ def cluster(plan: StackPlan) -> ClusterPlan:
             {"channel": "CHANNEL_STANDARD"} if spec.observability.expose_dashboard else None
         ),
         "enable_shielded_nodes": True,
-        "security_posture_config": {"mode": "BASIC", "vulnerability_mode": "VULNERABILITY_BASIC"},
+        # Posture BASIC only: the API marks vulnerabilityMode deprecated ("Vulnerability scanning
+        # is no longer supported", container.v1 discovery rev 20261027), so it is not sent.
+        "security_posture_config": {"mode": "BASIC"},
     }
     if cfg.dns_endpoint:
         # A DNS name for the control plane that IAM guards (container.clusters.connect), reachable

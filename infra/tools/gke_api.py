@@ -5,7 +5,9 @@ google-api-python-client). The provider (pulumi-gcp 10.2.0, generated from terra
 google) names some fields differently from the API; `cluster_body` / `node_pool_body` rewrite
 the recorded inputs the way the provider's expand functions do, then every field must exist in
 the API's schema, with the API's type, and every enum value must be one the API lists. A field
-the provider keeps for itself (deletionProtection, removeDefaultNodePool, ...) is not sent.
+or enum value the API marks deprecated (`deprecated`, `enumDeprecated`: "no longer supported")
+is a problem too: GKE may ignore or refuse it. A field the provider keeps for itself
+(deletionProtection, removeDefaultNodePool, ...) is not sent.
 """
 
 from __future__ import annotations
@@ -132,6 +134,9 @@ def _problems(value: Any, schema: Mapping[str, Any], path: str) -> list[str]:
                     f"{path}.{key}: no such field in the API's {schema.get('id')}; it has {known}"
                 )
                 continue
+            if field.get("deprecated") and item is not None:
+                found.append(f"{path}.{key}: deprecated in the API: {_why(field)}")
+                continue
             found += _problems(item, field, f"{path}.{key}")
         return found
     if kind == "object":  # a map
@@ -157,7 +162,26 @@ def _problems(value: Any, schema: Mapping[str, Any], path: str) -> list[str]:
         allowed = schema.get("enum")
         if allowed and value not in allowed:
             return [f"{path}: {value!r} is not one of the API's values: {', '.join(allowed)}"]
+        deprecated = schema.get("enumDeprecated") or [False] * len(allowed or [])
+        if allowed and deprecated[allowed.index(value)]:
+            current = [v for v, old in zip(allowed, deprecated, strict=True) if not old]
+            return [
+                f"{path}: {value!r} is deprecated in the API "
+                f"({_enum_why(schema, value)}); current values: {', '.join(current)}"
+            ]
     return []
+
+
+def _why(field: Mapping[str, Any]) -> str:
+    """The first sentence of a field's description: the API's own reason."""
+    return str(field.get("description", "")).split(". ")[0].removeprefix("Deprecated: ")
+
+
+def _enum_why(schema: Mapping[str, Any], value: str) -> str:
+    descriptions = schema.get("enumDescriptions") or []
+    index = schema["enum"].index(value)
+    text = descriptions[index] if index < len(descriptions) else "deprecated"
+    return str(text).split(". ")[0].removeprefix("Deprecated: ")
 
 
 def check(resource_type: str, name: str, inputs: Mapping[str, Any]) -> list[str]:

@@ -428,6 +428,16 @@ def test_variants_no_shipped_stack_uses_match_the_gke_api(variant):
             lambda i: i.update(datapathProvider="CILIUM"),
             "networkConfig.datapathProvider",
         ),
+        (  # a field the discovery document marks `deprecated`
+            "gcp:container/cluster:Cluster",
+            lambda i: i["securityPostureConfig"].update(vulnerabilityMode="VULNERABILITY_BASIC"),
+            "vulnerabilityMode: deprecated in the API: Vulnerability scanning is no longer",
+        ),
+        (  # an enum value the discovery document marks in `enumDeprecated`
+            "gcp:container/cluster:Cluster",
+            lambda i: i["securityPostureConfig"].update(mode="ENTERPRISE"),
+            "'ENTERPRISE' is deprecated in the API",
+        ),
     ],
 )
 def test_the_api_schema_catches_what_the_provider_would_send_in_vain(type_token, edit, fragment):
