@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from infra import catalog, disk, engine, gke, model_facts, names
+from infra import catalog, disk, engine, gke, model_facts, names, training_fit
 from infra.disk import DiskPlan
 from infra.model_facts import FactsLookup
 from infra.spec.errors import ConfigProblem
@@ -34,8 +34,10 @@ from infra.spec.models import (
     TpuPoolConfig,
     TrainingConfig,
 )
+from infra.training_fit import TrainingFit
 from infra.versions import IMAGE_TAG
 from workloads import protocol
+from workloads.train.config import LOSS_CHUNK_TOKENS
 
 # Images, by what runs in them: one TorchTPU image for training and vLLM-TorchTPU serving; a
 # separate JAX image for the vllm-tpu engine (its libtpu pins conflict with torch_tpu).
@@ -96,6 +98,12 @@ class TrainingPlan:
     storage_path: str  # where Ray Train keeps checkpoints (the stack's bucket)
     queue_name: str | None  # the Kueue LocalQueue when the pool is queued
     export_path: str | None  # the final Hugging Face export (model runs with export on)
+    facts: FactsLookup  # the model's heads, layers, size... or why they are not known
+    # What one chip holds at the chosen micro-batch (infra.training_fit), when the facts and
+    # the batch are known; the rules refuse a run whose fit does not fit.
+    fit: TrainingFit | None
+    micro_batch: int  # sequences per chip per forward/backward: the pin, or the most that fit
+    accumulation_steps: int  # micro-batches per optimizer step
     # What the trainer loads for park:training.model: a hub model's staged copy in the bucket,
     # through the pods' mount (infra.disk), else the spec's source as is.
     model_path: str | None = None
@@ -211,6 +219,59 @@ def training_workers(pool: PoolPlan, slices: int) -> tuple[int, int]:
     return pool.slice.chips * slices, pool.slice.hosts * slices
 
 
+def training_model_facts(spec: TrainingConfig) -> FactsLookup:
+    """The facts of the model a run trains, looked up once for the rules, the fit and the
+    reports: a Hugging Face model's as model_facts finds them; a GPT preset has none here (its
+    shapes live in the torch side of the trainer, which infra does not import)."""
+    if spec.model:
+        return model_facts.lookup(spec.model)
+    return FactsLookup(
+        None,
+        (),
+        f"a GPT preset (park:training.modelSize {spec.model_size}) is defined in the trainer's "
+        "torch code, which preview does not import",
+    )
+
+
+def fit_training(
+    facts: model_facts.ModelFacts,
+    spec: TrainingConfig,
+    tpu: catalog.TpuSlice,
+    slices: int,
+    **overrides: object,
+) -> TrainingFit | None:
+    """One chip's share of a step of `spec` on `slices` slices of `tpu` at the pinned
+    micro-batch, or at the most sequences that fit (infra.training_fit.best_micro_batch).
+    `overrides` change one setting (strategy, seq_len, activation_checkpointing, micro_batch
+    pin) for the rules' "what would fit" answers. None: the batch does not split evenly over
+    the chips, or the pin does not divide a chip's share (the rules say so)."""
+    settings: dict[str, object] = {
+        "strategy": spec.strategy,
+        "seq_len": spec.seq_len,
+        "activation_checkpointing": spec.activation_checkpointing,
+        "pinned": spec.micro_batch_size,
+        **overrides,
+    }
+    workers = tpu.chips * slices
+    share, rest = divmod(spec.global_batch_size, workers)
+    pinned = settings.pop("pinned")
+    if rest or not share or facts.params is None:
+        return None
+    if pinned is not None and (not isinstance(pinned, int) or share % pinned):
+        return None
+    return training_fit.best_micro_batch(
+        facts,
+        per_chip_batch=share,
+        pinned=pinned,
+        world_size=workers,
+        # FSDP2 shards over one slice's chips; across slices it is HSDP (replicas per slice).
+        shard_size=tpu.chips if settings["strategy"] == "fsdp2" else 1,
+        usable_bytes=tpu.generation.runtime_hbm_bytes_per_chip,
+        loss_chunk_tokens=LOSS_CHUNK_TOKENS,
+        **settings,
+    )
+
+
 def export_path(storage_path: str, run_name: str, spec: TrainingConfig) -> str | None:
     """Where a training run's final Hugging Face export lands (workloads/protocol.py's rule),
     for a run that exports one: a `model` run with `export` on."""
@@ -318,6 +379,12 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         workers, hosts = training_workers(pool, slices)
         run_name = f"{spec.stack}-{names.TRAINING_JOB_NAME}"
         storage_path = f"gs://{stack_names.bucket}/{CHECKPOINTS_PREFIX}"
+        facts = training_model_facts(spec.training)
+        fit = None
+        if facts.facts is not None:
+            fit = fit_training(facts.facts, spec.training, pool.slice, slices)
+        share = spec.training.global_batch_size // workers if workers else 0
+        micro = fit.micro_batch if fit else (spec.training.micro_batch_size or share)
         training = TrainingPlan(
             spec=spec.training,
             pool=pool,
@@ -330,6 +397,10 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             queue_name=names.local_queue_name(pool.name) if pool.queued else None,
             export_path=export_path(storage_path, run_name, spec.training),
             model_path=disk.trainer_model_source(spec.training, spec.storage.mount_path),
+            facts=facts,
+            fit=fit,
+            micro_batch=micro,
+            accumulation_steps=fit.accumulation_steps if fit else max(share // max(micro, 1), 1),
         )
 
     serving = None

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from infra import disk
 from infra.resolve import StackPlan, resolve
-from infra.rules import platform, pools, workloads
+from infra.rules import platform, pools, training_memory, workloads
 from infra.spec.errors import ConfigError, ConfigProblem
 from infra.spec.models import StackConfig
 
@@ -37,7 +37,12 @@ def problems(spec: StackConfig) -> list[ConfigProblem]:
 
 def warnings(spec: StackConfig) -> list[ConfigProblem]:
     """What is valid but likely to hurt later; printed by park and by the program."""
-    return [*pools.version_warnings(spec), *workloads.serving_warnings(resolve(spec, partial=True))]
+    plan = resolve(spec, partial=True)
+    return [
+        *pools.version_warnings(spec),
+        *workloads.serving_warnings(plan),
+        *training_memory.training_warnings(plan),
+    ]
 
 
 def check(spec: StackConfig) -> StackPlan:

@@ -13,6 +13,7 @@ from pydantic.alias_generators import to_camel
 
 from infra import engine, model_facts
 from infra.resolve import ServedModelPlan, StackPlan
+from infra.rules import training_memory
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import TRAINING_SOURCE, StackConfig
 from infra.versions import ENGINE_VERSIONS, RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
@@ -84,6 +85,7 @@ def check_training(plan: StackPlan) -> list[ConfigProblem]:
         )
     problems += _trainer_problems(plan)
     problems += _training_model_problems(plan)
+    problems += training_memory.fit_problems(plan)
     return problems
 
 
@@ -137,7 +139,8 @@ def _training_model_problems(plan: StackPlan) -> list[ConfigProblem]:
     spec = plan.spec.training
     if not spec.model:
         return []
-    facts = model_facts.lookup(spec.model)
+    assert plan.training is not None
+    facts = plan.training.facts  # looked up once, by the resolve step
     problems = []
     if facts.error:
         problems.append(ConfigProblem("park:training.model", spec.model, facts.error))

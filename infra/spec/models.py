@@ -139,6 +139,9 @@ class TrainingConfig(_Model):
     model_size: Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"] = "gpt2-small"
     steps: int = Field(1000, ge=1)
     global_batch_size: int = Field(64, ge=1)
+    # Sequences per chip per forward/backward (gradient accumulation over the rest of the
+    # chip's share of the global batch). Unset: the largest that fits (infra.training_fit).
+    micro_batch_size: int | None = Field(None, ge=1)
     seq_len: int = Field(1024, ge=8)
     learning_rate: float = Field(3e-4, gt=0)
     warmup_steps: int = Field(10, ge=0)

@@ -233,6 +233,9 @@ def validate(
     fits = report.fit_table(plan)
     if fits is not None:
         console.print(fits)
+    training_fits = report.training_fit_table(plan)
+    if training_fits is not None:
+        console.print(training_fits)
     for table in report.disk_tables(plan):
         console.print(table)
     report.warnings(plan, console)
@@ -271,6 +274,9 @@ def cost(
     fits = report.fit_table(plan)
     if fits is not None:
         console.print(fits)
+    training_fits = report.training_fit_table(plan)
+    if training_fits is not None:
+        console.print(training_fits)
     for table in report.disk_tables(plan):
         console.print(table)
 

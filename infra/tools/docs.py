@@ -100,6 +100,7 @@ DESCRIPTIONS: dict[str, str] = {
     "park:training.modelSize": "GPT preset when no `model`: tiny, small, gpt2-small/-medium, 1b.",
     "park:training.steps": "Optimizer steps in total (a resumed run continues to it).",
     "park:training.globalBatchSize": "Sequences per step, a multiple of the workers (chips).",
+    "park:training.microBatchSize": "Sequences per chip per pass; unset: the most that fit.",
     "park:training.seqLen": "Tokens per sequence (at most the model's context).",
     "park:training.learningRate": "Peak learning rate (AdamW).",
     "park:training.warmupSteps": "Linear warmup steps, then `lrSchedule`.",

@@ -53,6 +53,9 @@ def render_summary(rendered: Rendered, out: Console) -> None:
     fits = fit_table(rendered.plan)
     if fits is not None:
         out.print(fits)
+    training_fits = training_fit_table(rendered.plan)
+    if training_fits is not None:
+        out.print(training_fits)
     for table in disk_tables(rendered.plan):
         out.print(table)
     warnings(rendered.plan, out)
@@ -128,6 +131,62 @@ def fit_table(plan: StackPlan) -> Table | None:
             str(fit.idle_chips),
             source,
         )
+    return table
+
+
+def training_fit_table(plan: StackPlan) -> Table | None:
+    """What each chip holds during a training step at the plan's micro-batch (infra.
+    training_fit, chosen by infra.resolve): the states, one micro-batch's activations and
+    logits, the runtime's reserve, against the HBM the runtime reports."""
+    training = plan.training
+    if training is None:
+        return None
+    spec, tpu, fit = training.spec, training.pool.slice, training.fit
+    model = spec.model or f"GPT preset {spec.model_size}"
+    table = Table(
+        title=f"training fit: {model}, {spec.strategy} on {training.workers} chips "
+        f"({training.slices} x {tpu.machine_type} {tpu.topology})",
+        caption=f"per chip; global batch {spec.global_batch_size} = {training.workers} chips x "
+        f"micro-batch {training.micro_batch} x {training.accumulation_steps} accumulation "
+        f"step(s), {spec.seq_len} tokens each",
+    )
+    table.add_column("per chip")
+    table.add_column("GiB", justify="right")
+    table.add_column("what")
+    if fit is None:
+        lookup = training.facts
+        why = lookup.reason or lookup.error or "the batch does not split over the chips"
+        if lookup.facts is not None and lookup.facts.params is None:
+            why = "the parameter count is not known"
+        table.add_row("estimate", "?", f"not made: {why}")
+        return table
+    shard = f"sharded over {fit.shard_size}" if fit.shard_size > 1 else "whole on each chip"
+    rows = [
+        ("parameters", fit.params_bytes, f"fp32 master ({shard}), bf16 copies held at the peak"),
+        ("gradients", fit.grads_bytes, "fp32 gradients and reduce buffers held at the peak"),
+        ("optimizer", fit.optimizer_bytes, f"AdamW's two fp32 moments ({shard})"),
+        ("states", fit.states_bytes, "parameters + gradients + optimizer"),
+        (
+            "activations",
+            fit.activations_bytes,
+            f"one micro-batch of {fit.micro_batch} x {fit.seq_len} tokens, activation "
+            f"checkpointing {'on' if fit.activation_checkpointing else 'off'}",
+        ),
+        ("logits", fit.logits_bytes, "the loss's fp32 logits of one chunk, and their gradient"),
+        ("reserve", fit.reserve_bytes, "the runtime's own (compiled programs, collectives)"),
+    ]
+    for label, value, what in rows:
+        table.add_row(
+            label, f"{value / 1024**3:.2f}", what, style="bold" if label == "states" else ""
+        )
+    verdict = "[green]fits[/]" if fit.fits else "[red]does not fit[/]"
+    table.add_row(
+        "total",
+        f"{fit.total_bytes / 1024**3:.2f}",
+        f"{verdict} in {fit.usable_bytes / 1024**3:.2f} GiB usable "
+        f"({tpu.generation.name} HBM as the runtime reports it); peak at {fit.phase or '?'}",
+        style="bold",
+    )
     return table
 
 
