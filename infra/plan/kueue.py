@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra import catalog
+from infra.disk import DEFAULT_BOOT_DISK_GB
 from infra.names import (
     KUEUE_NAMESPACE,
     NAMESPACE_NAME_LABEL,
@@ -92,22 +93,25 @@ def host_flavor() -> dict[str, Any]:
     }
 
 
-def quotas(pool: PoolPlan) -> dict[str, str]:
-    """What the pool's nodes hold, all slices up: TPU chips, and the hosts' CPU, memory and disk.
-    A Ray head and submitter fit in the share of a host the TPU worker leaves to system pods."""
+def quotas(pool: PoolPlan, disk_gb: int | None = None) -> dict[str, str]:
+    """What the pool's nodes hold, all slices up: TPU chips, and the hosts' CPU, memory and disk
+    (`disk_gb`: the boot disk the disk plan gives the pool, infra.disk). A Ray head and
+    submitter fit in the share of a host the TPU worker leaves to system pods."""
     machine = catalog.MACHINE_TYPES[pool.slice.machine_type]
     hosts = pool.total_hosts
+    disk_gb = disk_gb or pool.spec.disk_size_gb or DEFAULT_BOOT_DISK_GB
     return {
         catalog.TPU_RESOURCE: str(pool.total_chips),
         "cpu": str(machine.vcpus * hosts),
         "memory": f"{machine.memory_gib * hosts}Gi",
-        "ephemeral-storage": f"{pool.spec.disk_size_gb * hosts}Gi",
+        "ephemeral-storage": f"{disk_gb * hosts}Gi",
     }
 
 
 def cluster_queue(plan: StackPlan, pool: PoolPlan) -> dict[str, Any]:
     """Jobs from the workload namespace only; admitted when quota is free and DWS has the slice."""
-    quota = quotas(pool)
+    node = plan.disk.node(pool.name) if plan.disk else None
+    quota = quotas(pool, node.boot_disk_gb if node else None)
     return {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
