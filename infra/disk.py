@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from infra import catalog, model_facts
+from infra.host_memory import HostMemory, Item, serving_memory, training_memory
 
 if TYPE_CHECKING:
     from infra.resolve import PoolPlan, ServingPlan, StackPlan, TrainingPlan
@@ -60,13 +61,6 @@ IMAGE_BYTES = 30 * GIB
 SYSTEM_PODS_BYTES = 2 * GIB
 DEFAULT_BOOT_DISK_GB = 100  # GKE's default; the floor of a derived boot disk
 BOOT_DISK_STEP_GB = 10  # derived boot disks are rounded up to this
-# Host memory (per host) — what the sources say, plus per-process allowances.
-GCSFUSE_STREAMING_BUFFER_BYTES = 64 * MIB  # per file open for a streaming write (gcsfuse 2.9.1)
-GCSFUSE_METADATA_BYTES = 1152 * MIB  # stat 1024 MiB + type 128 MiB caches (gcsfuse v3 on ct6e)
-TRAIN_PROCESS_BYTES = 8 * GIB  # one training worker: Python, torch, torch_tpu, Ray (allowance)
-ENGINE_PROCESS_BYTES = 16 * GIB  # one vLLM engine worker host process (allowance)
-RAY_NODE_PROCESS_BYTES = 4 * GIB  # raylet, agents, dashboard on one node (allowance)
-DCP_COPY_AHEAD_BYTES = 10 * 1000**2  # FileSystemWriter per_thread_copy_ahead default (10 MB)
 
 
 def staged_uri(bucket: str, repo: str) -> str:
@@ -105,15 +99,6 @@ def boot_disk_needed_gb(pod_bytes: int) -> int:
 
 
 # ---- the model ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Item:
-    """One use of disk or memory: what it is, how many bytes, why this many."""
-
-    name: str
-    bytes: int
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -195,24 +180,6 @@ class NodeDisk:
     @property
     def fits(self) -> bool:
         return self.boot_disk_gb >= self.needed_gb
-
-
-@dataclass(frozen=True)
-class HostMemory:
-    """What one pod holds in the host's memory, against its memory request."""
-
-    role: str
-    pool: str
-    items: tuple[Item, ...]
-    request_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(i.bytes for i in self.items)
-
-    @property
-    def fits(self) -> bool:
-        return self.total_bytes <= self.request_bytes
 
 
 @dataclass(frozen=True)
@@ -342,59 +309,6 @@ def head_pod(role: str) -> PodDisk:
 
 def submitter_pod() -> PodDisk:
     return PodDisk("submitter", "cpu", (Item("ray job submit", SUBMITTER_SCRATCH_BYTES),))
-
-
-def _largest_tensor_bytes(facts: model_facts.ModelFacts | None) -> int | None:
-    """The largest single tensor of a model in fp32 (the embedding or the LM head)."""
-    if facts is None:
-        return None
-    return facts.vocab_size * facts.hidden_size * 4
-
-
-def training_memory(training: TrainingPlan) -> HostMemory:
-    """A training host: its ranks' processes; DCP's save copies each tensor to the host ahead of
-    writing it, 10 MB ahead (FileSystemWriter, per_thread_copy_ahead) but at least one whole
-    tensor; HuggingFaceStorageReader reads one slice at a time from memory-mapped files (page
-    cache, reclaimable); an export holds one shard twice (tensors and safetensors bytes) on
-    each rank that owns one; gcsfuse holds 64 MiB per file it streams."""
-    tpu, spec = training.pool.slice, training.spec
-    ranks = tpu.chips_per_host
-    shard = max(training.workers, 1) if spec.strategy == "fsdp2" else 1
-    largest = _largest_tensor_bytes(_training_facts(training))
-    staging = max((largest or 0) // shard, DCP_COPY_AHEAD_BYTES)
-    items = [
-        Item("training processes", ranks * TRAIN_PROCESS_BYTES, f"{ranks} ranks (allowance)"),
-        Item("ray node processes", RAY_NODE_PROCESS_BYTES),
-        Item("DCP save staging", ranks * staging, "one tensor shard per rank"),
-        Item(
-            "gcsfuse buffers",
-            ranks * GCSFUSE_STREAMING_BUFFER_BYTES + GCSFUSE_METADATA_BYTES,
-            "streaming writes + metadata caches",
-        ),
-    ]
-    if training.export_path:
-        from workloads.train.config import parse_size
-
-        items.append(
-            Item(
-                "export shards",
-                ranks * 2 * parse_size(spec.export_max_shard_size),
-                "each rank's shard, as tensors and as bytes",
-            )
-        )
-    return HostMemory("training-worker", training.pool.name, tuple(items), tpu.pod_memory_gib * GIB)
-
-
-def serving_memory(serving: ServingPlan) -> HostMemory:
-    """A serving host: one engine worker per chip, the Ray node, gcsfuse's caches (the weights
-    themselves are read through the page cache from the file cache: reclaimable)."""
-    tpu = serving.pool.slice
-    items = (
-        Item("engine workers", tpu.chips_per_host * ENGINE_PROCESS_BYTES, "allowance per chip"),
-        Item("ray node processes", RAY_NODE_PROCESS_BYTES),
-        Item("gcsfuse metadata caches", GCSFUSE_METADATA_BYTES),
-    )
-    return HostMemory("serving-worker", serving.pool.name, items, tpu.pod_memory_gib * GIB)
 
 
 # ---- nodes ----------------------------------------------------------------------------------

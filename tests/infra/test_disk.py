@@ -217,3 +217,27 @@ def test_a_pinned_boot_disk_too_small_is_refused_naming_the_key():
     # large enough: accepted, and the node pool gets what the stack says
     pools[serve]["diskSizeGb"] = 400
     assert not [p for p in problems(parse_values(values, "prod")) if "diskSizeGb" in p.key]
+
+
+def test_host_memory_allowances_read_from_the_sources():
+    """The DCP staging figure is FileSystemWriter's own default; Ray's log rotation default is
+    bigger than the one the pods get, so the plan's bound is what bounds Ray's logs."""
+    import inspect
+
+    from ray._common import ray_constants
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    from infra import host_memory
+
+    default = inspect.signature(FileSystemWriter.__init__).parameters["per_thread_copy_ahead"]
+    assert default.default == host_memory.DCP_COPY_AHEAD_BYTES
+    assert disk.RAY_LOG_ROTATE_BYTES < ray_constants.LOGGING_ROTATE_BYTES
+    assert disk.RAY_LOG_BACKUPS <= ray_constants.LOGGING_ROTATE_BACKUP_COUNT
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_host_memory_fits_each_tpu_pods_request(stack: str):
+    plan = render_stack(stack).plan
+    assert plan.disk is not None and plan.disk.memory
+    for host in plan.disk.memory:
+        assert host.fits, (stack, host.role, host.total_bytes, host.request_bytes)
