@@ -149,7 +149,7 @@ def test_rayservice_serves_through_ray_serve_llm(rendered):
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("org/model", "org/model"),
+        ("org/model", "/data/models/org/model"),  # the copy staged in the bucket
         ("gs://other-bucket/models/m", {"bucket_uri": "gs://other-bucket/models/m"}),
         ("gs://my-gcp-project-dev-park/models/m", "/data/models/m"),
     ],
