@@ -15,10 +15,11 @@ model in fp32 on meta and then, per strategy:
   the matmul weights (cached for the forward, saved for backward); activations under autocast
   (the residual stream stays fp32).
 
-Activations per micro-batch: each decoder layer's saved tensors (the list below, read with
-``saved_tensors_hooks`` on transformers 5.19's Llama/Qwen3 layers), or, with activation
-checkpointing (HF ``gradient_checkpointing_enable``, non-reentrant), each layer's input plus
-one layer recomputed in backward. The loss (workloads/train/loss.py) holds fp32 logits for
+Activations per micro-batch: each decoder layer's saved tensors
+(:func:`layer_activation_bytes`, read with ``saved_tensors_hooks`` on transformers 5.19's
+Llama, Qwen3 and Gemma 3 layers), or, with activation checkpointing (HF
+``gradient_checkpointing_enable``, non-reentrant), each layer's input plus one layer
+recomputed in backward. The loss (workloads/train/loss.py) holds fp32 logits for
 ``LOSS_CHUNK_TOKENS`` tokens at a time (``loss_chunk_tokens=None``: the whole micro-batch's
 logits, the loop's former loss). The peak is the largest of five moments of a step: the end of
 forward (the loss), the loss's backward, a block's backward, the root's backward, the
@@ -35,12 +36,20 @@ accounting, and nothing here can profile a TPU before the run (vLLM, by contrast
 own with a profile pass). ``RUNTIME_RESERVE_FRACTION`` of the usable HBM (about 2.5 GiB of a
 v6e chip's 31.25 GiB) is kept free for them.
 
-The shipped stacks, per chip, at the micro-batch that fits (``best_micro_batch``, v6e 31.25 GiB
-usable; see the table in the test module for how these compare with the tracker):
+The shipped stacks, per chip, at the micro-batch that fits (``best_micro_batch``; v6e: 31.25
+GiB usable), as :func:`describe` writes them (tests/infra/test_training_fit.py keeps these lines
+current; the full-depth tracker runs beside them are in test_training_fit_torch.py):
 
-- dev (Qwen3-1.7B, FSDP2 on 8 chips, global batch 32, seq 2048): see SHIPPED below.
-- prod (Qwen3-8B, FSDP2 on 16 chips, global batch 64, seq 4096, activation checkpointing):
-  see SHIPPED below.
+- dev (Qwen3-1.7B, FSDP2 on a 2x4, global batch 32, seq 2048): micro-batch 2 x 2 accumulation
+  step(s): params 1.38, grads 1.38, AdamW 1.60, activations 12.53, logits 1.74, reserve 2.50:
+  21.13 of 31.25 GiB (peak at the loss backward)
+- prod (Qwen3-8B, FSDP2 on a 4x4, global batch 64, seq 4096, activation checkpointing):
+  micro-batch 4 x 1 accumulation step(s): params 4.94, grads 1.52, AdamW 3.81, activations
+  10.28, logits 0.00, reserve 2.50: 23.06 of 31.25 GiB (peak at the block backward)
+
+Not modelled: HSDP's cross-slice partial sums beyond the sharded gradients, attention that
+materializes ``T x T`` scores (the math SDPA kernel: torch_tpu's flash kernel comes first,
+workloads/train/strategies.py), ``torch.compile``'s buffers, MoE.
 """
 
 from __future__ import annotations
@@ -48,16 +57,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.model_facts import ModelFacts
+from workloads.train.config import LOSS_CHUNK_TOKENS  # torch-free: infra may read it
 
 GIB = 1024**3
 STATE_BYTES_PER_PARAM = 16  # fp32 master weight + fp32 gradient + AdamW exp_avg, exp_avg_sq
 RUNTIME_RESERVE_FRACTION = 0.08  # a margin (module docstring), not measured
 STRATEGIES = ("ddp", "fsdp2")
 FP32 = 4
-try:  # the trainer's chunk (workloads/train/config.py is torch-free, so infra may read it)
-    from workloads.train.config import LOSS_CHUNK_TOKENS
-except ImportError:  # a trainer without the chunked loss yet
-    LOSS_CHUNK_TOKENS = 1024
 # Architectures whose attention normalizes queries and keys per head (q_norm / k_norm): two
 # more fp32 upcasts saved per layer.
 QK_NORM_PREFIXES = ("Qwen3", "Gemma3", "Gemma4", "Olmo2")
@@ -136,6 +142,7 @@ def shapes(facts: ModelFacts) -> Shapes:
         inter = facts.intermediate_size
         block = h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h
         block += 2 * facts.head_dim if qk_norm else 0
+        block += 2 * h if facts.architecture.startswith(SANDWICH_NORM_PREFIXES) else 0
         params = params or layers * block + head + h
     else:  # no MLP width known: blocks share what the (tied) embedding leaves
         block = max(params - head, 0) // max(layers, 1)
@@ -341,6 +348,21 @@ def estimate(
         reserve_bytes=int(usable_bytes * reserve_fraction),
         usable_bytes=usable_bytes,
         phase=phase,
+    )
+
+
+def describe(fit: TrainingFit) -> str:
+    """One line for a fit, in GiB (the module docstring's shipped-stack lines are these)."""
+
+    def g(value: int) -> str:
+        return f"{value / GIB:.2f}"
+
+    return (
+        f"micro-batch {fit.micro_batch} x {fit.accumulation_steps} accumulation step(s): "
+        f"params {g(fit.params_bytes)}, grads {g(fit.grads_bytes)}, AdamW "
+        f"{g(fit.optimizer_bytes)}, activations {g(fit.activations_bytes)}, logits "
+        f"{g(fit.logits_bytes)}, reserve {g(fit.reserve_bytes)}: {g(fit.total_bytes)} of "
+        f"{g(fit.usable_bytes)} GiB (peak at the {fit.phase})"
     )
 
 

@@ -111,7 +111,7 @@ def train_model(module: Any, inner: Any, config: Any, seq_len: int) -> Any:
     return TrainModel(module, inner, int(config.vocab_size), seq_len, 0.0, source=object())  # type: ignore[arg-type]
 
 
-class _Parts(list):  # type: ignore[type-arg]
+class _Parts(list[Any]):
     """The micro-batches, calling ``between`` before each (the trackers refuse a module's second
     forward in one round of per-module statistics; their peak is kept across rounds)."""
 
