@@ -1,0 +1,168 @@
+"""Verifiable rewards: plain Python callables, named in the stack as ``module:function``.
+
+A reward is ``fn(*, prompt: str, completion: str, answer: str | None) -> float`` (keywords, so a
+function may take ``**kwargs`` and ignore what it does not need). Per completion rather than
+TRL's batched ``fn(prompts, completions, **kw) -> list``: a check of one answer is what a user
+writes, and the rollout side calls it beside each engine anyway. A stack names either a
+built-in (:data:`BUILTINS`: ``exact_match``, ``numeric``, ``format``) or ``package.module:
+function`` importable on the cluster (the image or the job's runtime env). Resolution happens
+at job start and refuses anything it cannot call with those keywords, with the name, the
+reason and what is allowed.
+
+The built-ins read an answer out of free text the way the math sets mark it: the last
+``\\boxed{...}`` (MATH, DeepSeek-R1 style), else the last ``#### <answer>`` line (GSM8K), else
+``answer is <x>``, else (``numeric`` only) the last number in the text. The reference goes
+through the same extraction, so a GSM8K solution with its ``#### 72`` line is a valid ``answer``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import re
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+
+RewardFn = Callable[..., float]
+
+BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+HASHES = re.compile(r"####\s*([^\n]+)")
+ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*\$?([^\n$]+?)\$?\s*(?:\.\s*)?$", re.I | re.M)
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
+FRAC = re.compile(r"\\d?frac\{\s*(-?[\d.]+)\s*\}\{\s*(-?[\d.]+)\s*\}")
+OPERATORS = re.compile(r"[+*^=\\{}]")
+
+
+class RewardError(ValueError):
+    """A reward name that cannot be used; the message says which, why, and what is allowed."""
+
+
+def marked_answer(text: str) -> str | None:
+    """The answer ``text`` marks explicitly (``\\boxed{}``, ``####``, ``answer is``), or None."""
+    for pattern in (BOXED, HASHES, ANSWER_IS):
+        found = pattern.findall(text)
+        if found:
+            return str(found[-1]).strip()
+    return None
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The last number in ``text`` (``1,234``, ``-3.5``, ``3/4``, ``$12``), exactly, or None."""
+    found = NUMBER.findall(text)
+    if not found:
+        return None
+    raw = found[-1].replace(",", "").replace(" ", "")
+    try:
+        return Fraction(raw)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def extract_number(text: str) -> Fraction | None:
+    """The number a completion answers: its marked answer when it has one (which must then be
+    one number, units allowed, ``\\frac{a}{b}`` read as ``a/b``; an expression such as
+    ``x+1`` is no number), else the last number of the text."""
+    marked = marked_answer(text)
+    if marked is None:
+        return parse_number(text)
+    plain = FRAC.sub(r"\1/\2", marked)
+    if OPERATORS.search(plain) or len(NUMBER.findall(plain)) != 1:
+        return None
+    return parse_number(plain)
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.strip().strip(".").lower().split())
+
+
+def exact_match(*, completion: str, answer: str | None, **_: object) -> float:
+    """1.0 when the completion's marked answer (or, unmarked, the whole completion) equals the
+    reference's, ignoring case, surrounding space and a final period."""
+    if answer is None:
+        return 0.0
+    got = marked_answer(completion)
+    want = marked_answer(answer)
+    got_text = completion if got is None else got
+    want_text = answer if want is None else want
+    return float(_normalise(got_text) == _normalise(want_text))
+
+
+def numeric(*, completion: str, answer: str | None, **_: object) -> float:
+    """1.0 when the completion's number equals the reference's (exactly, as fractions; floats
+    within a relative 1e-6)."""
+    if answer is None:
+        return 0.0
+    got, want = extract_number(completion), extract_number(answer)
+    if got is None or want is None:
+        return 0.0
+    return float(got == want or math.isclose(float(got), float(want), rel_tol=1e-6))
+
+
+def format_reward(*, completion: str, **_: object) -> float:
+    """1.0 when the completion marks its answer in one of the recognised forms (so a number
+    can be read from it without guessing), else 0.0: rewards the format, not correctness."""
+    marked = marked_answer(completion)
+    return float(marked is not None and marked != "")
+
+
+BUILTINS: dict[str, RewardFn] = {
+    "exact_match": exact_match,
+    "numeric": numeric,
+    "format": format_reward,
+}
+
+
+def resolve(name: str) -> RewardFn:
+    """The reward called ``name``: a built-in, or ``module:function`` imported here."""
+    if name in BUILTINS:
+        return BUILTINS[name]
+    allowed = f"a built-in ({', '.join(BUILTINS)}) or module:function"
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise RewardError(f"reward {name!r}: not {allowed}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise RewardError(
+            f"reward {name!r}: module {module_name!r} does not import ({err}); it must be on "
+            "the cluster's Python path (the image or the job's runtime env)"
+        ) from err
+    fn: object = module
+    for part in attr.split("."):
+        if not hasattr(fn, part):
+            raise RewardError(f"reward {name!r}: {module_name} has no {attr!r}")
+        fn = getattr(fn, part)
+    if not callable(fn):
+        raise RewardError(f"reward {name!r}: {attr} is a {type(fn).__name__}, not callable")
+    try:
+        inspect.signature(fn).bind(prompt="", completion="", answer=None)
+    except TypeError as err:
+        raise RewardError(
+            f"reward {name!r}: cannot be called as fn(prompt=, completion=, answer=) ({err})"
+        ) from err
+    except ValueError:  # a builtin without a signature: trust it
+        pass
+    return fn
+
+
+class Rewards:
+    """Several rewards, each with a weight, summed into one number per completion."""
+
+    def __init__(self, names: Sequence[str], weights: Sequence[float] | None = None) -> None:
+        if not names:
+            raise RewardError("no reward named: give at least one")
+        if weights is not None and len(weights) != len(names):
+            raise RewardError(f"{len(names)} rewards but {len(weights)} weights")
+        self.names = list(names)
+        self.fns = [resolve(name) for name in names]
+        self.weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
+
+    def __call__(self, *, prompt: str, completion: str, answer: str | None) -> float:
+        total = 0.0
+        for name, fn, weight in zip(self.names, self.fns, self.weights, strict=True):
+            value = fn(prompt=prompt, completion=completion, answer=answer)
+            if not isinstance(value, int | float) or math.isnan(value):
+                raise RewardError(f"reward {name!r} returned {value!r}, not a number")
+            total += weight * float(value)
+        return total
