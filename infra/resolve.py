@@ -302,14 +302,13 @@ def resolve_served_model(
     utilization = float(kwargs.get("gpu_memory_utilization", engine.DEFAULT_MEMORY_UTILIZATION))
     fit = None
     if facts.facts is not None and tp > 0:
-        fit = engine.fit(
+        fit = engine.fit_served(
             facts.facts,
             tpu,
             tp,
             model.max_model_len,
-            memory_utilization=utilization,
-            kv_cache_dtype=kwargs.get("kv_cache_dtype"),
-            hybrid_kv_cache=not kwargs.get("disable_hybrid_kv_cache_manager", False),
+            kwargs,
+            expert_parallel=model.enable_expert_parallel,
         )
     return ServedModelPlan(
         index=index,
