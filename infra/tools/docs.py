@@ -305,8 +305,42 @@ def cost_table() -> str:
     return "\n".join(lines)
 
 
+def training_fit_table() -> str:
+    """Each shipped stack's training step, per chip at its peak (infra.training_fit, at the
+    micro-batch the plan picks): what `park validate` prints, one row a stack."""
+    from infra.stack import from_file
+
+    gib = 1024**3
+    lines = [
+        "| stack | model | strategy on chips | micro-batch x steps | states | activations "
+        "| logits | reserve | total of usable (GiB) | peak at |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml")):
+        plan = from_file(path)
+        training = plan.training
+        if training is None:
+            continue
+        spec, fit = training.spec, training.fit
+        model = f"`{spec.model}`" if spec.model else f"GPT preset `{spec.model_size}`"
+        head = (
+            f"| {plan.stack} | {model} | {spec.strategy} on {training.workers} | "
+            f"{training.micro_batch} x {training.accumulation_steps} |"
+        )
+        if fit is None:
+            lines.append(f"{head} not estimated: {training.facts.reason} ||||||")
+            continue
+        cells = (fit.states_bytes, fit.activations_bytes, fit.logits_bytes, fit.reserve_bytes)
+        lines.append(
+            f"{head} {' | '.join(f'{v / gib:.1f}' for v in cells)} | "
+            f"{fit.total_bytes / gib:.1f} of {fit.usable_bytes / gib:.2f} | {fit.phase} |"
+        )
+    return "\n".join(lines)
+
+
 def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, str]:
     return {
+        "training-fit": training_fit_table(),
         "config-reference": config_reference(),
         "stacks-summary": stacks_summary(render),
         "cost": cost_table(),
