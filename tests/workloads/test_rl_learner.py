@@ -1,0 +1,177 @@
+"""The GRPO learner on the trainer's tiny Llama (gloo, one CPU rank): the chunked log-probs are
+the model's own, updates move the advantaged completion's probability the right way, a zero
+learning rate moves nothing, and published weights load as the same policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.workloads.train_fixtures import gloo_world1, tiny_llama_folder  # noqa: F401
+from workloads.rl.grpo import LossSettings, group_advantages
+from workloads.rl.learner import (
+    GRPOLearner,
+    collate,
+    install_logprob_forward,
+    policy_logprobs,
+    publish,
+    token_logprobs,
+)
+from workloads.rl.rollout import Rollout
+from workloads.rl.sync import PolicyStore
+from workloads.train import modeling
+from workloads.train.config import TrainConfig
+from workloads.train.data import IGNORE
+from workloads.train.loss import hf_head
+from workloads.train.strategies import build_mesh, build_optimizer
+
+
+def _model(strategy: str, seed: int = 0) -> modeling.TrainModel:
+    cfg = TrainConfig(
+        accelerator="cpu",
+        num_workers=1,
+        model="park:tiny-llama",
+        init="config",
+        seq_len=64,
+        global_batch_size=2,
+        strategy=strategy,
+        seed=seed,
+    )
+    device = torch.device("cpu")
+    mesh = build_mesh("cpu", 1)
+    return modeling.build(cfg, device=device, mesh=mesh, dtype=torch.float32, restoring=False)
+
+
+def _rollouts(model: modeling.TrainModel) -> list[Rollout]:
+    """One prompt, two fixed completions of different lengths (the second is padded)."""
+    assert model.source is not None
+    tok = model.source.tokenizer
+    prompt = tok("what is the capital of france")["input_ids"]
+    good = tok(" paris is the capital")["input_ids"]
+    bad = tok(" two three")["input_ids"]
+    return [
+        Rollout(0, prompt, good, "", [0.0] * len(good), version=0),
+        Rollout(0, prompt, bad, "", [0.0] * len(bad), version=0),
+    ]
+
+
+def _on_policy_batch(model: modeling.TrainModel, temperature: float) -> Any:
+    rollouts = _rollouts(model)
+    advantages = group_advantages(torch.tensor([1.0, 0.0]), group_size=2)
+    batch = collate(rollouts, advantages, pad_id=0)
+    install_logprob_forward(model.inner)
+    with torch.no_grad():
+        old, _ = policy_logprobs(model, batch.input_ids, batch.targets, temperature)
+    batch.old_logprobs = old
+    return batch
+
+
+@pytest.mark.usefixtures("gloo_world1")
+def test_chunked_logprobs_are_the_models_own(tiny_llama_folder: Path) -> None:
+    model = _model("ddp")
+    batch = collate(_rollouts(model), torch.zeros(2), pad_id=0)
+    inner: Any = model.inner
+    logits = type(inner).forward(inner, input_ids=batch.input_ids, use_cache=False).logits
+    reference = (logits.float() / 0.7).log_softmax(-1)
+    want = reference.gather(-1, batch.targets.clamp_min(0)[..., None])[..., 0]
+    want = want * (batch.targets != IGNORE)
+    hidden = inner.model(input_ids=batch.input_ids, use_cache=False).last_hidden_state
+    head = hf_head(inner)
+    assert head is not None
+    got, entropy = token_logprobs(hidden, batch.targets, head, 0.7, chunk_tokens=5)
+    torch.testing.assert_close(got, want)
+    own_entropy = -(reference.exp() * reference).sum(-1)
+    torch.testing.assert_close(entropy, own_entropy)
+    # Gradients through the chunks are the full computation's.
+    (g_got,) = torch.autograd.grad(got.sum(), hidden, retain_graph=True)
+    full = (head(hidden).float() / 0.7).log_softmax(-1)
+    picked = full.gather(-1, batch.targets.clamp_min(0)[..., None])[..., 0]
+    (g_want,) = torch.autograd.grad((picked * (batch.targets != IGNORE)).sum(), hidden)
+    torch.testing.assert_close(g_got, g_want)
+
+
+def _completion_logprob(model: modeling.TrainModel, batch: Any) -> torch.Tensor:
+    with torch.no_grad():
+        logprobs, _ = policy_logprobs(model, batch.input_ids, batch.targets, 1.0)
+    return logprobs.sum(dim=1)
+
+
+@pytest.mark.usefixtures("gloo_world1")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_updates_raise_the_advantaged_completion(strategy: str, tiny_llama_folder: Path) -> None:
+    model = _model(strategy)
+    batch = _on_policy_batch(model, 1.0)
+    optimizer = build_optimizer(model.module, lr=0.0, weight_decay=0.1)
+    learner = GRPOLearner(
+        model, optimizer, settings=LossSettings(), temperature=1.0, device=torch.device("cpu")
+    )
+    before = _completion_logprob(model, batch)
+    for _ in range(3):
+        metrics = learner.step(batch, lr=3e-3)
+    after = _completion_logprob(model, batch)
+    assert learner.version == 3
+    assert after[0] > before[0] + 0.1, (before, after)  # advantage > 0: more likely
+    assert after[1] < before[1] - 0.1, (before, after)  # advantage < 0: less likely
+    assert 0.0 <= metrics["clip_fraction"] <= 1.0 and metrics["entropy"] > 0
+
+
+@pytest.mark.usefixtures("gloo_world1")
+def test_zero_learning_rate_changes_nothing(tiny_llama_folder: Path) -> None:
+    model = _model("fsdp2")
+    batch = _on_policy_batch(model, 1.0)
+    optimizer = build_optimizer(model.module, lr=0.0, weight_decay=0.1)
+    learner = GRPOLearner(
+        model, optimizer, settings=LossSettings(), temperature=1.0, device=torch.device("cpu")
+    )
+    params = {k: v.detach().full_tensor().clone() for k, v in model.module.state_dict().items()}
+    before = _completion_logprob(model, batch)
+    for _ in range(2):
+        metrics = learner.step(batch, lr=0.0)
+    assert metrics["grad_norm"] > 0  # there was a gradient; the zero rate kept it out
+    for key, value in model.module.state_dict().items():
+        torch.testing.assert_close(value.detach().full_tensor(), params[key], rtol=0, atol=0)
+    torch.testing.assert_close(_completion_logprob(model, batch), before, rtol=0, atol=0)
+
+
+@pytest.mark.usefixtures("gloo_world1")
+def test_kl_to_a_frozen_reference(tiny_llama_folder: Path) -> None:
+    model, reference = _model("ddp"), _model("ddp")
+    batch = _on_policy_batch(model, 1.0)
+    optimizer = build_optimizer(model.module, lr=0.0, weight_decay=0.0)
+    learner = GRPOLearner(
+        model,
+        optimizer,
+        settings=LossSettings(kl_coef=0.1),
+        temperature=1.0,
+        device=torch.device("cpu"),
+        reference=reference,
+    )
+    first = learner.step(batch, lr=3e-3)
+    second = learner.step(batch, lr=3e-3)
+    assert first["kl"] == pytest.approx(0.0, abs=1e-9)  # same seed: the policy is the reference
+    assert second["kl"] > 0  # one update later it has moved away
+
+
+@pytest.mark.usefixtures("gloo_world1")
+def test_published_weights_are_the_policy(tiny_llama_folder: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = _model("fsdp2")
+    batch = _on_policy_batch(model, 1.0)
+    optimizer = build_optimizer(model.module, lr=0.0, weight_decay=0.0)
+    learner = GRPOLearner(
+        model, optimizer, settings=LossSettings(), temperature=1.0, device=torch.device("cpu")
+    )
+    learner.step(batch, lr=3e-3)
+    store = PolicyStore(max_staleness=0)
+    policy, seconds = publish(learner, str(tmp_path), store)
+    assert store.latest() == policy and policy.version == 1 and seconds > 0
+    assert policy.path.endswith("policy/v000001")
+    loaded = AutoModelForCausalLM.from_pretrained(policy.path, dtype=torch.float32)
+    logits = loaded(input_ids=batch.input_ids).logits.log_softmax(-1)
+    picked = logits.gather(-1, batch.targets.clamp_min(0)[..., None])[..., 0]
+    mine = _completion_logprob(model, batch)
+    torch.testing.assert_close((picked * (batch.targets != IGNORE)).sum(1), mine)

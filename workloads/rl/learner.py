@@ -1,0 +1,270 @@
+"""The GRPO learner: the trainer's model (DDP or FSDP2, any device), the sampled tokens'
+log-probabilities under it, the GRPO loss, one optimizer step, and the weights published.
+
+Everything about the model is the trainer's (workloads.train.modeling.build: the Hugging Face
+loading, meta-device build, FSDP2 sharding or DDP, the TPU bridge), so a model that fine-tunes
+there is a model RL updates here. What differs is the head: the trainer's forward returns a
+summed cross-entropy, RL needs each sampled token's log-probability (with gradient) under the
+sampling temperature. :func:`install_logprob_forward` gives the model a forward that returns
+them, computed like the trainer's loss (workloads/train/loss.py): the head and the fp32
+log-softmax on ``LOSS_CHUNK_TOKENS`` tokens at a time under non-reentrant checkpointing, so
+full-vocabulary logits never exist for the whole batch, and inside the wrapped module's
+forward, so DDP's reducer and FSDP2's root gathering see it. Entropy comes from the same
+chunk's logits (detached: a metric).
+
+Batches use the trainer's layout (workloads/train/data.py): ``targets[b, t]`` is the token that
+follows ``input_ids[b, t]``, ``IGNORE`` except on completion tokens; rows are right-padded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from workloads.rl.grpo import LossSettings, policy_loss
+from workloads.rl.rollout import Rollout
+from workloads.rl.sync import PolicyVersion, version_folder
+from workloads.train.config import LOSS_CHUNK_TOKENS
+from workloads.train.data import IGNORE
+from workloads.train.export import export_model
+from workloads.train.loss import Head, _base_model, hf_head
+from workloads.train.modeling import TrainModel
+from workloads.train.step import global_targets, gradient_sync
+
+
+def _chunk_logprobs(
+    hidden: torch.Tensor, targets: torch.Tensor, head: Head, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = head(hidden).float() / temperature
+    logp_all = logits.log_softmax(dim=-1)
+    picked = logp_all.gather(-1, targets.clamp_min(0)[:, None])[:, 0]
+    with torch.no_grad():
+        entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
+    return picked, entropy
+
+
+def token_logprobs(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    head: Head,
+    temperature: float = 1.0,
+    chunk_tokens: int = LOSS_CHUNK_TOKENS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``log softmax(head(hidden) / temperature)`` at ``targets`` (``[...]``; an ``IGNORE``
+    target gives 0) and the entropy, both shaped like ``targets``, ``chunk_tokens`` at a time."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    flat_targets = targets.reshape(-1)
+    parts, entropies = [], []
+    for start in range(0, flat.shape[0], chunk_tokens):
+        picked, entropy = checkpoint(
+            _chunk_logprobs,
+            flat[start : start + chunk_tokens],
+            flat_targets[start : start + chunk_tokens],
+            head,
+            temperature,
+            use_reentrant=False,
+            preserve_rng_state=False,
+        )
+        parts.append(picked)
+        entropies.append(entropy)
+    keep = targets != IGNORE
+    # A product, not a reshaped view: FSDP2 hooks the forward's outputs for backward, and a
+    # view may lose that hook.
+    logprobs = torch.cat(parts).reshape(targets.shape) * keep
+    return logprobs, torch.cat(entropies).reshape(targets.shape).detach()
+
+
+def install_logprob_forward(model: nn.Module, chunk_tokens: int = LOSS_CHUNK_TOKENS) -> None:
+    """Give ``model`` (this instance) a forward that, called with ``logprob_targets=``, returns
+    ``(logprobs, entropy)``; without it, the forward it had (the trainer's loss forward)."""
+    head, base = hf_head(model), _base_model(model)
+    if head is None or base is None:
+        raise ValueError(f"{type(model).__name__}: no known head; RL needs a Hugging Face LM")
+    previous = model.forward
+
+    def forward(
+        self: nn.Module,
+        *args: Any,
+        logprob_targets: torch.Tensor | None = None,
+        temperature: float = 1.0,
+        **kwargs: Any,
+    ) -> Any:
+        if logprob_targets is None:
+            return previous(*args, **kwargs)
+        out = base(
+            input_ids=kwargs["input_ids"], position_ids=kwargs.get("position_ids"), use_cache=False
+        )
+        return token_logprobs(
+            out.last_hidden_state, logprob_targets, head, temperature, chunk_tokens
+        )
+
+    model.forward = types.MethodType(forward, model)
+
+
+@dataclass
+class RolloutBatch:
+    """Completions as the learner reads them (CPU tensors, ``[rows, T]`` unless noted)."""
+
+    input_ids: torch.Tensor  # prompt + completion, right-padded
+    targets: torch.Tensor  # the next token on completion positions, IGNORE elsewhere
+    old_logprobs: torch.Tensor  # the sampling policy's, at the same positions (0 elsewhere)
+    advantages: torch.Tensor  # [rows]
+
+    @property
+    def n_tokens(self) -> int:
+        return int((self.targets != IGNORE).sum())
+
+    def rows(self, start: int, stop: int) -> RolloutBatch:
+        return RolloutBatch(
+            self.input_ids[start:stop],
+            self.targets[start:stop],
+            self.old_logprobs[start:stop],
+            self.advantages[start:stop],
+        )
+
+
+def collate(rollouts: Sequence[Rollout], advantages: torch.Tensor, pad_id: int) -> RolloutBatch:
+    """Rollouts (with one advantage each) into a right-padded batch in the trainer's layout."""
+    width = max(len(r.prompt_ids) + len(r.completion_ids) for r in rollouts)
+    rows = len(rollouts)
+    input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    targets = torch.full((rows, width), IGNORE, dtype=torch.long)
+    old = torch.zeros((rows, width), dtype=torch.float32)
+    for row, rollout in enumerate(rollouts):
+        ids = rollout.prompt_ids + rollout.completion_ids
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        first = len(rollout.prompt_ids) - 1  # the position that predicts the first completion token
+        count = len(rollout.completion_ids)
+        targets[row, first : first + count] = torch.tensor(rollout.completion_ids)
+        old[row, first : first + count] = torch.tensor(rollout.logprobs[:count])
+    return RolloutBatch(input_ids, targets, old, advantages.to(torch.float32))
+
+
+def policy_logprobs(
+    model: TrainModel, input_ids: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampled tokens' log-probabilities under ``model`` (which needs
+    :func:`install_logprob_forward`), and the entropy at each position."""
+    out = model.module(input_ids=input_ids, logprob_targets=targets, temperature=temperature)
+    logprobs, entropy = out
+    return logprobs, entropy
+
+
+class GRPOLearner:
+    """One worker's share of the learner: the policy, an optional frozen reference, the
+    optimizer, and the policy version (optimizer updates made)."""
+
+    def __init__(
+        self,
+        model: TrainModel,
+        optimizer: torch.optim.Optimizer,
+        *,
+        settings: LossSettings,
+        temperature: float,
+        device: torch.device,
+        micro_batch: int | None = None,
+        reference: TrainModel | None = None,
+        grad_clip: float = 1.0,
+        amp: contextlib.AbstractContextManager[None] | None = None,
+    ) -> None:
+        if settings.kl_coef and reference is None:
+            raise ValueError("a KL coefficient needs a reference model")
+        for built in (model, reference):
+            if built is not None:
+                install_logprob_forward(built.inner)
+        self.model, self.reference, self.optimizer = model, reference, optimizer
+        self.settings, self.temperature, self.device = settings, temperature, device
+        self.micro_batch, self.grad_clip = micro_batch, grad_clip
+        self.amp = amp or contextlib.nullcontext()
+        self.version = 0
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+
+    def step(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
+        """Accumulate the GRPO loss over micro-batches, then one optimizer step at ``lr``."""
+        started = time.perf_counter()
+        rows = batch.input_ids.shape[0]
+        size = self.micro_batch or rows
+        total = global_targets(batch.n_tokens, self.world, self.device, vary=True)
+        sums: dict[str, float] = {}
+        starts = list(range(0, rows, size))
+        for index, start in enumerate(starts):
+            part = batch.rows(start, start + size)
+            ids = part.input_ids.to(self.device)
+            targets = part.targets.to(self.device)
+            mask = targets != IGNORE
+            ref = None
+            if self.reference is not None:
+                with torch.no_grad(), self.amp:
+                    ref, _ = policy_logprobs(self.reference, ids, targets, self.temperature)
+            with gradient_sync(self.model.module, index == len(starts) - 1), self.amp:
+                logprobs, entropy = policy_logprobs(self.model, ids, targets, self.temperature)
+                loss, metrics = policy_loss(
+                    logprobs,
+                    part.old_logprobs.to(self.device),
+                    part.advantages.to(self.device),
+                    mask,
+                    self.settings,
+                    ref_logprobs=ref,
+                    entropy=entropy,
+                    total_tokens=total,
+                )
+                (loss * self.world).backward()  # gradients are averaged over ranks
+            share = int(mask.sum()) / max(batch.n_tokens, 1)
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + float(value) * share
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        if self.grad_clip:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.module.parameters(), self.grad_clip)
+            sums["grad_norm"] = float(norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        sums["step_s"] = time.perf_counter() - started
+        return sums
+
+
+def publish(
+    learner: GRPOLearner,
+    root: str,
+    store: Any,
+    *,
+    dtype: torch.dtype = torch.float32,
+    max_shard_bytes: int = 2 * 1024**3,
+) -> tuple[PolicyVersion, float]:
+    """Write the learner's weights as version ``learner.version`` under ``root`` (every rank
+    calls this: the exporter gathers shard by shard) and record it in ``store`` (rank 0; a
+    PolicyStore or a Ray actor handle of one). Returns the version and the seconds spent."""
+    source = learner.model.source
+    if source is None:
+        raise ValueError("only a Hugging Face model can be published to vLLM engines")
+    started = time.perf_counter()
+    path = version_folder(root, learner.version)
+    export_model(
+        learner.model.inner,
+        path,
+        source=source,
+        dtype=dtype,
+        max_shard_bytes=max_shard_bytes,
+        metadata={"policy_version": learner.version, "source": source.spec},
+    )
+    policy = PolicyVersion(learner.version, path)
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        publish_fn = store.publish
+        remote = getattr(publish_fn, "remote", None)
+        if remote is not None:
+            import ray
+
+            policy = ray.get(remote(learner.version, path))
+        else:
+            policy = publish_fn(learner.version, path)
+    return policy, time.perf_counter() - started
