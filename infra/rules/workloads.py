@@ -349,21 +349,62 @@ def _model_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProbl
                 "MoE models",
             )
         )
-    fit = model.fit
-    if fit is not None and not heads and not fit.fits:
-        need = fit.weights_gib + fit.kv_gib_per_sequence
+    spread = engine.expert_parallel_problem(facts, tp) if spec.enable_expert_parallel else None
+    if spread:
+        allowed = [
+            t
+            for t in engine.allowed_tensor_parallel(engine_name, tpu, facts)
+            if not engine.expert_parallel_problem(facts, t)
+        ]
         problems.append(
             ConfigProblem(
-                f"{prefix}.maxModelLen",
-                spec.max_model_len,
-                f"{name} at TP {tp} needs {need:.1f} GiB per chip (weights {fit.weights_gib:.1f}"
-                f" + KV of one {spec.max_model_len}-token sequence {fit.kv_gib_per_sequence:.2f})"
-                f", but a {tpu.generation.name} chip gives the engine {fit.usable_gib:.1f} GiB "
-                f"({tpu.generation.hbm_gib_per_chip} GiB x gpu_memory_utilization "
-                f"{fit.memory_utilization}); shorten maxModelLen, raise TP, or use a larger slice",
+                f"{prefix}.enableExpertParallel",
+                True,
+                f"{name} with tensorParallelSize {tp}: {spread}; allowed: tensorParallelSize at "
+                f"most {facts.experts} with expert parallel (on this slice: "
+                f"{', '.join(map(str, allowed)) or 'none'}), or enableExpertParallel false "
+                "(each expert then split by TP)",
             )
         )
+    fit = model.fit
+    if fit is not None and not heads and not spread and not fit.fits:
+        problems.append(_misfit(plan, model, fit, facts))
     return problems
+
+
+def _misfit(
+    plan: StackPlan, model: ServedModelPlan, fit: engine.Fit, facts: model_facts.ModelFacts
+) -> ConfigProblem:
+    """A served model the engine could not start: the per-chip budget, and what would fit."""
+    serving = plan.serving
+    assert serving is not None
+    tpu, spec = serving.pool.slice, model.spec
+    advice = engine.advise(fit, facts, serving.spec.engine, tpu)
+    need = fit.weights_gib + fit.reserve_gib + fit.kv_gib_per_sequence
+    weights = f"weights {fit.weights_gib:.2f}"
+    if fit.experts_per_chip:
+        weights += f" ({fit.experts_per_chip} whole experts per chip at EP {fit.expert_parallel})"
+    options = []
+    if advice.max_model_len:
+        options.append(f"maxModelLen {advice.max_model_len} fits at TP {fit.tensor_parallel}")
+    if advice.tensor_parallel:
+        options.append(
+            f"tensorParallelSize {' or '.join(map(str, advice.tensor_parallel))} fits this context"
+        )
+    if advice.slices:
+        options.append(f"a larger slice fits it: {', '.join(advice.slices)}")
+    return ConfigProblem(
+        f"{model.key}.maxModelLen",
+        spec.max_model_len,
+        f"{spec.source} at TP {fit.tensor_parallel} needs {need:.2f} GiB per chip ({weights} + "
+        f"engine reserve {fit.reserve_gib:.2f}: activations of a {fit.max_num_batched_tokens}-"
+        f"token batch {fit.activations_gib:.2f}, sampler logits {fit.sampler_gib:.2f}, runtime "
+        f"margin {fit.margin_gib:.2f} + KV of one {spec.max_model_len}-token sequence "
+        f"{fit.kv_gib_per_sequence:.2f}), but a {tpu.generation.name} chip gives the engine "
+        f"{fit.usable_gib:.2f} GiB ({fit.runtime_hbm_gib:.2f} GiB as the runtime reports it x "
+        f"gpu_memory_utilization {fit.memory_utilization}); "
+        + ("; ".join(options) if options else "nothing on this generation fits it at this context"),
+    )
 
 
 def servable_problems(facts: model_facts.ModelFacts) -> list[str]:
