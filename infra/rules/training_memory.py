@@ -66,10 +66,11 @@ def _fitting(fit: TrainingFit | None) -> TrainingFit | None:
 
 def bigger_slice(
     training: TrainingPlan, **overrides: object
-) -> tuple[catalog.TpuSlice, TrainingFit] | None:
+) -> tuple[catalog.TpuSlice, TrainingFit, int | None] | None:
     """The smallest slice of the pool's TPU generation, larger than the pool's, on which the
-    run fits at the same global batch (which must split evenly over its chips)."""
-    facts, tpu = training.facts.facts, training.pool.slice
+    run fits: at the stack's global batch, or, where that does not split over the slice's
+    chips, at the next multiple of them (returned as the batch to set; else None)."""
+    facts, tpu, spec = training.facts.facts, training.pool.slice, training.spec
     if facts is None:
         return None
     larger = sorted(
@@ -77,11 +78,19 @@ def bigger_slice(
         key=lambda s: (s.chips, s.hosts, s.machine_type),
     )
     for candidate in larger:
+        workers = candidate.chips * training.slices
+        batch = None
+        if spec.global_batch_size % workers:
+            batch = -(-spec.global_batch_size // workers) * workers
         fit = fit_training(
-            facts, training.spec, candidate, training.slices, **{"pinned": None, **overrides}
+            facts,
+            spec.model_copy(update={"global_batch_size": batch}) if batch else spec,
+            candidate,
+            training.slices,
+            **{"pinned": None, **overrides},
         )
         if fit is not None and fit.fits:
-            return candidate, fit
+            return candidate, fit, batch
     return None
 
 
@@ -138,12 +147,14 @@ def _moves(
     found = []
     larger = bigger_slice(training, **overrides)
     if larger is not None:
-        candidate, fit = larger
+        candidate, fit, batch = larger
         pool = training.pool.key
-        moved = {
+        moved: dict[str, object] = {
             f"{pool}.machineType": candidate.machine_type,
             f"{pool}.topology": candidate.topology,
         }
+        if batch is not None:
+            moved["park:training.globalBatchSize"] = batch
         found.append(Alternative(_micro({**keys, **moved}, fit), fit))
     shorter = shorter_seq_len(training, **overrides)
     if shorter is not None:

@@ -154,10 +154,18 @@ def _refused_plan(values: dict):
     return resolve(parse_values(values, "dev"), partial=True)
 
 
-def test_what_would_fit_does_fit():
+@pytest.mark.parametrize(
+    "training",
+    [
+        {"model": "Qwen/Qwen3-8B", "strategy": "ddp"},
+        # a bigger slice that 8 sequences do not split over: the batch it would need is named
+        {"model": "Qwen/Qwen3-32B", "globalBatchSize": 8, "activationCheckpointing": True},
+    ],
+)
+def test_what_would_fit_does_fit(training):
     """The refused run's figure is the estimator's at micro-batch 1, and every change the
     message proposes, applied to the stack, passes preview with the fit it promised."""
-    values = _stack(model="Qwen/Qwen3-8B", strategy="ddp")
+    values = _stack(**training)
     message = _problems(values)["park:training.model"]
     plan = _refused_plan(values)
     assert f"needs {_direct(plan, 1).total_bytes / GIB:.1f} GiB per chip" in message
@@ -178,7 +186,10 @@ def test_what_would_fit_does_fit():
     [
         ({"model": "Qwen/Qwen3-8B", "strategy": "ddp"}, "park:training.strategy"),
         ({"model": "Qwen/Qwen3-32B"}, "park:tpuPools[0].topology"),
-        ({"seqLen": 32768}, "park:training.activationCheckpointing"),
+        (
+            {"seqLen": 32768, "activationCheckpointing": False},
+            "park:training.activationCheckpointing",
+        ),
     ],
 )
 def test_the_proposals_name_the_change_that_fits(training, key):
@@ -197,14 +208,16 @@ def test_a_pinned_micro_batch_that_does_not_fit_is_refused_under_its_key():
     """Find, with the estimator, a seqLen where the whole share does not fit but one sequence
     does: pinning the whole share there is refused under microBatchSize, naming the one that
     fits."""
-    plan = from_values(_stack(), "dev")
+    plan = from_values(_stack(activationCheckpointing=False), "dev")
     share = plan.training.spec.global_batch_size // plan.training.workers
     seq_len = next(
         s
         for s in (1024, 2048, 4096, 8192, 16384)
         if not _direct(plan, share, seq_len=s).fits and _direct(plan, 1, seq_len=s).fits
     )
-    problems = _problems(_stack(microBatchSize=share, seqLen=seq_len))
+    problems = _problems(
+        _stack(microBatchSize=share, seqLen=seq_len, activationCheckpointing=False)
+    )
     message = problems["park:training.microBatchSize"]
     assert "does not fit" in message and "pinned" in message
     assert "park:training.microBatchSize " in message.split("would fit:")[1]
