@@ -72,7 +72,9 @@ class RolloutEngine:
             seed=0,
             **kwargs,
         )
-        self.version = 0  # the weights it started with
+        # Version 0 is the run's starting model, the folder this engine starts from (the
+        # driver publishes it as version 0); Ray restarts an engine the same way.
+        self.version = 0
         self.last_sync_s = 0.0
 
     def get_version(self) -> int:
