@@ -91,19 +91,23 @@ def pools_table(plan: StackPlan) -> Table:
 
 
 def fit_table(plan: StackPlan) -> Table | None:
-    """Per served model: what each chip of its slice holds (infra.engine.fit)."""
+    """Per served model: what each chip of its slice holds (infra.engine.fit): the weights, the
+    engine's reserve and the KV cache, against HBM as the runtime reports it."""
     if plan.serving is None or not plan.serving.models:
         return None
     tpu = plan.serving.pool.slice
     table = Table(
         title=f"serving fit on {tpu.machine_type} {tpu.topology} ({tpu.chips} chips, "
-        f"{tpu.generation.hbm_gib_per_chip} GiB HBM each)",
-        caption="per chip; sequences = maxModelLen-long sequences the KV cache holds at once",
+        f"{tpu.runtime_hbm_gib:.2f} GiB HBM each as the runtime reports it)",
+        caption="per chip; usable = HBM x gpu_memory_utilization; reserve = the engine's profile "
+        "batch (max_num_batched_tokens) + sampler logits + runtime margin; KV cache = usable - "
+        "weights - reserve; KV/sequence = what vLLM reserves for one maxModelLen request "
+        "(sliding layers: window - 1 + in-flight tokens + a block); sequences = such requests "
+        "at once",
     )
-    for column in ("model", "TP", "weights/chip", "KV bytes/token", "KV/sequence", "usable"):
+    columns = ("model", "TP", "weights/chip", "reserve", "usable", "KV cache", "KV bytes/token")
+    for column in (*columns, "KV/sequence", "sequences", "idle chips"):
         table.add_column(column, justify="left" if column == "model" else "right")
-    table.add_column("sequences", justify="right")
-    table.add_column("idle chips", justify="right")
     table.add_column("facts from")
     for model in plan.serving.models:
         fit, lookup = model.fit, model.facts
@@ -115,23 +119,38 @@ def fit_table(plan: StackPlan) -> Table | None:
             table.add_row(
                 model.spec.name,
                 str(model.tensor_parallel),
-                *["?"] * 5,
+                *["?"] * 7,
                 str(model.idle_chips_per_replica),
                 source,
             )
             continue
+        parallel = str(fit.tensor_parallel)
+        if fit.expert_parallel:
+            parallel += f", EP {fit.expert_parallel}"
+        weights = f"{fit.weights_gib:.2f} GiB"
+        if fit.experts_per_chip:
+            weights += f" ({fit.experts_per_chip} experts)"
+        layers = f", {fit.cache_layers} layers" if fit.cache_layers < model_layers(model) else ""
         table.add_row(
             model.spec.name,
-            str(fit.tensor_parallel),
-            f"{fit.weights_gib:.2f} GiB",
-            f"{fit.kv_bytes_per_token:,}",
+            parallel,
+            weights,
+            f"{fit.reserve_gib:.2f} GiB @ {fit.max_num_batched_tokens}",
+            f"{fit.usable_gib:.2f} GiB",
+            f"{fit.kv_cache_gib:.1f} GiB",
+            f"{fit.kv_bytes_per_token:,}{layers}",
             f"{fit.kv_gib_per_sequence * 1024:.0f} MiB @ {model.spec.max_model_len}",
-            f"{fit.usable_gib:.1f} GiB",
             str(fit.sequences),
             str(fit.idle_chips),
             source,
         )
     return table
+
+
+def model_layers(model: object) -> int:
+    """The model's layer count (to say when fewer hold KV: Gemma 4's shared layers)."""
+    facts = getattr(getattr(model, "facts", None), "facts", None)
+    return facts.layers if facts is not None else 0
 
 
 def training_fit_table(plan: StackPlan) -> Table | None:

@@ -290,15 +290,16 @@ def test_prod_serves_an_moe_model_on_the_whole_slice_with_expert_parallel():
 def test_fit_figures_by_hand():
     """Qwen3-30B-A3B at TP 16 on v6e: 30,532,122,624 bf16 parameters / 16 = 3.55 GiB per chip;
     4 KV heads / 16 → 1 per chip, padded to the bf16 pair: 2 x 128 x 2 bytes = 512 B per layer
-    per token, x 48 layers = 24,576 B; an 8192-token sequence 192 MiB; 32 GiB x 0.92 = 29.44."""
+    per token, x 48 layers = 24,576 B; an 8192-token sequence 192 MiB; 31.25 GiB (as the
+    runtime reports it) x 0.92 = 28.75, less the engine's reserve (test_engine_fit.py)."""
     facts = model_facts.from_catalogue("Qwen/Qwen3-30B-A3B")
     assert facts is not None
     fit = engine.fit(facts, catalog.lookup("ct6e-standard-4t", "4x4"), 16, 8192)
     assert fit.weights_gib == pytest.approx(30532122624 * 2 / 16 / 1024**3)
     assert fit.kv_bytes_per_token == 24576
     assert fit.kv_gib_per_sequence == pytest.approx(192 / 1024)
-    assert fit.usable_gib == pytest.approx(29.44)
-    assert fit.sequences == int((29.44 - fit.weights_gib) / (192 / 1024))
+    assert fit.usable_gib == pytest.approx(28.75, abs=0.01)
+    assert fit.sequences == int(fit.kv_cache_gib / (192 / 1024))
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
