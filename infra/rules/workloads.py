@@ -18,6 +18,7 @@ from infra.spec.errors import ConfigProblem
 from infra.spec.models import TRAINING_SOURCE, StackConfig
 from infra.versions import ENGINE_VERSIONS, RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
 from workloads import protocol
+from workloads.train import model_rules
 
 # Where the pinned Ray's TPU serving maths disagrees with GKE: (generation, topology) → hosts
 # Ray assumes: ray/_private/accelerators/tpu.py get_chips_per_host takes a v6e topology of up
@@ -145,18 +146,24 @@ def _training_model_problems(plan: StackPlan) -> list[ConfigProblem]:
     if facts.error:
         problems.append(ConfigProblem("park:training.model", spec.model, facts.error))
     known = facts.facts
-    if known is not None and known.moe:
-        problems.append(
-            ConfigProblem(
-                "park:training.model",
-                spec.model,
-                f"{known.architecture} is a mixture of experts; the trainer trains dense "
-                "causal LMs (Llama, Qwen2/3, Gemma, Mistral families)",
-            )
-        )
+    reason = training_refusal(known) if known is not None else None
+    if reason is not None:
+        problems.append(ConfigProblem(model_rules.KEY, spec.model, reason))
     if known is not None and known.gated and plan.spec.hf_token is None:
         problems.append(_needs_token(f"{spec.model} (park:training.model)", "trainer"))
     return problems
+
+
+def training_refusal(facts: model_facts.ModelFacts) -> str | None:
+    """Why the trainer would refuse this model, in the worker's words: the one rule set
+    (workloads/train/model_rules.py) asked of the facts read from the same config.json."""
+    traits = model_rules.ModelTraits(
+        architecture=facts.architecture,
+        model_type=facts.model_type,
+        experts=facts.experts,
+        multimodal=facts.multimodal,
+    )
+    return model_rules.refusal(traits)
 
 
 def _needs_token(model: str, downloader: str) -> ConfigProblem:

@@ -15,7 +15,8 @@ keys through DCP's safetensors reader, and writes them back the same way. So:
   weights sit under one prefix (Gemma 3, Gemma 4): the trainer builds ``text_config``'s causal
   LM, reads the prefixed tensors, and exports a text-only checkpoint of that class;
 - no mixture of experts: transformers fuses expert weights on load (Mixtral, Qwen-MoE,
-  DeepSeek), which the key-for-key loader and exporter cannot follow.
+  DeepSeek), which the key-for-key loader and exporter cannot follow, and the trainer's FSDP2
+  sharding and preview's memory model have no expert parallelism (Gemma 4's MoE too).
 """
 
 from __future__ import annotations
@@ -136,9 +137,10 @@ def refusal(traits: ModelTraits) -> str | None:
     )
     if traits.experts:
         return (
-            f"{name} is a mixture of experts ({traits.experts} routed experts): {REFUSED}, "
-            "because transformers fuses expert weights on load and the trainer loads and "
-            f"exports checkpoint keys as they are; allowed: {allowed()}"
+            f"{name} is a mixture of experts ({traits.experts} routed experts): {REFUSED} "
+            "(transformers fuses most MoE checkpoints' experts on load, which its key-for-key "
+            "loader and exporter cannot follow, and its FSDP2 sharding and memory model have "
+            f"no expert parallelism); allowed: {allowed()}"
         )
     if name in CAUSAL_LMS.values() or name in MULTIMODAL_TEXT_MODELS:
         return None
