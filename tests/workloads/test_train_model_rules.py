@@ -318,3 +318,36 @@ def test_the_text_model_of_a_multimodal_checkpoint_trains_and_exports_text_only(
         want = reference(input_ids=ids).logits
         got = exported(input_ids=ids).logits
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.usefixtures("gloo_world1")
+@pytest.mark.parametrize("repo", ["google/gemma-3-4b-it", "google/gemma-4-E2B-it"])
+def test_the_text_model_of_a_multimodal_config_learns_from_random_weights(
+    tmp_path: Path, tiny_tokenizer: Any, repo: str
+) -> None:
+    """``--init config`` under FSDP2: each module's own init on the sharded blocks (Gemma 4's
+    blocks hold a buffer of their own), then the loss falls."""
+    source = _tiny_multimodal(tmp_path, tiny_tokenizer, repo)
+    cfg = TrainConfig(
+        accelerator="cpu",
+        num_workers=1,
+        model=str(source),
+        init="config",
+        strategy="fsdp2",
+        data="park:facts",
+        objective="sft",
+        seq_len=64,
+        global_batch_size=4,
+        lr=3e-3,
+        warmup_steps=1,
+        steps=6,
+        checkpoint_every=0,
+        report_every=1,
+        export=False,
+        storage_path=str(tmp_path / "runs"),
+        run_name="mm",
+    )
+    env = LocalEnv(tmp_path / "ckpt")
+    train(cfg, env)
+    losses = [report["loss"] for report in env.reports]
+    assert losses[-1] < losses[0], losses
