@@ -89,9 +89,6 @@ class RolloutEngine:
         self.last_sync_s = time.perf_counter() - started
         return self.last_sync_s
 
-    def checksum(self) -> float:
-        return float(self.llm.collective_rpc("park_weight_checksum")[0])
-
     def sample(self, prompts: list[str], sampling: Sampling, offset: int = 0) -> list[Rollout]:
         """``group_size`` completions of each prompt, grouped by prompt (prompt 0's first);
         ``offset`` is added to the prompt indices (a pool's share of a round)."""

