@@ -392,7 +392,9 @@ def disk_tables(plan: StackPlan) -> list[Table]:
             size if node.fits else f"[red]{size}[/]",
             "unknown" if node.local_ssd_gib is None else f"{node.local_ssd_gib} GiB",
         )
-    memory = Table(title="host memory per TPU pod", caption="allowances named in infra/host_memory.py")
+    memory = Table(
+        title="host memory per TPU pod", caption="allowances named in infra/host_memory.py"
+    )
     for column in ("pod", "pool", "holds", "request"):
         memory.add_column(column, justify="left" if column in ("pod", "pool") else "right")
     for host in budget.memory:
