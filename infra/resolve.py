@@ -233,6 +233,12 @@ def training_model_facts(spec: TrainingConfig) -> FactsLookup:
     )
 
 
+def sizable(facts: model_facts.ModelFacts) -> bool:
+    """The training fit can size the model: its parameter count is known, or its MLP width
+    (infra.training_fit counts the parameters from the shapes then)."""
+    return facts.params is not None or bool(facts.intermediate_size)
+
+
 def fit_training(
     facts: model_facts.ModelFacts,
     spec: TrainingConfig,
@@ -255,7 +261,7 @@ def fit_training(
     workers = tpu.chips * slices
     share, rest = divmod(spec.global_batch_size, workers)
     pinned = settings.pop("pinned")
-    if rest or not share or facts.params is None:
+    if rest or not share or not sizable(facts):
         return None
     if pinned is not None and (not isinstance(pinned, int) or share % pinned):
         return None

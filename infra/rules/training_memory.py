@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra import catalog
-from infra.resolve import StackPlan, TrainingPlan, fit_training
+from infra.resolve import StackPlan, TrainingPlan, fit_training, sizable
 from infra.spec.errors import ConfigProblem
 from infra.training_fit import GIB, TrainingFit
 
@@ -242,8 +242,8 @@ def training_warnings(plan: StackPlan) -> list[ConfigProblem]:
         return []  # the model rule refuses it
     if lookup.facts is None:
         why = f"{lookup.reason}; tried {', '.join(lookup.tried) or 'nothing'}"
-    elif lookup.facts.params is None:
-        why = f"{lookup.facts.source} does not give the parameter count"
+    elif not sizable(lookup.facts):
+        why = f"{lookup.facts.source} gives neither the parameter count nor the MLP width"
     else:
         return []
     hint = (

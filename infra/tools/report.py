@@ -175,8 +175,8 @@ def training_fit_table(plan: StackPlan) -> Table | None:
     if fit is None:
         lookup = training.facts
         why = lookup.reason or lookup.error or "the batch does not split over the chips"
-        if lookup.facts is not None and lookup.facts.params is None:
-            why = "the parameter count is not known"
+        if lookup.facts is not None:
+            why = "neither the parameter count nor the MLP width is known"
         table.add_row("estimate", "?", f"not made: {why}")
         return table
     shard = f"sharded over {fit.shard_size}" if fit.shard_size > 1 else "whole on each chip"
