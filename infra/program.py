@@ -53,6 +53,13 @@ def load_plan() -> tuple[StackPlan, pulumi.Output[str] | None]:
 
 def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
     """The stack as one user of the public components: each gets its arguments from the plan."""
+    from infra.components._naming import stack_program
+
+    with stack_program():  # deployed stacks keep their resources' URNs (aliases)
+        _build(plan, hf_token)
+
+
+def _build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
     # Imported here: the render benchmark and `park validate` never pay for provider modules.
     from infra.components import args_from
     from infra.components.cluster import Cluster
@@ -102,9 +109,11 @@ def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
     has_token = hf_token is not None
     if plan.training is not None:
         job = args_from.training(plan, has_token)
+        job["head_node_selector"] = cpu.selector  # the Ray head runs on the CPU pool
         RayTrainingJob("park-train", job, on_pool(plan.training.pool.name))
     if plan.serving is not None:
         service = args_from.serving(plan, has_token)
+        service["head_node_selector"] = cpu.selector
         LlmService("park-serve", service, on_pool(plan.serving.pool.name))
 
     on_namespace = pulumi.ResourceOptions(

@@ -25,45 +25,43 @@ from park_gke import (
 config = pulumi.Config()
 project = pulumi.Config("gcp").require("project")
 zone = config.get("zone") or "us-east5-b"
-region = zone.rsplit("-", 1)[0]
-stack = pulumi.get_stack()
 
 cluster = ExistingCluster(
     "cluster", {"project": project, "location": zone, "name": config.require("clusterName")}
 )
+# The cluster handle gives the pool its id (project, location) and the nodes' service account.
 slice_pool = TpuSlicePool(
     "serve-pool",
     {
-        "cluster": cluster.name,
-        "location": zone,
-        "node_service_account": cluster.node_service_account,
+        "cluster": cluster,  # type: ignore[typeddict-item]
         "name": "serve-v6e-8",
         "machine_type": "ct6e-standard-8t",
         "topology": "2x4",
     },
 )
-storage = Storage(
+storage = Storage(  # names derive from the Pulumi stack: bucket <project>-<stack>-park, ...
     "storage",
     {
         "project": project,
-        "region": region,
+        "region": zone.rsplit("-", 1)[0],
         "node_service_account": cluster.node_service_account,
-        "cluster": cluster.name,
-        "stack": stack,
+        "cluster": cluster,  # type: ignore[typeddict-item]
     },
 )
 
 k8s = kubernetes_provider("team-gke", cluster.kubeconfig, depends_on=[])
 in_cluster = pulumi.ResourceOptions(providers={"kubernetes": k8s})
 KubeRayOperator("kuberay", {"install": "addon"}, in_cluster)  # the add-on: nothing to install
-workspace = Workspace("workspace", {"project": project, "stack": stack}, in_cluster)
+workspace = Workspace("workspace", {"project": project}, in_cluster)
+# The Ray head has no node selector here: it runs on the cluster's own (untainted) nodes.
 service = LlmService(
     "llm",
     {
         "project": project,
         "location": zone,
-        "stack": stack,
-        "pool": slice_pool.ref,  # type: ignore[typeddict-item]
+        "pool": slice_pool,  # type: ignore[typeddict-item]
+        "namespace": workspace,  # type: ignore[typeddict-item]
+        "bucket": storage,  # type: ignore[typeddict-item]
         "models": [{"name": "qwen3-1.7b", "source": "Qwen/Qwen3-1.7B"}],
     },
     in_cluster.merge(pulumi.ResourceOptions(depends_on=[*workspace.ready, *slice_pool.node_pools])),

@@ -6,7 +6,9 @@ plans from the result. So a component used from any Pulumi program is held to th
 and rules as a stack file, and its errors name the component, the argument and what is allowed.
 """
 
+import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -15,7 +17,36 @@ from infra.resolve import StackPlan
 from infra.spec.errors import ConfigError
 from infra.spec.secrets import redact
 
-TYPE_PREFIX = "park-gke:index:"  # the package's type tokens (PulumiPlugin name "park-gke")
+TYPE_PREFIX = "park-gke:index:"
+
+
+@dataclass(frozen=True)
+class ClusterHandle:
+    """What a Cluster or ExistingCluster hands a node pool given it as `cluster`."""
+
+    cluster_id: pulumi.Input[str]  # projects/<project>/locations/<location>/clusters/<name>
+    project: str
+    location: str
+    node_service_account: pulumi.Input[str]
+
+
+def with_cluster(component: str, name: str, args: Any) -> Any:
+    """A pool's args with a Cluster/ExistingCluster given as `cluster` replaced by its id, and
+    project, location and node service account taken from it unless given."""
+    given = args.get("cluster") if isinstance(args, Mapping) else None
+    handle = getattr(given, "handle", None) if isinstance(given, pulumi.Resource) else None
+    if not isinstance(handle, ClusterHandle):
+        return args
+    if args.get("location") not in (None, handle.location):
+        refused = bad_value("location", args["location"], f"the cluster is in {handle.location}")
+        raise ComponentArgsError(component, name, [refused])
+    return {
+        "project": handle.project,
+        "location": handle.location,
+        "node_service_account": handle.node_service_account,
+        **{k: v for k, v in args.items() if v is not None},
+        "cluster": handle.cluster_id,
+    }  # the package's type tokens (PulumiPlugin name "park-gke")
 
 
 def use_kubeconfig(component: pulumi.ComponentResource, name: str, args: Mapping[str, Any]) -> None:
@@ -36,8 +67,9 @@ def use_kubeconfig(component: pulumi.ComponentResource, name: str, args: Mapping
     )
 
 
-class ComponentArgsError(ValueError):
-    """A component's arguments that no stack could deploy, each named by its field."""
+class ComponentArgsError(pulumi.RunError, ValueError):
+    """A component's arguments that no stack could deploy, each named by its field. A
+    pulumi.RunError: under `pulumi preview` it reads as one error, not a Python traceback."""
 
     def __init__(self, component: str, name: str, problems: list[str]):
         self.component, self.name, self.problems = component, name, problems
@@ -49,6 +81,29 @@ def bad_value(field: str, value: Any, message: str) -> str:
     """One refused argument, as ComponentArgsError lists it (never a value that may be a
     credential)."""
     return f"args.{field} = {redact(value)!r}: {message}"
+
+
+def stack_of(args: Mapping[str, Any]) -> str:
+    """The stack names derive from: the argument, else the Pulumi stack being deployed (what
+    every other component of the program defaults to as well)."""
+    return str(args.get("stack") or pulumi.get_stack())
+
+
+def checked_args(component: str, name: str, args: Any, typed: Any) -> dict[str, Any]:
+    """`args` checked against the component's TypedDict (infra.components._checks): unknown keys
+    with the nearest known one, missing ones, wrong shapes, Outputs where a value must be known.
+    Components handed in an argument's place stand for what they hand on."""
+    from infra.components._checks import handed_on, mapping_problems
+
+    if not isinstance(args, Mapping):
+        raise ComponentArgsError(
+            component, name, [f"args must be a mapping of arguments, got {type(args).__name__}"]
+        )
+    given = handed_on(args)
+    problems = mapping_problems(given, typed)
+    if problems:
+        raise ComponentArgsError(component, name, problems)
+    return given
 
 
 def require(component: str, name: str, args: Mapping[str, Any], *fields: str) -> None:
@@ -86,23 +141,41 @@ def checked_plan(
     from infra.spec.read import parse_values
     from infra.stack import from_values
 
+    prefixes = sorted(fields, key=lambda pair: -len(pair[0]))
+
+    def argument(key: str) -> str | None:
+        for prefix, arg in prefixes:
+            if key.startswith(prefix):
+                return _snake_path(arg + key[len(prefix) :])
+        return None
+
+    def in_args(match: re.Match[str]) -> str:
+        found = argument(match.group(0))
+        return match.group(0) if found is None else f"args.{found}"
+
+    def told(problem: Any) -> str:
+        """A problem in the component's argument names, its message's stack keys too."""
+        message = _STACK_KEY.sub(in_args, problem.message)
+        field = argument(problem.key) or _snake_path(problem.key)
+        return f"args.{field} = {redact(problem.value)!r}: {message}"
+
     try:
         if not rules:
-            return resolve(parse_values(values, stack), partial=True)
-        return from_values(values, stack)
+            plan = resolve(parse_values(values, stack), partial=True)
+        else:
+            plan = from_values(values, stack)
     except ConfigError as err:
-        prefixes = sorted(fields, key=lambda pair: -len(pair[0]))
-        problems = []
-        for problem in err.problems:
-            field = problem.key
-            for key, argument in prefixes:
-                if field.startswith(key):
-                    field = argument + field[len(key) :]
-                    break
-            field = _snake_path(field)
-            value = redact(problem.value)
-            problems.append(f"args.{field} = {value!r}: {problem.message}")
-        raise ComponentArgsError(component, name, problems) from None
+        raise ComponentArgsError(component, name, [told(p) for p in err.problems]) from None
+    from infra.components._naming import in_stack_program
+
+    for warning in () if in_stack_program() else plan.warnings:
+        # e.g. an unknown model whose memory fit cannot be checked: said, not dropped (the
+        # stack program says its plan's warnings itself).
+        pulumi.log.warn(f"{component} {name!r}: {told(warning)}")
+    return plan
+
+
+_STACK_KEY = re.compile(r"(?:park|gcp):[A-Za-z0-9_.\[\]]*[A-Za-z0-9_\]]")
 
 
 def _snake_path(path: str) -> str:

@@ -19,6 +19,7 @@ from infra.components.observability import DashboardAccessArgs, RayMetricsArgs
 from infra.components.storage import StorageArgs
 from infra.components.workloads import LlmServiceArgs, RayTrainingJobArgs, TpuPoolRefArgs
 from infra.disk import DEFAULT_BOOT_DISK_GB
+from infra.names import OPENAI_SERVICE_NAME
 from infra.plan.node_pools import boot_disk_gb
 from infra.resolve import GpuPoolPlan, PoolPlan, StackPlan
 
@@ -255,6 +256,7 @@ def serving(plan: StackPlan, hf_token: bool) -> LlmServiceArgs:
         engine=spec.engine,
         upgrade_strategy=spec.upgrade_strategy,
         expose_publicly=spec.expose_publicly,
+        endpoint_service=OPENAI_SERVICE_NAME,
         hf_token=hf_token,
     )
 

@@ -9,12 +9,16 @@ from pulumi_gcp.serviceaccount import Account
 
 from infra.components._base import (
     TYPE_PREFIX,
+    ClusterHandle,
+    ComponentArgsError,
+    checked_args,
     checked_plan,
     child_options,
     plain,
     region_of,
-    require,
+    stack_of,
 )
+from infra.components._naming import claim
 from infra.plan.cluster import cluster, kubeconfig
 
 
@@ -40,7 +44,7 @@ class ClusterArgs(TypedDict):
     subnetwork: pulumi.Input[str]
     """Its subnet, carrying the pods and services secondary ranges."""
     stack: NotRequired[str]
-    """Names derive from it (park-<stack>-nodes, ...); default: the component's name."""
+    """Names derive from it (park-<stack>-nodes, ...); default: the Pulumi stack's name."""
     name: NotRequired[str]
     """The GKE cluster's name (default park-<stack>)."""
     release_channel: NotRequired[str]
@@ -84,10 +88,18 @@ class Cluster(pulumi.ComponentResource):
     """A kubeconfig (secret) for gke-gcloud-auth-plugin, on the DNS endpoint when enabled."""
     node_service_account: pulumi.Output[str]
     """The e-mail of the nodes' service account (pass it to the node pools)."""
+    cluster_id: pulumi.Output[str]
+    """projects/<project>/locations/<location>/clusters/<name>: a node pool's `cluster`."""
+    project: pulumi.Output[str]
+    """The cluster's GCP project."""
+    location: pulumi.Output[str]
+    """The cluster's zone."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "Cluster", name, None, opts)
-        require("Cluster", name, args, "project", "location", "network", "subnetwork")
+        args = checked_args(  # type: ignore[assignment]
+            "Cluster", name, args, ClusterArgs
+        )
         authorized = [
             {"cidr": n["cidr"], **({"name": n["name"]} if n.get("name") else {})}
             for n in args.get("master_authorized_networks") or []
@@ -126,15 +138,24 @@ class Cluster(pulumi.ComponentResource):
             ("park:zone", "location"),
             ("gcp:", ""),
         ]
-        stack_plan = checked_plan("Cluster", name, values, fields, stack=args.get("stack") or name)
+        stack_plan = checked_plan("Cluster", name, values, fields, stack=stack_of(args))
         plan = cluster(stack_plan)
         cluster_args = dict(plan.args)
         if args.get("gateway_api"):
             cluster_args["gateway_api_config"] = {"channel": "CHANNEL_STANDARD"}
+        owner, project = f"Cluster {name!r}", plan.project
+        taken = [
+            claim(owner, f"GKE cluster {plan.name}", (project, args["location"])),
+            claim(owner, f"service account {plan.node_service_account_id}", (project,)),
+        ]
+        if any(taken):
+            problems = [f"args.name = {plan.name!r}: {t}" for t in taken if t]
+            raise ComponentArgsError("Cluster", name, problems)
         child = child_options(self, opts)
 
         node_sa = Account(
             f"{name}-nodes",
+            project=project,
             account_id=plan.node_service_account_id,
             display_name=f"GKE nodes of {plan.name} (park-gke)",
             opts=child,
@@ -154,6 +175,7 @@ class Cluster(pulumi.ComponentResource):
         }
         resource = GkeCluster(
             name,
+            project=project,
             network=args["network"],
             subnetwork=args["subnetwork"],
             **cluster_args,
@@ -176,14 +198,29 @@ class Cluster(pulumi.ComponentResource):
             ).apply(lambda a: kubeconfig(a[0], a[1], a[2] or ""))
         self.kubeconfig = pulumi.Output.secret(config)
         self._cluster = resource
+        self.cluster_id = resource.name.apply(
+            lambda n: f"projects/{project}/locations/{args['location']}/clusters/{n}"
+        )
+        self.project = pulumi.Output.from_input(project)
+        self.location = pulumi.Output.from_input(args["location"])
+        self.handle = ClusterHandle(
+            self.cluster_id, project, args["location"], self.node_service_account
+        )
         self.register_outputs(
             {
                 "name": self.name,
                 "endpoint": self.endpoint,
                 "kubeconfig": self.kubeconfig,
                 "node_service_account": self.node_service_account,
+                "cluster_id": self.cluster_id,
+                "project": self.project,
+                "location": self.location,
             }
         )
+
+    def as_argument(self, field: str) -> pulumi.Output[str] | None:
+        """Given as another component's `cluster` (Storage waits for it): its id."""
+        return self.cluster_id if field == "cluster" else None
 
     @property
     def resource(self) -> GkeCluster:

@@ -1,11 +1,18 @@
 """A GKE cluster park-gke did not create: looked up by name and location, checked, and handed
-on (name, kubeconfig, node service account) to the pools, KubeRay and the workloads."""
+on (its id with project and location, kubeconfig, node service account) to the pools, KubeRay
+and the workloads: give a pool the ExistingCluster itself as `cluster`."""
 
 from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import TYPE_PREFIX, ComponentArgsError, bad_value, require
+from infra.components._base import (
+    TYPE_PREFIX,
+    ClusterHandle,
+    ComponentArgsError,
+    bad_value,
+    checked_args,
+)
 from infra.plan import existing_cluster
 from infra.plan.cluster import kubeconfig as kubeconfig_for
 
@@ -45,12 +52,21 @@ class ExistingCluster(pulumi.ComponentResource):
     """The control plane's current version."""
     ray_operator_addon: pulumi.Output[bool]
     """Whether GKE's Ray Operator add-on is enabled."""
+    cluster_id: pulumi.Output[str]
+    """projects/<project>/locations/<location>/clusters/<name>: a node pool's `cluster`, which
+    then looks in the cluster's project whatever the provider's default project is."""
+    project: pulumi.Output[str]
+    """The cluster's GCP project."""
+    location: pulumi.Output[str]
+    """The cluster's zone."""
 
     def __init__(
         self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__(TYPE_PREFIX + "ExistingCluster", name, None, opts)
-        require("ExistingCluster", name, args, "project", "location", "name")
+        args = checked_args(  # type: ignore[assignment]
+            "ExistingCluster", name, args, ExistingClusterArgs
+        )
         install = args.get("kuberay_install", "addon")
         if install not in ("addon", "helm"):
             refused = bad_value("kuberay_install", install, "allowed: addon, helm")
@@ -105,8 +121,18 @@ class ExistingCluster(pulumi.ComponentResource):
                 )
             )
         self.kubeconfig = pulumi.Output.secret(config)
+        project, location = args["project"], args["location"]
+        self.cluster_id = self.name.apply(
+            lambda n: f"projects/{project}/locations/{location}/clusters/{n}"
+        )
+        self.project = pulumi.Output.from_input(project)
+        self.location = pulumi.Output.from_input(location)
+        self.handle = ClusterHandle(self.cluster_id, project, location, self.node_service_account)
         self.register_outputs(
             {
+                "cluster_id": self.cluster_id,
+                "project": self.project,
+                "location": self.location,
                 "name": self.name,
                 "endpoint": self.endpoint,
                 "kubeconfig": self.kubeconfig,
@@ -115,3 +141,7 @@ class ExistingCluster(pulumi.ComponentResource):
                 "ray_operator_addon": self.ray_operator_addon,
             }
         )
+
+    def as_argument(self, field: str) -> pulumi.Output[str] | None:
+        """Given as another component's `cluster` (Storage waits for it): its id."""
+        return self.cluster_id if field == "cluster" else None

@@ -18,11 +18,13 @@ from infra.components._base import (
     TYPE_PREFIX,
     ComponentArgsError,
     bad_value,
+    checked_args,
     checked_model,
     child_options,
-    require,
+    stack_of,
     use_kubeconfig,
 )
+from infra.components._naming import child_name, claim, cluster_key, kubernetes_claims, renamed
 from infra.names import HF_SECRET_KEY, stack_names
 from infra.plan.network_policy import Exposure
 from infra.plan.operator import HelmReleasePlan, helm_releases
@@ -42,11 +44,15 @@ def kubernetes_provider(
     )
 
 
-def helm_release(plan: HelmReleasePlan, opts: pulumi.ResourceOptions) -> Release:
+def helm_release(
+    plan: HelmReleasePlan, opts: pulumi.ResourceOptions, resource_name: str | None = None
+) -> Release:
     """A planned chart, installed atomically and waited for: its CRDs and webhooks are ready
-    before anything that depends on the release is created."""
+    before anything that depends on the release is created. Logical name `resource_name`
+    (the component's child name), else the release's; the old name is kept as an alias."""
+    resource_name = resource_name or plan.name
     return Release(
-        plan.name,
+        resource_name,
         name=plan.name,
         chart=plan.chart,
         version=plan.version,
@@ -57,22 +63,35 @@ def helm_release(plan: HelmReleasePlan, opts: pulumi.ResourceOptions) -> Release
         atomic=True,
         wait_for_jobs=True,
         timeout=600,
-        opts=opts,
+        opts=renamed(opts, resource_name, plan.name),
     )
 
 
+def object_name(manifest: dict[str, Any]) -> str:
+    """``<kind>-<name>``: what a component's child for this object is called after."""
+    return f"{manifest['kind'].lower()}-{manifest['metadata']['name']}"
+
+
 def custom_resource(
-    manifest: dict[str, Any], opts: pulumi.ResourceOptions, resource_name: str | None = None
+    manifest: dict[str, Any],
+    opts: pulumi.ResourceOptions,
+    resource_name: str | None = None,
+    *,
+    component: str | None = None,
 ) -> CustomResource:
     """A planned custom-resource manifest as a Pulumi resource (`spec` and `metadata` as is),
-    named `<kind>-<name>` unless told otherwise."""
+    named `<component>-<kind>-<name>` (the old `<kind>-<name>` kept as an alias), or
+    `resource_name`."""
+    legacy = object_name(manifest)
+    if resource_name is None:
+        resource_name = child_name(component, legacy) if component else legacy
     return CustomResource(
-        resource_name or f"{manifest['kind'].lower()}-{manifest['metadata']['name']}",
+        resource_name,
         api_version=manifest["apiVersion"],
         kind=manifest["kind"],
         metadata=manifest["metadata"],
         spec=manifest["spec"],
-        opts=opts,
+        opts=renamed(opts, resource_name, legacy),
     )
 
 
@@ -105,7 +124,9 @@ class KubeRayOperator(pulumi.ComponentResource):
         self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__(TYPE_PREFIX + "KubeRayOperator", name, None, opts)
-        require("KubeRayOperator", name, args, "install")
+        args = checked_args(  # type: ignore[assignment]
+            "KubeRayOperator", name, args, KubeRayOperatorArgs
+        )
         use_kubeconfig(self, name, args)
         spec = checked_model(
             "KubeRayOperator",
@@ -115,10 +136,18 @@ class KubeRayOperator(pulumi.ComponentResource):
         )
         self.ready: list[pulumi.Resource] = []
         releases: dict[str, Release] = {}
-        for release in helm_releases(spec, bool(args.get("multi_host_tpu"))):
+        planned = helm_releases(spec, bool(args.get("multi_host_tpu")))
+        cluster, owner = cluster_key(self, opts), f"KubeRayOperator {name!r}"
+        taken = [claim(owner, f"Helm release {r.namespace}/{r.name}", (cluster,)) for r in planned]
+        if any(taken):
+            problems = [f"args.install = {spec.install!r}: {t}" for t in taken if t]
+            raise ComponentArgsError("KubeRayOperator", name, problems)
+        for release in planned:
             after = [releases[d] for d in release.depends_on]
             releases[release.name] = helm_release(
-                release, child_options(self, opts, depends_on=after)
+                release,
+                child_options(self, opts, depends_on=after),
+                child_name(name, release.name),
             )
         self.ready += list(releases.values())
         self.mode = spec.install
@@ -133,7 +162,7 @@ class WorkspaceArgs(TypedDict):
     project: str
     """The GCP project (the Workload Identity pool's)."""
     stack: NotRequired[str]
-    """Names derive from it (the KSA park-<stack>-workload); default: the component's name."""
+    """Names derive from it (the KSA park-<stack>-workload); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
     """The namespace (default park)."""
     kuberay_install: NotRequired[str]
@@ -161,7 +190,9 @@ class Workspace(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: WorkspaceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "Workspace", name, None, opts)
-        require("Workspace", name, args, "project")
+        args = checked_args(  # type: ignore[assignment]
+            "Workspace", name, args, WorkspaceArgs
+        )
         use_kubeconfig(self, name, args)
         install = args.get("kuberay_install", "addon")
         if install not in ("addon", "helm"):
@@ -170,7 +201,7 @@ class Workspace(pulumi.ComponentResource):
         names = stack_names(
             project=args["project"],
             region="-",
-            stack=args.get("stack") or name,
+            stack=stack_of(args),
             cluster=None,
             namespace=args.get("namespace") or "park",
             bucket=None,
@@ -184,33 +215,54 @@ class Workspace(pulumi.ComponentResource):
             public_dashboard=bool(args.get("expose_dashboard")),
         )
         plan = workspace(names, exposed)
+        # The namespace is this workspace's: a second one in it would share its objects.
+        taken = kubernetes_claims(f"Workspace {name!r}", self, opts, [plan.namespace])
+        if taken:
+            problems = [f"args.namespace = {names.namespace!r}: {t}" for t in taken]
+            raise ComponentArgsError("Workspace", name, problems)
+
+        def named(role: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> Any:
+            """Logical name <component>-<role>; the object's own name before (an alias)."""
+            resource_name = child_name(name, role)
+            return resource_name, renamed(opts, resource_name, manifest["metadata"]["name"])
+
         child = child_options(self, opts)
         namespace = plan.namespace["metadata"]["name"]
-        ns = Namespace(namespace, metadata=plan.namespace["metadata"], opts=child)
+        ns = Namespace(
+            *named("namespace", plan.namespace, child), metadata=plan.namespace["metadata"]
+        )
         in_ns = child_options(self, None, depends_on=[ns])
         ksa = plan.service_account
         self.service_account_resource = ServiceAccount(
-            ksa["metadata"]["name"], metadata=ksa["metadata"], opts=in_ns
+            *named("service-account", ksa, in_ns), metadata=ksa["metadata"]
         )
         policy = plan.network_policy
         NetworkPolicy(
-            policy["metadata"]["name"], metadata=policy["metadata"], spec=policy["spec"], opts=in_ns
+            *named("network-policy", policy, in_ns),
+            metadata=policy["metadata"],
+            spec=policy["spec"],
         )
         self.hf_secret = None
         if args.get("hf_token") is not None:
             meta = plan.hf_token_secret
+            secret_name, secret_opts = named("hf-token", meta, in_ns)
             self.hf_secret = Secret(
-                meta["metadata"]["name"],
+                secret_name,
                 metadata=meta["metadata"],
                 type=meta["type"],
                 string_data={HF_SECRET_KEY: pulumi.Output.secret(args["hf_token"])},
-                opts=in_ns,
+                opts=secret_opts,
             )
         self.ready: list[pulumi.Resource] = [ns, self.service_account_resource]
         if self.hf_secret is not None:
             self.ready.append(self.hf_secret)
+        self._namespace = namespace
         self.namespace = pulumi.Output.from_input(namespace)
         self.service_account = pulumi.Output.from_input(ksa["metadata"]["name"])
         self.register_outputs(
             {"namespace": self.namespace, "service_account": self.service_account}
         )
+
+    def as_argument(self, field: str) -> str | None:
+        """Given as a workload's `namespace`: the namespace's name."""
+        return self._namespace if field == "namespace" else None

@@ -6,11 +6,13 @@ import pulumi
 
 from infra.components._base import (
     TYPE_PREFIX,
+    ComponentArgsError,
+    checked_args,
     checked_plan,
     child_options,
-    require,
     use_kubeconfig,
 )
+from infra.components._naming import kubernetes_claims
 from infra.components.kubernetes import custom_resource, helm_release
 from infra.components.workloads import TpuPoolRefArgs
 from infra.plan import kueue
@@ -39,7 +41,9 @@ class Kueue(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "Kueue", name, None, opts)
-        require("Kueue", name, args, "queued_pools")
+        args = checked_args(  # type: ignore[assignment]
+            "Kueue", name, args, KueueArgs
+        )
         use_kubeconfig(self, name, args)
         pools = [
             {
@@ -75,14 +79,21 @@ class Kueue(pulumi.ComponentResource):
         self.ready: list[pulumi.Resource] = []
         release_plan = kueue.helm_release(plan)
         manifests = kueue.manifests(plan)
+        release_object = (
+            [{"kind": "Helm release", "metadata": {"name": release_plan.name}}]
+            if release_plan is not None
+            else []
+        )
+        taken = kubernetes_claims(f"Kueue {name!r}", self, opts, [*release_object, *manifests])
+        if taken:
+            raise ComponentArgsError("Kueue", name, [f"args.queued_pools: {t}" for t in taken])
         if release_plan is not None:
             # CRDs and the admission webhook are ready before any queue object.
-            release = helm_release(release_plan, child_options(self, opts))
+            release = helm_release(release_plan, child_options(self, opts), name)
             self.ready.append(release)
             for manifest in manifests:
-                self.ready.append(
-                    custom_resource(manifest, child_options(self, opts, depends_on=[release]))
-                )
+                after = child_options(self, opts, depends_on=[release])
+                self.ready.append(custom_resource(manifest, after, component=name))
         self.local_queues = pulumi.Output.from_input(
             [m["metadata"]["name"] for m in manifests if m["kind"] == "LocalQueue"]
         )

@@ -4,7 +4,16 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import TYPE_PREFIX, checked_plan, child_options, plain, require
+from infra.components._base import (
+    TYPE_PREFIX,
+    ComponentArgsError,
+    checked_args,
+    checked_plan,
+    child_options,
+    plain,
+    stack_of,
+)
+from infra.components._naming import claim
 from infra.plan.network import network
 
 
@@ -16,7 +25,7 @@ class NetworkArgs(TypedDict):
     region: str
     """Region of the subnet, router and NAT."""
     stack: NotRequired[str]
-    """Names derive from it (park-<stack>-vpc, ...); default: the component's name."""
+    """Names derive from it (park-<stack>-vpc, ...); default: the Pulumi stack's name."""
     existing_network: NotRequired[str]
     """Use this network instead of creating a VPC (its subnet carries the pods/services ranges)."""
     existing_subnetwork: NotRequired[str]
@@ -54,8 +63,10 @@ class Network(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "Network", name, None, opts)
-        require("Network", name, args, "project", "region")
-        stack = args.get("stack") or name
+        args = checked_args(  # type: ignore[assignment]
+            "Network", name, args, NetworkArgs
+        )
+        stack = stack_of(args)
         values = {
             "gcp:project": args["project"],
             "gcp:region": args["region"],
@@ -75,11 +86,19 @@ class Network(pulumi.ComponentResource):
             from pulumi_gcp.compute import Network as GcpNetwork
             from pulumi_gcp.compute import Router, RouterNat, Subnetwork
 
+            taken = claim(f"Network {name!r}", f"network {plan.vpc['name']}", (args["project"],))
+            if taken:
+                raise ComponentArgsError("Network", name, [f"args.stack = {stack!r}: {taken}"])
             child = child_options(self, opts)
-            vpc = GcpNetwork(f"{name}-vpc", **plan.vpc, opts=child)
-            subnet = Subnetwork(f"{name}-subnet", network=vpc.id, **plan.subnet, opts=child)
-            router = Router(f"{name}-router", network=vpc.id, **plan.router, opts=child)
-            RouterNat(f"{name}-nat", router=router.name, **plan.nat, opts=child)
+            project = args["project"]
+            vpc = GcpNetwork(f"{name}-vpc", project=project, **plan.vpc, opts=child)
+            subnet = Subnetwork(
+                f"{name}-subnet", project=project, network=vpc.id, **plan.subnet, opts=child
+            )
+            router = Router(
+                f"{name}-router", project=project, network=vpc.id, **plan.router, opts=child
+            )
+            RouterNat(f"{name}-nat", project=project, router=router.name, **plan.nat, opts=child)
             self.network_name = vpc.name
             self.subnetwork_name = subnet.name
         self.register_outputs(

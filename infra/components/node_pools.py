@@ -9,25 +9,52 @@ from pulumi_gcp.container import NodePool
 
 from infra.components._base import (
     TYPE_PREFIX,
+    ComponentArgsError,
+    checked_args,
     checked_plan,
     child_options,
     plain,
     region_of,
-    require,
+    with_cluster,
 )
+from infra.components._naming import claim, renamed
+from infra.names import ROLE_LABEL
 from infra.plan import node_pools
 from infra.plan.node_pools import NodePoolPlan
 
 
 def _node_pool(
+    owner: str,
+    resource_name: str,
     plan: NodePoolPlan,
-    cluster: pulumi.Input[str],
-    service_account: pulumi.Input[str],
+    args: Mapping[str, Any],
     opts: pulumi.ResourceOptions,
+    gke_name: str | None = None,
 ) -> NodePool:
-    args = dict(plan.args)
-    args["node_config"] = {**args["node_config"], "service_account": service_account}
-    return NodePool(plan.name, name=plan.name, cluster=cluster, **args, opts=opts)
+    """One GKE node pool, logical name `resource_name` (from the component's), in the cluster's
+    project when known (the cluster's id carries it anyway)."""
+    gke_name = gke_name or plan.name
+    cluster = args["cluster"]
+    taken = claim(
+        owner, f"node pool {gke_name}", (cluster if isinstance(cluster, str) else id(cluster),)
+    )
+    if taken:
+        component, name = owner.split(" ", 1)
+        raise ComponentArgsError(component, name.strip("'"), [f"args.name = {gke_name!r}: {taken}"])
+    pool_args = dict(plan.args)
+    pool_args["node_config"] = {
+        **pool_args["node_config"],
+        "service_account": args["node_service_account"],
+    }
+    if args.get("project"):
+        pool_args["project"] = args["project"]
+    return NodePool(
+        resource_name,
+        name=gke_name,
+        cluster=args["cluster"],
+        **pool_args,
+        opts=renamed(opts, resource_name, plan.name),
+    )
 
 
 # Each pool's arguments repeat the fields every pool has rather than inherit them: Pulumi's
@@ -38,13 +65,20 @@ class CpuPoolArgs(TypedDict):
     """The pool Ray heads, KubeRay's submitters and system pods run on."""
 
     cluster: pulumi.Input[str]
-    """The GKE cluster's name (Cluster.name, or an existing cluster's)."""
-    location: str
-    """The cluster's zone."""
-    node_service_account: pulumi.Input[str]
-    """The nodes' service account e-mail (Cluster.node_service_account)."""
+    """The cluster: Cluster.cluster_id or ExistingCluster.cluster_id (projects/<p>/locations/
+    <zone>/clusters/<name>), or a name in `project`; in Python, the Cluster or ExistingCluster
+    itself, which also gives project, location and node_service_account."""
+    location: NotRequired[str]
+    """The cluster's zone (required unless the cluster component is given)."""
+    node_service_account: NotRequired[pulumi.Input[str]]
+    """The nodes' service account e-mail (Cluster.node_service_account; required unless the
+    cluster component is given)."""
+    project: NotRequired[str]
+    """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
     disk_size_gb: NotRequired[int]
     """Boot disk size, at least 15."""
+    name: NotRequired[str]
+    """The GKE node pool's name (default: the component's name)."""
     machine_type: NotRequired[str]
     """Machine type (default e2-standard-8)."""
     min_nodes: NotRequired[int]
@@ -57,15 +91,21 @@ class TpuSlicePoolArgs(TypedDict):
     """`slices` TPU slices of one (machine type, topology): one GKE node pool per slice."""
 
     cluster: pulumi.Input[str]
-    """The GKE cluster's name (Cluster.name, or an existing cluster's)."""
-    location: str
-    """The cluster's zone."""
-    node_service_account: pulumi.Input[str]
-    """The nodes' service account e-mail (Cluster.node_service_account)."""
+    """The cluster: Cluster.cluster_id or ExistingCluster.cluster_id (projects/<p>/locations/
+    <zone>/clusters/<name>), or a name in `project`; in Python, the Cluster or ExistingCluster
+    itself, which also gives project, location and node_service_account."""
+    location: NotRequired[str]
+    """The cluster's zone (required unless the cluster component is given)."""
+    node_service_account: NotRequired[pulumi.Input[str]]
+    """The nodes' service account e-mail (Cluster.node_service_account; required unless the
+    cluster component is given)."""
+    project: NotRequired[str]
+    """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
     disk_size_gb: NotRequired[int]
     """Boot disk size, at least 15."""
-    name: str
-    """The pool's name; its node pools are <name>-s<i>."""
+    name: NotRequired[str]
+    """The pool's name (default: the component's name); its node pools are <name>-s<i> and
+    its nodes carry the label park-gke/pool=<name>."""
     machine_type: str
     """ct6e-standard-1t, -4t or -8t."""
     topology: str
@@ -88,15 +128,20 @@ class GpuPoolArgs(TypedDict):
     """A GPU pool beside the TPU pools, on the same control plane; scales to 0 while idle."""
 
     cluster: pulumi.Input[str]
-    """The GKE cluster's name (Cluster.name, or an existing cluster's)."""
-    location: str
-    """The cluster's zone."""
-    node_service_account: pulumi.Input[str]
-    """The nodes' service account e-mail (Cluster.node_service_account)."""
+    """The cluster: Cluster.cluster_id or ExistingCluster.cluster_id (projects/<p>/locations/
+    <zone>/clusters/<name>), or a name in `project`; in Python, the Cluster or ExistingCluster
+    itself, which also gives project, location and node_service_account."""
+    location: NotRequired[str]
+    """The cluster's zone (required unless the cluster component is given)."""
+    node_service_account: NotRequired[pulumi.Input[str]]
+    """The nodes' service account e-mail (Cluster.node_service_account; required unless the
+    cluster component is given)."""
+    project: NotRequired[str]
+    """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
     disk_size_gb: NotRequired[int]
     """Boot disk size, at least 15."""
-    name: str
-    """The pool's name."""
+    name: NotRequired[str]
+    """The pool's name (default: the component's name)."""
     machine_type: str
     """e.g. a3-highgpu-8g."""
     accelerator_type: str
@@ -113,9 +158,21 @@ class GpuPoolArgs(TypedDict):
     """Scale between 0 and nodes (default true)."""
 
 
+def _checked(component: str, name: str, args: Any, typed: Any) -> dict[str, Any]:
+    """The pool's args: the cluster handle unpacked, checked strictly, `name` defaulted."""
+    checked = checked_args(component, name, with_cluster(component, name, args), typed)
+    missing = [f for f in ("location", "node_service_account") if checked.get(f) is None]
+    if missing:
+        problems = [
+            f"args.{f}: required unless `cluster` is a Cluster or ExistingCluster" for f in missing
+        ]
+        raise ComponentArgsError(component, name, problems)
+    return {"name": name, **checked}
+
+
 def _values(args: Mapping[str, Any], **keys: object) -> dict[str, object]:
     return {
-        "gcp:project": "project",  # node pools take the cluster's project
+        "gcp:project": args.get("project") or "project",  # the cluster's, when given
         "gcp:region": region_of(args["location"]),
         "park:zone": args["location"],
         **keys,
@@ -127,10 +184,14 @@ class CpuPool(pulumi.ComponentResource):
 
     node_pool_name: pulumi.Output[str]
     """The GKE node pool (what in-cluster resources wait for)."""
+    node_selector: pulumi.Output[dict[str, str]]
+    """The label its nodes carry: a workload's head_node_selector, to run the Ray head here."""
 
     def __init__(self, name: str, args: CpuPoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "CpuPool", name, None, opts)
-        require("CpuPool", name, args, "cluster", "location", "node_service_account")
+        args = _checked(  # type: ignore[assignment]
+            "CpuPool", name, args, CpuPoolArgs
+        )
         spec = plain(args, "machine_type", "min_nodes", "max_nodes", "disk_size_gb")
         plan = checked_plan(
             "CpuPool",
@@ -141,10 +202,18 @@ class CpuPool(pulumi.ComponentResource):
         )
         pool = node_pools.cpu_pool(plan.spec.cpu_pool, args["location"])
         self.node_pool = _node_pool(
-            pool, args["cluster"], args["node_service_account"], child_options(self, opts)
+            f"CpuPool {name!r}", name, pool, args, child_options(self, opts), args["name"]
         )
+        self.selector = {ROLE_LABEL: pool.args["node_config"]["labels"][ROLE_LABEL]}
         self.node_pool_name = self.node_pool.name
-        self.register_outputs({"node_pool_name": self.node_pool_name})
+        self.node_selector = pulumi.Output.from_input(self.selector)
+        self.register_outputs(
+            {"node_pool_name": self.node_pool_name, "node_selector": self.node_selector}
+        )
+
+    def as_argument(self, field: str) -> dict[str, str] | None:
+        """Given as a workload's head_node_selector: the label its nodes carry."""
+        return dict(self.selector) if field == "head_node_selector" else None
 
 
 class TpuSlicePool(pulumi.ComponentResource):
@@ -161,16 +230,8 @@ class TpuSlicePool(pulumi.ComponentResource):
         self, name: str, args: TpuSlicePoolArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__(TYPE_PREFIX + "TpuSlicePool", name, None, opts)
-        require(
-            "TpuSlicePool",
-            name,
-            args,
-            "cluster",
-            "location",
-            "node_service_account",
-            "name",
-            "machine_type",
-            "topology",
+        args = _checked(  # type: ignore[assignment]
+            "TpuSlicePool", name, args, TpuSlicePoolArgs
         )
         spec = plain(
             args,
@@ -195,8 +256,9 @@ class TpuSlicePool(pulumi.ComponentResource):
         plan = checked_plan("TpuSlicePool", name, values, fields, stack=name)
         (pool,) = plan.tpu_pools
         child = child_options(self, opts)
+        owner = f"TpuSlicePool {name!r}"
         self.node_pools = [
-            _node_pool(p, args["cluster"], args["node_service_account"], child)
+            _node_pool(owner, f"{name}-s{p.slice_index}", p, args, child)
             for p in node_pools.tpu_slice_pools(pool, args["location"])
         ]
         self.plan = pool
@@ -223,6 +285,10 @@ class TpuSlicePool(pulumi.ComponentResource):
             }
         )
 
+    def as_argument(self, field: str) -> dict[str, Any] | None:
+        """Given as a workload's `pool`: its reference (name, machine type, topology, ...)."""
+        return dict(self.ref) if field == "pool" else None
+
 
 class GpuPool(pulumi.ComponentResource):
     """A GPU pool beside the TPU pools."""
@@ -232,16 +298,8 @@ class GpuPool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "GpuPool", name, None, opts)
-        require(
-            "GpuPool",
-            name,
-            args,
-            "cluster",
-            "location",
-            "node_service_account",
-            "name",
-            "machine_type",
-            "accelerator_type",
+        args = _checked(  # type: ignore[assignment]
+            "GpuPool", name, args, GpuPoolArgs
         )
         spec = plain(
             args,
@@ -261,9 +319,10 @@ class GpuPool(pulumi.ComponentResource):
         )
         (gpu,) = plan.gpu_pools
         self.node_pool = _node_pool(
+            f"GpuPool {name!r}",
+            name,
             node_pools.gpu_pool(gpu.spec, args["location"]),
-            args["cluster"],
-            args["node_service_account"],
+            args,
             child_options(self, opts),
         )
         self.node_pool_name = self.node_pool.name

@@ -8,12 +8,14 @@ import pulumi
 from infra.components._base import (
     TYPE_PREFIX,
     ComponentArgsError,
+    checked_args,
     checked_plan,
     child_options,
     plain,
-    require,
+    stack_of,
     use_kubeconfig,
 )
+from infra.components._naming import child_name, claim, kubernetes_claims, renamed
 from infra.components.kubernetes import custom_resource
 from infra.plan.observability import IAP_ROLE, dashboard_access, metrics, value_extractor
 from infra.rules.platform import check_observability
@@ -28,7 +30,7 @@ class RayMetricsArgs(TypedDict):
     cluster_name: str
     """The GKE cluster (the log filter's cluster_name)."""
     stack: NotRequired[str]
-    """Metric names derive from it (park_<stack>_train_*); default: the component's name."""
+    """Metric names derive from it (park_<stack>_train_*); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
     """The Ray pods' namespace (default park)."""
     training: NotRequired[bool]
@@ -62,7 +64,7 @@ class DashboardAccessArgs(TypedDict):
     oauth_secret: str
     """A Secret in the namespace whose key `key` holds that client's secret."""
     stack: NotRequired[str]
-    """Names derive from it (park-<stack>-ray-dashboard); default: the component's name."""
+    """Names derive from it (park-<stack>-ray-dashboard); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
     """The RayService's namespace (default park)."""
     kubeconfig: NotRequired[pulumi.Input[str]]
@@ -98,33 +100,45 @@ class RayMetrics(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: RayMetricsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "RayMetrics", name, None, opts)
-        require("RayMetrics", name, args, "project", "cluster_name")
+        args = checked_args(  # type: ignore[assignment]
+            "RayMetrics", name, args, RayMetricsArgs
+        )
         use_kubeconfig(self, name, args)
         observability = plain(
             args, "pod_monitoring", "tpu_metrics", "training_metrics", "grafana", "scrape_interval"
         )
-        values = _observed(
-            args, args.get("stack") or name, observability, args.get("training", True)
-        )
+        stack = stack_of(args)
+        values = _observed(args, stack, observability, args.get("training", True))
         stack_plan = checked_plan(
             "RayMetrics",
             name,
             values,
             [("park:observability.", ""), ("park:namespace", "namespace")],
-            stack=args.get("stack") or name,
+            stack=stack,
             rules=False,
         )
         plan = metrics(stack_plan)
+        owner = f"RayMetrics {name!r}"
+        objects = [*plan.pod_monitorings, plan.grafana_configmap]
+        taken = kubernetes_claims(owner, self, opts, [o for o in objects if o is not None])
+        taken += [
+            t
+            for m in plan.log_metrics
+            if (t := claim(owner, f"log-based metric {m.name}", (plan.project,)))
+        ]
+        if taken:
+            raise ComponentArgsError("RayMetrics", name, [f"args.namespace: {t}" for t in taken])
         in_cluster = child_options(self, opts)
         for manifest in plan.pod_monitorings:
-            custom_resource(manifest, in_cluster)
+            custom_resource(manifest, in_cluster, component=name)
 
         if plan.log_metrics:
             from pulumi_gcp.logging import Metric
 
             for metric in plan.log_metrics:
+                metric_name = child_name(name, metric.name)
                 Metric(
-                    metric.name,
+                    metric_name,
                     name=metric.name,
                     project=plan.project,
                     description=metric.description,
@@ -143,18 +157,19 @@ class RayMetrics(pulumi.ComponentResource):
                             "scale": metric.scale,
                         }
                     },
-                    opts=child_options(self, opts),
+                    opts=renamed(child_options(self, opts), metric_name, metric.name),
                 )
 
         configmap = plan.grafana_configmap
         if configmap is not None:
             from pulumi_kubernetes.core.v1 import ConfigMap
 
+            legacy = configmap["metadata"]["name"]
             ConfigMap(
-                configmap["metadata"]["name"],
+                child_name(name, "grafana"),
                 metadata=configmap["metadata"],
                 data=configmap["data"],
-                opts=in_cluster,
+                opts=renamed(in_cluster, child_name(name, "grafana"), legacy),
             )
         self.pod_monitorings = pulumi.Output.from_input(
             [m["metadata"]["name"] for m in plan.pod_monitorings]
@@ -179,15 +194,8 @@ class DashboardAccess(pulumi.ComponentResource):
         self, name: str, args: DashboardAccessArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__(TYPE_PREFIX + "DashboardAccess", name, None, opts)
-        require(
-            "DashboardAccess",
-            name,
-            args,
-            "project",
-            "domain",
-            "iap_members",
-            "oauth_client_id",
-            "oauth_secret",
+        args = checked_args(  # type: ignore[assignment]
+            "DashboardAccess", name, args, DashboardAccessArgs
         )
         use_kubeconfig(self, name, args)
         observability = {
@@ -197,11 +205,10 @@ class DashboardAccess(pulumi.ComponentResource):
             "iapOauthClientId": args["oauth_client_id"],
             "iapOauthSecret": args["oauth_secret"],
         }
-        values = _observed(args, args.get("stack") or name, observability, False)
+        stack = stack_of(args)
+        values = _observed(args, stack, observability, False)
         fields = [("park:observability.iapOauth", "oauth_"), ("park:observability.", "")]
-        stack_plan = checked_plan(
-            "DashboardAccess", name, values, fields, stack=args.get("stack") or name, rules=False
-        )
+        stack_plan = checked_plan("DashboardAccess", name, values, fields, stack=stack, rules=False)
         refused = [
             p
             for p in check_observability(stack_plan.spec)
@@ -215,45 +222,63 @@ class DashboardAccess(pulumi.ComponentResource):
             )
         access = dashboard_access(stack_plan)
         assert access is not None
-        project = args["project"]
+        project, owner = args["project"], f"DashboardAccess {name!r}"
+        taken = kubernetes_claims(owner, self, opts, access.manifests)
+        taken += [
+            t
+            for what in (
+                f"global address {access.address_name}",
+                f"certificate {access.certificate_name}",
+            )
+            if (t := claim(owner, what, (project,)))
+        ]
+        if taken:
+            raise ComponentArgsError(
+                "DashboardAccess", name, [f"args.stack = {stack!r}: {t}" for t in taken]
+            )
         from pulumi_gcp.compute import GlobalAddress, ManagedSslCertificate
         from pulumi_gcp.iap import WebIamMember
 
         child = child_options(self, opts)
         address = GlobalAddress(
-            access.address_name, name=access.address_name, project=project, opts=child
+            child_name(name, "address"),
+            name=access.address_name,
+            project=project,
+            opts=renamed(child, child_name(name, "address"), access.address_name),
         )
         certificate = ManagedSslCertificate(
-            access.certificate_name,
+            child_name(name, "certificate"),
             name=access.certificate_name,
             project=project,
             managed={"domains": [access.domain]},
-            opts=child,
+            opts=renamed(child, child_name(name, "certificate"), access.certificate_name),
         )
         # Project-wide: GKE names the backend service, so a per-backend grant cannot be declared;
         # the condition keeps it to this stack's host (infra/plan/observability.py).
         for member in access.iap_members:
+            legacy = f"iap-{member.replace(':', '-').replace('@', '-at-')}"
             WebIamMember(
-                f"iap-{member.replace(':', '-').replace('@', '-at-')}",
+                child_name(name, legacy),
                 project=project,
                 role=IAP_ROLE,
                 member=member,
                 condition=access.iap_condition,
-                opts=child,
+                opts=renamed(child, child_name(name, legacy), legacy),
             )
         in_cluster = child_options(self, opts, depends_on=[address, certificate])
         for manifest in access.manifests:
             if manifest["kind"] == "Service":
                 from pulumi_kubernetes.core.v1 import Service
 
+                legacy = manifest["metadata"]["name"]
                 Service(
-                    manifest["metadata"]["name"],
+                    child_name(name, "service"),
                     metadata=manifest["metadata"],
                     spec=manifest["spec"],
-                    opts=in_cluster,
+                    opts=renamed(in_cluster, child_name(name, "service"), legacy),
                 )
             else:
-                custom_resource(manifest, in_cluster)
+                custom_resource(manifest, in_cluster, component=name)
         self.url = pulumi.Output.from_input(f"https://{access.domain}")
         self.ip_address = address.address
         self.register_outputs({"url": self.url, "ip_address": self.ip_address})

@@ -8,7 +8,16 @@ from pulumi_gcp.serviceaccount import Account
 from pulumi_gcp.serviceaccount import IAMMember as ServiceAccountIAMMember
 from pulumi_gcp.storage import Bucket, BucketIAMMember
 
-from infra.components._base import TYPE_PREFIX, checked_plan, child_options, plain, require
+from infra.components._base import (
+    TYPE_PREFIX,
+    ComponentArgsError,
+    checked_args,
+    checked_plan,
+    child_options,
+    plain,
+    stack_of,
+)
+from infra.components._naming import claim
 from infra.plan.storage import REGISTRY_READER_ROLE, WORKLOAD_IDENTITY_ROLE, storage
 
 
@@ -23,10 +32,11 @@ class StorageArgs(TypedDict):
     node_service_account: pulumi.Input[str]
     """The nodes' service account e-mail: it may pull images from the registry."""
     cluster: NotRequired[pulumi.Input[str]]
-    """A cluster with Workload Identity in this project: the binding waits for it, because the
-    project's identity pool exists only once such a cluster does."""
+    """A cluster with Workload Identity in this project (its name or id; in Python, the Cluster
+    or ExistingCluster itself): the binding waits for it, because the project's identity pool
+    exists only once such a cluster does."""
     stack: NotRequired[str]
-    """Names derive from it (park-<stack>-workload, ...); default: the component's name."""
+    """Names derive from it (park-<stack>-workload, ...); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
     """The Ray pods' namespace (default park)."""
     bucket: NotRequired[str]
@@ -55,7 +65,9 @@ class Storage(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "Storage", name, None, opts)
-        require("Storage", name, args, "project", "region", "node_service_account")
+        args = checked_args(  # type: ignore[assignment]
+            "Storage", name, args, StorageArgs
+        )
         values = {
             "gcp:project": args["project"],
             "gcp:region": args["region"],
@@ -73,17 +85,31 @@ class Storage(pulumi.ComponentResource):
         if args.get("namespace"):
             values["park:namespace"] = args["namespace"]
         fields = [("park:storage.", ""), ("park:registry.", ""), ("park:namespace", "namespace")]
-        plan = storage(
-            checked_plan("Storage", name, values, fields, stack=args.get("stack") or name)
-        )
+        stack = stack_of(args)
+        plan = storage(checked_plan("Storage", name, values, fields, stack=stack))
+        project, owner = args["project"], f"Storage {name!r}"
+        taken = [
+            claim(owner, f"bucket {plan.bucket['name']}", ()),
+            claim(owner, f"service account {plan.workload_account['account_id']}", (project,)),
+        ]
+        if plan.create_registry:
+            repository_id = plan.registry["repository_id"]
+            where = (project, plan.registry["location"])
+            taken.append(claim(owner, f"registry repository {repository_id}", where))
+        if any(taken):
+            problems = [f"args.stack = {stack!r}: {t}" for t in taken if t]
+            raise ComponentArgsError("Storage", name, problems)
         child = child_options(self, opts)
 
-        bucket = Bucket(f"{name}-bucket", **plan.bucket, opts=child)
+        bucket = Bucket(f"{name}-bucket", project=project, **plan.bucket, opts=child)
         repository: pulumi.Input[str] = plan.registry["repository_id"]
         if plan.create_registry:
-            repository = Repository(f"{name}-registry", **plan.registry, opts=child).name
+            repository = Repository(
+                f"{name}-registry", project=project, **plan.registry, opts=child
+            ).name
         RepositoryIamMember(
             f"{name}-registry-nodes-read",
+            project=project,
             repository=repository,
             location=plan.registry["location"],
             role=REGISTRY_READER_ROLE,
@@ -92,7 +118,7 @@ class Storage(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        gsa = Account(f"{name}-workload", **plan.workload_account, opts=child)
+        gsa = Account(f"{name}-workload", project=project, **plan.workload_account, opts=child)
         member = gsa.email.apply(lambda e: f"serviceAccount:{e}")
         for role in plan.bucket_roles:
             BucketIAMMember(
@@ -113,6 +139,7 @@ class Storage(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        self._bucket = plan.bucket["name"]
         self.bucket = bucket.name
         self.registry_url = pulumi.Output.from_input(plan.registry_url)
         self.workload_service_account = gsa.email
@@ -123,3 +150,7 @@ class Storage(pulumi.ComponentResource):
                 "workload_service_account": self.workload_service_account,
             }
         )
+
+    def as_argument(self, field: str) -> str | None:
+        """Given as a workload's `bucket`: the bucket's name."""
+        return self._bucket if field == "bucket" else None

@@ -11,14 +11,18 @@ import pulumi
 
 from infra.components._base import (
     TYPE_PREFIX,
+    ComponentArgsError,
+    checked_args,
     checked_plan,
     child_options,
     plain,
     region_of,
-    require,
+    stack_of,
     use_kubeconfig,
 )
+from infra.components._naming import kubernetes_claims
 from infra.components.kubernetes import custom_resource
+from infra.names import APP_NAME_LABEL, RFC1035_NAME, WORKLOAD_LABEL
 from infra.plan import ray as ray_plan
 from infra.resolve import StackPlan
 
@@ -52,13 +56,18 @@ class RayTrainingJobArgs(TypedDict):
     location: str
     """The cluster's zone."""
     pool: TpuPoolRefArgs
-    """The TPU pool it runs on."""
+    """The TPU pool it runs on (in Python, the TpuSlicePool itself)."""
     stack: NotRequired[str]
-    """Names derive from it (KSA, bucket, registry); default: the component's name."""
+    """Names derive from it (KSA, bucket, registry); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
-    """The Ray pods' namespace (default park)."""
+    """The Ray pods' namespace (default park; in Python, the Workspace itself)."""
     bucket: NotRequired[str]
-    """The bucket the pods mount (default <project>-<stack>-park)."""
+    """The bucket the pods mount (default <project>-<stack>-park; in Python, the Storage
+    itself)."""
+    head_node_selector: NotRequired[pulumi.Input[dict[str, str]]]
+    """Node labels the Ray head (and a RayJob's submitter) must run on: CpuPool.node_selector
+    (in Python, the CpuPool itself). Default: none, any untainted node (an existing cluster's
+    own pools)."""
     mount_path: NotRequired[str]
     """Where the pods see it (default /data)."""
     image: NotRequired[str]
@@ -109,13 +118,18 @@ class LlmServiceArgs(TypedDict):
     location: str
     """The cluster's zone."""
     pool: TpuPoolRefArgs
-    """The TPU pool it runs on."""
+    """The TPU pool it runs on (in Python, the TpuSlicePool itself)."""
     stack: NotRequired[str]
-    """Names derive from it (KSA, bucket, registry); default: the component's name."""
+    """Names derive from it (KSA, bucket, registry); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
-    """The Ray pods' namespace (default park)."""
+    """The Ray pods' namespace (default park; in Python, the Workspace itself)."""
     bucket: NotRequired[str]
-    """The bucket the pods mount (default <project>-<stack>-park)."""
+    """The bucket the pods mount (default <project>-<stack>-park; in Python, the Storage
+    itself)."""
+    head_node_selector: NotRequired[pulumi.Input[dict[str, str]]]
+    """Node labels the Ray head (and a RayJob's submitter) must run on: CpuPool.node_selector
+    (in Python, the CpuPool itself). Default: none, any untainted node (an existing cluster's
+    own pools)."""
     mount_path: NotRequired[str]
     """Where the pods see it (default /data)."""
     image: NotRequired[str]
@@ -131,6 +145,8 @@ class LlmServiceArgs(TypedDict):
     NewClusterWithIncrementalUpgrade."""
     expose_publicly: NotRequired[bool]
     """A LoadBalancer for the endpoint (default ClusterIP)."""
+    endpoint_service: NotRequired[str]
+    """The Kubernetes Service of the OpenAI endpoint (default <name>-openai)."""
     hf_token: NotRequired[bool]
     """The workspace holds an HF token Secret (Workspace.hf_token): the pods read it."""
     kubeconfig: NotRequired[pulumi.Input[str]]
@@ -180,12 +196,44 @@ def _workload_plan(
 ) -> StackPlan:
     """The one-pool stack a workload component stands for, checked with the stack's rules
     (problems named by the component's arguments) and resolved."""
+    if not RFC1035_NAME.match(name):
+        refused = f"the name {name!r} names its Kubernetes objects: lowercase letters, digits, '-'"
+        raise ComponentArgsError(component, name, [refused])
     values = _values(args, section, body)
     if args.get("hf_token"):
         values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
-    return checked_plan(
-        component, name, values, _fields(section, argument), stack=args.get("stack") or name
-    )
+    return checked_plan(component, name, values, _fields(section, argument), stack=stack_of(args))
+
+
+def _named(
+    manifest: dict[str, Any], name: str, cluster: str, head: Any, pods: list[str]
+) -> dict[str, Any]:
+    """The planned workload under the component's name (object, app label, the workload label
+    every pod carries), its head (and submitter) placed by `head` (None: no nodeSelector)."""
+    old = manifest["metadata"]["name"]
+    manifest["metadata"]["name"] = name
+    labels = manifest["metadata"].setdefault("labels", {})
+    if labels.get(APP_NAME_LABEL) == old:
+        labels[APP_NAME_LABEL] = name
+    spec = manifest["spec"][cluster]
+    for group in (spec["headGroupSpec"], *spec["workerGroupSpecs"]):
+        group["template"]["metadata"].setdefault("labels", {})[WORKLOAD_LABEL] = name
+    for path in pods:
+        pod = manifest["spec"]
+        for key in path.split("."):
+            pod = pod[key]
+        pod.pop("nodeSelector", None)
+        if head is not None:
+            pod["nodeSelector"] = head
+    return manifest
+
+
+def _claimed(
+    component: str, name: str, parent: pulumi.Resource, opts: Any, objects: list[dict[str, Any]]
+) -> None:
+    taken = kubernetes_claims(f"{component} {name!r}", parent, opts, objects)
+    if taken:
+        raise ComponentArgsError(component, name, taken)
 
 
 class RayTrainingJob(pulumi.ComponentResource):
@@ -203,16 +251,25 @@ class RayTrainingJob(pulumi.ComponentResource):
         self, name: str, args: RayTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__(TYPE_PREFIX + "RayTrainingJob", name, None, opts)
-        require("RayTrainingJob", name, args, "project", "location", "pool", "training")
+        args = checked_args(  # type: ignore[assignment]
+            "RayTrainingJob", name, args, RayTrainingJobArgs
+        )
         use_kubeconfig(self, name, args)
         body = {k: v for k, v in args["training"].items() if k not in ("enabled", "pool")}
         if args.get("image"):
             body["image"] = args["image"]
         plan = _workload_plan("RayTrainingJob", name, args, "training", body, "training.")
         assert plan.training is not None
-        manifest = ray_plan.rayjob(
-            plan.training, ray_plan.ray_pods(plan), hf_token=bool(args.get("hf_token"))
+        manifest = _named(
+            ray_plan.rayjob(
+                plan.training, ray_plan.ray_pods(plan), hf_token=bool(args.get("hf_token"))
+            ),
+            name,
+            "rayClusterSpec",
+            args.get("head_node_selector"),
+            ["rayClusterSpec.headGroupSpec.template.spec", "submitterPodTemplate.spec"],
         )
+        _claimed("RayTrainingJob", name, self, opts, [manifest])
         self.resource = custom_resource(
             manifest, child_options(self, opts), resource_name=f"{name}-rayjob"
         )
@@ -234,7 +291,9 @@ class LlmService(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE_PREFIX + "LlmService", name, None, opts)
-        require("LlmService", name, args, "project", "location", "pool", "models")
+        args = checked_args(  # type: ignore[assignment]
+            "LlmService", name, args, LlmServiceArgs
+        )
         use_kubeconfig(self, name, args)
         models = [
             {
@@ -259,9 +318,19 @@ class LlmService(pulumi.ComponentResource):
         }
         plan = _workload_plan("LlmService", name, args, "serving", body, "")
         assert plan.serving is not None
-        manifest = ray_plan.rayservice(
-            plan.serving, ray_plan.ray_pods(plan), hf_token=bool(args.get("hf_token"))
+        manifest = _named(
+            ray_plan.rayservice(
+                plan.serving, ray_plan.ray_pods(plan), hf_token=bool(args.get("hf_token"))
+            ),
+            name,
+            "rayClusterConfig",
+            args.get("head_node_selector"),
+            ["rayClusterConfig.headGroupSpec.template.spec"],
         )
+        endpoint = manifest["spec"]["serveService"]["metadata"]
+        endpoint["name"] = args.get("endpoint_service") or f"{name}-openai"
+        service = {"kind": "Service", "metadata": {**endpoint, "namespace": plan.spec.namespace}}
+        _claimed("LlmService", name, self, opts, [manifest, service])
         self.resource = custom_resource(
             manifest, child_options(self, opts), resource_name=f"{name}-rayservice"
         )

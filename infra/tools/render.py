@@ -192,6 +192,7 @@ def run_under_mocks(
 
     recorded: list[Resource] = []
     outputs: dict[str, Any] = {}
+    duplicates: list[str] = []
 
     class ParkMocks(pulumi.runtime.Mocks):
         def new_resource(self, args: pulumi.runtime.MockResourceArgs):
@@ -201,7 +202,18 @@ def run_under_mocks(
             return calls(args.token, dict(args.args)) if calls else {}
 
     class RecordingMonitor(mocks.MockMonitor):
+        def make_urn(self, parent: str, type_: str, name: str) -> str:
+            """The engine's URN: the parent's type chain, then the type and the name."""
+            chain = type_
+            parent_type = parent.split("::")[2] if parent else ""
+            if parent_type and parent_type != "pulumi:pulumi:Stack":
+                chain = f"{parent_type}${type_}"
+            return "urn:pulumi:" + "::".join([stack, pulumi_project, chain, name])
+
         def RegisterResource(self, request):
+            urn = self.make_urn(request.parent, request.type, request.name)
+            if request.type != "pulumi:pulumi:Stack" and urn in self.resources:
+                duplicates.append(urn)  # what the engine refuses at preview
             response = super().RegisterResource(request)
             if request.type != "pulumi:pulumi:Stack":
                 parent = request.parent.split("::")[-1] if request.parent else None
@@ -246,6 +258,10 @@ def run_under_mocks(
         raise ProgramError(str(err), recorded) from err
     finally:
         gc.enable()
+    if duplicates:
+        raise ProgramError(
+            f"Duplicate resource URN '{duplicates[0]}'; try giving it a unique name", recorded
+        )
     exported = settings.get_root_resource().outputs  # type: ignore[union-attr]
     resolved = _sync_await(pulumi.Output.secret(exported).future()) if exported else {}
     outputs.update(_mask_outputs(exported, resolved or {}))

@@ -49,7 +49,10 @@ def test_the_existing_cluster_example_adds_a_slice_and_an_endpoint():
         calls=_calls(_cluster_lookup()),
     )
     (pool,) = _by_type(resources, "gcp:container/nodePool:NodePool")
-    assert pool.parent == "serve-pool" and pool.inputs["cluster"] == "team-gke"
+    assert pool.parent == "serve-pool" and pool.inputs["name"] == "serve-v6e-8-s0"
+    # the cluster handle: its id (project and location in it) and the project itself
+    assert pool.inputs["cluster"] == f"projects/p/locations/{ZONE}/clusters/team-gke"
+    assert pool.inputs["project"] == "p"
     assert pool.inputs["nodeConfig"]["serviceAccount"] == SA
     assert pool.inputs["nodeConfig"]["machineType"] == "ct6e-standard-8t"
     assert not _by_type(resources, "gcp:container/cluster:Cluster")  # the cluster stays theirs
@@ -57,18 +60,22 @@ def test_the_existing_cluster_example_adds_a_slice_and_an_endpoint():
     (service,) = _by_type(resources, "kubernetes:ray.io/v1:RayService")
     assert service.parent == "llm"
     # It waits for the namespace, its service account and the slice's node pool.
-    assert {"park", "park-team-workload", pool.name} <= set(service.dependencies)
+    waits = {"workspace-namespace", "workspace-service-account", pool.name}
+    assert waits <= set(service.dependencies)
+    # No park CPU pool on this cluster: the Ray head selects no node label it would lack.
+    head = service.inputs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert "nodeSelector" not in head and head["serviceAccountName"] == "park-team-workload"
     docs = manifests_of(resources)
     assert not validate_manifests(docs, KUBERNETES)  # KubeRay's CRDs, Kubernetes' schemas
     assert not gke_api.check_resources(resources)  # GKE's API discovery document
-    assert outputs["endpoint_service"] == "park-openai"  # the OpenAI endpoint's Service
+    assert outputs["endpoint_service"] == "llm-openai"  # the OpenAI endpoint's Service
     assert outputs["bucket"] == "p-team-park"
 
 
 # ---- Pulumi YAML: the package as other languages see it -------------------------------------
 
 YAML_PROGRAM = EXAMPLES / "yaml-new-cluster" / "Pulumi.yaml"
-REFERENCE = re.compile(r"\$\{([A-Za-z0-9_-]+)(?:\.([A-Za-z0-9_]+))?\}")
+REFERENCE = re.compile(r"\$\{([A-Za-z0-9_:-]+)(?:\.([A-Za-z0-9_]+))?\}")
 
 
 def _program() -> dict[str, Any]:
@@ -205,7 +212,9 @@ class _YamlProgram:
             if match:
                 target, prop = match.groups()
                 if prop is None:
-                    return self.values[target] if target in self.values else self.built[target]
+                    if target in self.values:  # a variable may itself refer to config
+                        return self._resolve(self.values[target])
+                    return self.built[target]
                 definition = self.definitions[
                     self.program["resources"][target]["type"].split(":")[-1]
                 ]
@@ -249,7 +258,7 @@ class _YamlProgram:
 @pytest.fixture(scope="module")
 def yaml_run():
     return run_under_mocks(
-        lambda: _YamlProgram(_program(), {"project": "p"}).run(), stack="yaml", project="p"
+        lambda: _YamlProgram(_program(), {"gcp:project": "p"}).run(), stack="yaml", project="p"
     )
 
 
@@ -257,8 +266,13 @@ def test_the_yaml_program_builds_a_cluster_with_a_multi_host_slice(yaml_run):
     resources, _ = yaml_run
     (cluster,) = _by_type(resources, "gcp:container/cluster:Cluster")
     assert cluster.parent == "cluster" and cluster.inputs["deletionProtection"] is False
-    pools = {r.name: r for r in _by_type(resources, "gcp:container/nodePool:NodePool")}
-    assert set(pools) == {"cpu", "train-v6e-16-s0"}
+    pools = {r.inputs["name"]: r for r in _by_type(resources, "gcp:container/nodePool:NodePool")}
+    assert set(pools) == {"system", "train-v6e-16-s0"}  # GKE names: the component's, the pool's
+    assert {p.name for p in pools.values()} == {"system", "train-pool-s0"}
+    # ${cluster.clusterId}: the project (gcp:project) and zone travel in the cluster's id
+    assert {p.inputs["cluster"] for p in pools.values()} == {
+        f"projects/p/locations/{ZONE}/clusters/{cluster.inputs['name']}"
+    }
     tpu = pools["train-v6e-16-s0"]
     assert tpu.inputs["placementPolicy"]["tpuTopology"] == "4x4"
     assert tpu.inputs["autoscaling"]["maxNodeCount"] == 4  # 4 hosts of 4 chips
@@ -273,7 +287,11 @@ def test_the_yaml_training_job_runs_on_the_slice_after_the_workspace(yaml_run):
     (group,) = job.inputs["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert group["numOfHosts"] == 4 and group["replicas"] == 1
     assert "--strategy fsdp2" in job.inputs["spec"]["entrypoint"]
-    assert {"park", "park-yaml-workload", "train-v6e-16-s0"} <= set(job.dependencies)
+    waits = {"workspace-namespace", "workspace-service-account", "train-pool-s0"}
+    assert waits <= set(job.dependencies)
+    head = job.inputs["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert head["nodeSelector"] == {"park-gke/role": "system"}  # ${system.nodeSelector}
+    assert head["serviceAccountName"] == "park-yaml-workload"  # stack: the Pulumi stack
     providers = _by_type(resources, "pulumi:providers:kubernetes")
     assert {p.parent for p in providers} == {"workspace", "training"}  # from their kubeconfig
     assert not validate_manifests(manifests_of(resources), KUBERNETES)
