@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import struct
+import threading
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -299,14 +301,63 @@ def from_folder(path: Path) -> ModelFacts:
     return _from_reader(read, str(path))
 
 
+# A remote lookup (gs://...) answers within this, or the check goes on without it: pyarrow's
+# GCS client retries for ~15 minutes by default (credentials, metadata server, backoff).
+REMOTE_TIMEOUT_S = float(os.environ.get("PARK_REMOTE_TIMEOUT_S", "20"))
+_GS_BUCKET = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,220}[a-z0-9]$")
+
+
 def from_uri(uri: str) -> ModelFacts:
-    """Facts of a model folder behind a pyarrow filesystem URI (gs://..., file://...)."""
+    """Facts of a model folder behind a pyarrow filesystem URI (gs://..., file://...); a
+    remote one is read within REMOTE_TIMEOUT_S, and not at all offline (PARK_OFFLINE)."""
+    scheme, _, rest = uri.partition("://")
+    if scheme == "gs":
+        bucket = rest.split("/", 1)[0]
+        if not _GS_BUCKET.match(bucket):
+            raise FactsError(f"{uri[:200]!r}: not a bucket path; write gs://BUCKET/PATH")
+    if scheme == "file":
+        return _from_uri(uri)
+    if _offline():
+        raise FactsError(f"{uri}: not read offline (PARK_OFFLINE / HF_HUB_OFFLINE)")
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["facts"] = _from_uri(uri)
+        except Exception as err:  # FactsError, or the client's own: said in one line below
+            outcome["error"] = err
+
+    worker = threading.Thread(target=work, name=f"facts {uri}", daemon=True)
+    worker.start()
+    worker.join(REMOTE_TIMEOUT_S)
+    if worker.is_alive():
+        raise FactsError(
+            f"{uri}: no answer in {REMOTE_TIMEOUT_S:.0f} s (network, or the environment's "
+            "Google credentials?); set PARK_REMOTE_TIMEOUT_S, or PARK_OFFLINE=1 to skip it"
+        )
+    error = outcome.get("error")
+    if isinstance(error, FactsError):
+        raise error
+    if error is not None:
+        raise FactsError(f"{uri}: cannot read ({type(error).__name__})")
+    facts: ModelFacts = outcome["facts"]
+    return facts
+
+
+def _from_uri(uri: str) -> ModelFacts:
     try:
         import pyarrow.fs as pafs
     except ImportError as err:  # infra-only install: no pyarrow
         raise FactsError(f"{uri}: reading it needs pyarrow (pip install pyarrow)") from err
     try:
-        fs, root = pafs.FileSystem.from_uri(uri.rstrip("/"))
+        if uri.startswith("gs://"):
+            from datetime import timedelta
+
+            limit = timedelta(seconds=REMOTE_TIMEOUT_S)
+            fs: Any = pafs.GcsFileSystem(retry_time_limit=limit)
+            root = uri.removeprefix("gs://").rstrip("/")
+        else:
+            fs, root = pafs.FileSystem.from_uri(uri.rstrip("/"))
     except Exception as err:
         raise FactsError(f"{uri}: cannot open ({type(err).__name__}: {err})") from None
 

@@ -16,7 +16,7 @@ from typing import Any
 from infra import rules
 from infra.resolve import StackPlan
 from infra.spec.errors import ConfigError, ConfigProblem
-from infra.spec.read import parse_values, read_esc_values, read_stack_document, stack_name_of
+from infra.spec.read import parse_values, read_esc_config, read_stack_document, stack_name_of
 
 
 def from_values(
@@ -39,13 +39,13 @@ def read_offline(
     path: Path, stack: str | None = None, esc_config: Path | None = None
 ) -> OfflineStack:
     """The stack file's config over the opened ESC environment's `pulumiConfig` (`esc_config`),
-    as Pulumi merges them: the stack file's own keys win. Values from ESC count as stored
-    safely (they are not in the committed file)."""
+    as Pulumi merges them: the stack file's own keys win. ESC keys keep the secret flags
+    Pulumi gives them (infra.spec.read.read_esc_config)."""
     values, secrets, environments = read_stack_document(path)
     name = stack or stack_name_of(path)
     if esc_config is not None:
-        from_esc = read_esc_values(esc_config)
-        secrets = [*secrets, *(k for k in from_esc if k not in values)]
+        from_esc, esc_secrets = read_esc_config(esc_config)
+        secrets = [*secrets, *(k for k in esc_secrets if k not in values)]
         values = {**from_esc, **values}
     unopened = None
     if environments and esc_config is None:

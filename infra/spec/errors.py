@@ -1,11 +1,20 @@
-"""Config problems: each names the key, the value and what is allowed; all are reported together."""
+"""Config problems: each names the key, the value and what is allowed; all are reported together.
+
+A problem is printed, logged and raised into Pulumi's output, so it is made safe when built:
+a value that may be a credential is hidden (infra.spec.secrets.redact), credential-shaped parts
+of the key and the message are cut out (scrub), long text is cut and control characters are
+escaped (infra.spec.safe): a hostile or careless value never reaches a terminal as given.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from infra.spec.secrets import redact
+from infra.spec.safe import one_line, shown
+from infra.spec.secrets import redact, scrub
+
+_KEY_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -16,10 +25,17 @@ class ConfigProblem:
 
     def __post_init__(self) -> None:
         # Problems are printed, logged and raised into Pulumi's output: never with a token.
+        object.__setattr__(self, "key", one_line(scrub(str(self.key)), _KEY_CHARS))
         object.__setattr__(self, "value", redact(self.value, self.key.rsplit(".", 1)[-1]))
+        object.__setattr__(self, "message", one_line(scrub(str(self.message))))
+
+    @property
+    def shown_value(self) -> str:
+        """The value as messages quote it: cut, escaped, credentials hidden."""
+        return scrub(shown(self.value))
 
     def __str__(self) -> str:
-        return f"{self.key} = {self.value!r}: {self.message}"
+        return f"{self.key} = {self.shown_value}: {self.message}"
 
 
 class ConfigError(ValueError):

@@ -8,17 +8,18 @@ Credentials never enter the StackConfig: the program reads them as Pulumi secret
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
 from infra.spec.errors import ConfigError, ConfigProblem
 from infra.spec.models import SECRET_PLACEHOLDER, StackConfig
+from infra.spec.safe import load_yaml
+from infra.spec.secrets import credentials_in
 
 # Top-level model fields and the config key each comes from.
 _KEY_OF_FIELD = {
@@ -86,10 +87,66 @@ def moved_secret_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
     return problems
 
 
+def _field_names(model: type[BaseModel], into: set[str]) -> set[str]:
+    """Every key the spec declares (camelCase and snake_case), nested models included."""
+    for name, field in model.model_fields.items():
+        into |= {name, to_camel(name)}
+        for kind in (field.annotation, *getattr(field.annotation, "__args__", ())):
+            for inner in (kind, *getattr(kind, "__args__", ())):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    _field_names(inner, into)
+    return into
+
+
+# Spec fields are never credentials by their name (iapOauthSecret holds a Secret's *name*);
+# free-form keys (engineKwargs, env vars) named like one are.
+# The credential's own field (hfToken) is a credential wherever else it appears.
+_SPEC_FIELDS = frozenset(_field_names(StackConfig, set()) - {"hf_token", "hfToken"})
+
+
+def credential_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
+    """A credential anywhere but park:hfToken: in engine arguments, a URL's user-info or
+    query, a prices source, a Secret's name... It would be rendered in clear into manifests,
+    resources.json and the Pulumi state, so it is refused, naming the key (never the value)."""
+    problems = []
+    moved = {f"{key}.{field}" for key, field in MOVED_SECRETS}
+    for key, value in values.items():
+        if key in SECRET_KEYS or not isinstance(key, str):
+            continue
+        for path, what in credentials_in(value, key, fields=_SPEC_FIELDS):
+            if path in moved:
+                continue  # moved_secret_problems says where it goes
+            problems.append(
+                ConfigProblem(
+                    path,
+                    _HIDDEN,
+                    f"holds {what}: a credential outside park:hfToken would be written in clear "
+                    "into the manifests, resources.json and the Pulumi state. Remove it; give "
+                    "the Hugging Face token as park:hfToken (pulumi config set --secret), and "
+                    "other credentials through a Kubernetes Secret created out of band",
+                )
+            )
+    return problems
+
+
 def secret_problems(values: Mapping[str, Any], secret_keys: Collection[str]) -> list[ConfigProblem]:
     """A credential is stored encrypted (a secret key, or masked as SECRET_PLACEHOLDER by the
-    offline reader), never in plain text in a stack file that is committed."""
+    offline reader), never in plain text in a stack file that is committed. Any other key
+    stored as a secret is refused: park renders every other value into manifests and the
+    state in clear, so its secretness could not survive (Pulumi's flag would be a lie)."""
     problems = []
+    for key in sorted(set(secret_keys) - set(SECRET_KEYS)):
+        if key in _KEY_OF_FIELD.values() or key.startswith("park:"):
+            problems.append(
+                ConfigProblem(
+                    key,
+                    _HIDDEN,
+                    "stored as a secret, but park renders this key into the manifests and the "
+                    "state in clear, so it cannot stay one. Only park:hfToken is a secret: move "
+                    "the credential there (or into a Kubernetes Secret created out of band) and "
+                    f"store {key} in plain text",
+                )
+            )
     for key in SECRET_KEYS:
         value = values.get(key)
         if key not in secret_keys and value not in (None, "", SECRET_PLACEHOLDER):
@@ -119,6 +176,7 @@ def parse_values(
     if secret_keys is not None:
         problems += secret_problems(values, secret_keys)
     problems += moved_secret_problems(values)
+    problems += credential_problems(values)
     values = _without_secrets(values)
     known = {v: k for k, v in _KEY_OF_FIELD.items()}
     for key, value in values.items():
@@ -194,7 +252,7 @@ def read_stack_document(path: Path) -> tuple[dict[str, Any], list[str], tuple[st
             f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save it as UTF-8"
         ) from None
     try:
-        document = yaml.safe_load(text)
+        document = load_yaml(text)  # bounded: size, depth, alias expansion
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -230,15 +288,25 @@ def read_stack_document(path: Path) -> tuple[dict[str, Any], list[str], tuple[st
 
 
 def read_esc_values(path: Path) -> dict[str, Any]:
-    """The Pulumi config a stack's ESC environments give it, read from a file.
+    """The Pulumi config a stack's ESC environments give it, read from a file (read_esc_config
+    without the secret flags)."""
+    return read_esc_config(path)[0]
+
+
+def read_esc_config(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The Pulumi config a stack's ESC environments give it, read from a file, and which of
+    its keys Pulumi holds as secrets.
 
     `path` holds what `pulumi config --json --show-secrets --open -s STACK` prints (the stack's
-    config with its environments merged, as `pulumi up` sees it), or what `esc env open ENV
-    --format json` prints (one environment: its `pulumiConfig` is used), or a plain mapping of
-    config keys; JSON or YAML. Values must be resolved: a definition holding `${...}`
-    interpolations is refused, because only ESC resolves them."""
+    config with its environments merged, as `pulumi up` sees it: each key carries Pulumi's own
+    `secret` flag, kept here), or what `esc env open ENV --format json` prints (one
+    environment: its `pulumiConfig` is used; it prints no flags, so only the credential keys,
+    which come from the environment rather than the committed file, count as secret), or a
+    plain mapping of config keys; JSON or YAML. Values must be resolved: a definition holding
+    `${...}` interpolations or `fn::` functions (fn::secret, fn::open...) is refused, because
+    only ESC resolves them: an unopened `fn::secret` is ciphertext, not the value."""
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML
+        document = load_yaml(path.read_bytes())  # JSON is YAML; bounded
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         problem = type(err).__name__
         raise StackFileError(f"{path}: cannot read it as JSON or YAML: {problem}") from None
@@ -252,14 +320,34 @@ def read_esc_values(path: Path) -> dict[str, Any]:
             "open ENV --format json` prints, or a mapping of config keys"
         )
     if document and all(_is_cli_config_entry(v) for v in document.values()):
+        secrets = sorted(k for k, entry in document.items() if entry.get("secret") is True)
         document = {key: _cli_config_value(entry) for key, entry in document.items()}
-    unresolved = sorted(k for k, v in document.items() if "${" in json.dumps(v))
+    else:
+        secrets = sorted(k for k in document if k in SECRET_KEYS)
+    unresolved = sorted(k for k, v in document.items() if _unresolved(v))
     if unresolved:
         raise StackFileError(
-            f"{path}: {', '.join(unresolved)} hold ${{...}} interpolations only ESC resolves; "
-            "pass what `esc env open ENV --format json` prints instead of the definition"
+            f"{path}: {', '.join(unresolved)} hold ${{...}} interpolations or fn:: functions "
+            "(fn::secret...) only ESC resolves; pass what `esc env open ENV --format json` "
+            "prints instead of the definition"
         )
-    return dict(document)
+    return dict(document), secrets
+
+
+def _unresolved(value: Any) -> bool:
+    """A value still holding ESC syntax: `${...}`, or a mapping key `fn::...`."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and "${" in item:
+            return True
+        if isinstance(item, dict):
+            if any(isinstance(k, str) and k.startswith("fn::") for k in item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _is_cli_config_entry(value: Any) -> bool:

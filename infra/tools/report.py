@@ -13,6 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from infra.spec.safe import one_line
+from infra.spec.secrets import scrub
+
 if TYPE_CHECKING:
     from infra.resolve import StackPlan
     from infra.spec.errors import ConfigError
@@ -25,7 +28,7 @@ def config_error(err: ConfigError, out: Console) -> None:
     out.print(f"[red]invalid stack config[/] ({len(err.problems)} problem(s)):")
     for problem in err.problems:
         out.print(
-            f"  - [bold]{escape(problem.key)}[/] = {escape(repr(problem.value))}: "
+            f"  - [bold]{escape(problem.key)}[/] = {escape(problem.shown_value)}: "
             f"{escape(problem.message)}",
             soft_wrap=True,
         )
@@ -35,7 +38,7 @@ def warnings(plan: StackPlan, out: Console) -> None:
     """What is valid but worth saying (infra.rules.warnings)."""
     for warning in plan.warnings:
         out.print(
-            f"  [yellow]warning[/] [bold]{escape(warning.key)}[/] = {escape(repr(warning.value))}: "
+            f"  [yellow]warning[/] [bold]{escape(warning.key)}[/] = {escape(warning.shown_value)}: "
             f"{escape(warning.message)}",
             soft_wrap=True,
         )
@@ -216,7 +219,8 @@ def section(result: Section, out: Console) -> None:
             f"  [red]{len(result.problems)} problem(s)[/] {result.label}: {escape(result.checked)}"
         )
         for problem in result.problems:
-            out.print(f"    - {escape(problem)}", soft_wrap=True, highlight=False)
+            shown = one_line(scrub(problem))  # manifests may be hand-edited: never echo a token
+            out.print(f"    - {escape(shown)}", soft_wrap=True, highlight=False)
     elif result.skipped:
         out.print(f"  [yellow]-[/] {escape(result.checked)}")
     else:

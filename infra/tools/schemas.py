@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 
 from infra import catalog
+from infra.spec.safe import one_line
+from infra.spec.secrets import scrub
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 # The Kubernetes minor the GKE floor for v6e implies (1.31.2-gke...).
@@ -34,7 +36,9 @@ class ManifestProblem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.manifest}: {self.path or '(root)'}: {self.message}"
+        # jsonschema's messages quote the offending value: cut, escaped, credentials hidden.
+        text = f"{self.manifest}: {self.path or '(root)'}: {self.message}"
+        return one_line(scrub(text), 600)
 
 
 _COMBINATORS = ("oneOf", "anyOf", "allOf", "not")
