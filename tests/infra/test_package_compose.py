@@ -339,3 +339,48 @@ def test_a_refusal_through_the_provider_is_an_input_properties_error():
     assert [e["property_path"] for e in cause.errors or []] == ["machineType"]
     assert "TpuSlicePool 'it'" in cause.message and "ct6e-standard-9t" in cause.message
     assert isinstance(host, ComponentProvider)
+
+
+# ---- the README's Python runs as printed --------------------------------------------------------
+
+
+def _readme_python() -> list[str]:
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Use park-gke from your own Pulumi program") :]
+    section = section[: section.index("\n## ")]
+    return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+
+
+def test_the_readmes_python_runs_as_printed(tmp_path, monkeypatch):
+    """The program snippet is a whole program (its imports, its bucket and registry), and the
+    testing snippet runs it as printed, its own assertions included."""
+    program, test = _readme_python()
+    (tmp_path / "__main__.py").write_text(program)
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(compile(test, "README.md", "exec"), scope)
+    result = scope["result"]
+    # The pods' bucket and the KSA are what Storage and Workspace create in this program.
+    (bucket,) = result.of_type("gcp:storage/bucket:Bucket")
+    (ksa,) = result.of_type("kubernetes:core/v1:ServiceAccount")
+    (service,) = result.of_type(RAY_SERVICE)
+    head = service.inputs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert head["serviceAccountName"] == ksa.inputs["metadata"]["name"]
+    mounted = {v["name"]: v for v in head["volumes"]}["gcs"]["csi"]["volumeAttributes"]
+    assert mounted["bucketName"] == bucket.inputs["name"]
+    (registry,) = result.of_type("gcp:artifactregistry/repository:Repository")
+    image = head["containers"][0]["image"]
+    assert f"/my-project/{registry.inputs['repositoryId']}/" in image
+    assert "nodeSelector" not in head  # an existing cluster: no park CPU pool to select
+
+
+def test_the_readme_snippet_check_can_fail(tmp_path, monkeypatch):
+    """A snippet that uses a name it never imports fails here, as it would for a reader."""
+    program, test = _readme_python()
+    (tmp_path / "__main__.py").write_text(program.replace("import pulumi\n", "", 1))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProgramError) as err:
+        exec(compile(test, "README.md", "exec"), {})
+    assert "name 'pulumi' is not defined" in str(err.value)
