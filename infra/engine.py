@@ -1,7 +1,8 @@
 """What the pinned serving engine accepts, and what a model costs on a slice: encoded once.
 
 Read in the sources of vllm-torchtpu 0.29.0 (upstream vLLM 0.29.0 + vllm-torchtpu-core), torch_tpu
-0.2.0 and Ray 2.60.0 Serve LLM (FACTS.md; file:line below):
+0.2.0 and Ray 2.60.0 Serve LLM (FACTS.md; file:line below; the vllm-torchtpu and -core 0.29.0
+wheels as PyPI serves them for Python 3.12):
 
 - heads: vLLM refuses a TP that does not divide the attention heads (vllm/config/model.py:1411);
   for KV heads, QKVParallelLinear asserts KV % TP == 0 when TP < KV, else TP % KV == 0 and each
@@ -23,7 +24,8 @@ Read in the sources of vllm-torchtpu 0.29.0 (upstream vLLM 0.29.0 + vllm-torchtp
   one batch's activations, the sampler's fp32 logits, and a margin (RUNTIME_MARGIN_BYTES) for
   what no source sizes (program code, collectives' buffers). Programs compiled after the
   sizing (capture_model's bucket ladder) live in the 1 - gpu_memory_utilization left over.
-- weights: dense layers split by TP (VocabParallelEmbedding / ParallelLMHead too); with
+- weights: dense layers split by TP (VocabParallelEmbedding / ParallelLMHead too, the vocab
+  padded to 64 first; a KV projection TP replicates past the KV heads is not added); with
   enable_expert_parallel vLLM's EP size is TP x DP and determine_expert_map (fused_moe/
   expert_map_manager.py) gives rank r `E // EP (+1 for r < E % EP)` whole experts: the heaviest
   chip holds ceil(E / EP), and past E ranks hold none (refused: infra.rules.workloads).
