@@ -163,15 +163,18 @@ def checked_plan(
         if not rules:
             plan = resolve(parse_values(values, stack), partial=True)
         else:
-            plan = from_values(values, stack)
+            # Exposure is judged where the cluster is described (infra/rules/security.py).
+            plan = from_values(values, stack, posture=component == "Cluster")
     except ConfigError as err:
         raise ComponentArgsError(component, name, [told(p) for p in err.problems]) from None
     from infra.components._naming import in_stack_program
 
     for warning in () if in_stack_program() else plan.warnings:
         # e.g. an unknown model whose memory fit cannot be checked: said, not dropped (the
-        # stack program says its plan's warnings itself).
-        pulumi.log.warn(f"{component} {name!r}: {told(warning)}")
+        # stack program says its plan's warnings itself). Only those about the component's
+        # own arguments: the rest of the stack it stands for is not the caller's.
+        if argument(warning.key) is not None:
+            pulumi.log.warn(f"{component} {name!r}: {told(warning)}")
     return plan
 
 
