@@ -20,8 +20,11 @@ of step 1. The load of the machine (1-minute load average, and the CPU share of 
 on it) is recorded around every run: this machine is shared.
 
 With a GPU it also runs the Hugging Face path on it, both sides, one worker, bf16: tokens/s
-and MFU. Prints one JSON document with every figure and the goals, and whether each holds in
-this run. Not a test: it asserts nothing.
+and MFU. ``--gpu-memory`` runs only the memory section instead: each shipped stack's training
+step on GPU 0 (rank 0 of its chips, a fake process group) with
+``torch.cuda.max_memory_allocated`` beside infra.training_fit's estimate. Prints one JSON
+document with every figure and the goals, and whether each holds in this run. Not a test: it
+asserts nothing.
 
     python benchmarks/train_overhead.py [--cases gpt-tiny,hf-tiny-llama] [--repeats 2]
 """
@@ -383,6 +386,120 @@ def gpu_case(work: Path, repeats: int) -> dict[str, Any]:
     return result
 
 
+# ---- GPU memory: the training memory model beside CUDA's own count ----------------------------
+
+
+def gpu_memory_settings(stack: str) -> dict[str, Any]:
+    """One chip of ``stack``'s training run as the resolve step plans it, and the estimate
+    (infra.training_fit, without the runtime reserve, which CUDA's count does not see)."""
+    from infra.stack import from_file
+
+    plan = from_file(Path(__file__).resolve().parents[1] / "stacks" / f"Pulumi.{stack}.yaml")
+    run = plan.training
+    if run is None or run.fit is None or run.spec.model is None or run.slices != 1:
+        raise ValueError(f"{stack}: no one-slice training run of a known model to measure")
+    return {
+        "stack": stack,
+        "model": run.spec.model,
+        "strategy": run.spec.strategy,
+        "world_size": run.workers,
+        "micro_batch": run.micro_batch,
+        "accumulation_steps": run.accumulation_steps,
+        "seq_len": run.spec.seq_len,
+        "activation_checkpointing": run.spec.activation_checkpointing,
+        "estimate_peak_gib": round(run.fit.peak_bytes / 2**30, 2),
+        "estimate_phase": run.fit.phase,
+    }
+
+
+def gpu_memory_peak(settings: dict[str, Any]) -> int:
+    """``torch.cuda.max_memory_allocated`` over the second of two trainer steps (forward,
+    backward, AdamW) on GPU 0 standing for rank 0 of the run's chips: the catalogue's config
+    with random weights, a fake process group (real shards and gathered buffers, no traffic)."""
+    import transformers
+    from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
+    from torch.distributed.tensor import DTensor
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from workloads.train import hf
+    from workloads.train.data import Batch
+    from workloads.train.loss import install_loss_forward
+    from workloads.train.modeling import TrainModel
+    from workloads.train.step import forward_backward
+    from workloads.train.strategies import autocast, build_mesh, build_optimizer, replicate, shard
+
+    root = Path(__file__).resolve().parents[1]
+    entry = json.loads((root / "infra/data/models/configs.json").read_text())["models"]
+    raw = dict(entry[settings["model"]]["config"])
+    config = transformers.CONFIG_MAPPING[raw.pop("model_type")](**raw).get_text_config()
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    fsdp = settings["strategy"] == "fsdp2"
+    world = settings["world_size"] if fsdp else 1  # DDP: the same per chip at any world size
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        model: Any = hf.meta_model(config)
+        ties, blocks = hf.tie_groups(model), hf.block_modules(model)
+        if settings["activation_checkpointing"]:
+            model.gradient_checkpointing_enable({"use_reentrant": False})
+        if fsdp:
+            shard(model, blocks, mesh=build_mesh("cuda", world), dtype=torch.bfloat16)
+        model.to_empty(device=device)
+        hf.retie(model, ties)
+        with torch.no_grad():
+            for param in model.parameters():
+                (param.to_local() if isinstance(param, DTensor) else param).normal_(0, 0.02)
+        hf.init_buffers(model)
+        install_loss_forward(model)
+        module = model if fsdp else replicate(model, device)
+        if not fsdp:
+            module.register_comm_hook(None, noop_hook)  # the fake group's all-reduce has no tensor
+        seq_len = settings["seq_len"]
+        trainer = TrainModel(module, model, config.vocab_size, seq_len, 0.0, object())  # type: ignore[arg-type]
+        optimizer = build_optimizer(module, lr=1e-5, weight_decay=0.1)
+        rows = settings["micro_batch"] * settings["accumulation_steps"]
+        ids = torch.randint(0, config.vocab_size, (rows, settings["seq_len"]))
+        batch = Batch(input_ids=ids, labels=ids.clone(), position_ids=None, n_targets=ids.numel())
+        for step in range(2):
+            if step:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            forward_backward(
+                trainer,
+                batch,
+                micro_batch=settings["micro_batch"],
+                world_size=settings["world_size"],
+                device=device,
+                counts_vary=False,
+                amp=autocast(settings["strategy"], device, torch.bfloat16),
+            )
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated(device))
+    finally:
+        dist.destroy_process_group()
+
+
+def gpu_memory_record(settings: dict[str, Any], peak: int) -> dict[str, Any]:
+    measured = peak / 2**30
+    return settings | {
+        "max_memory_allocated_gib": round(measured, 2),
+        "estimate_over_measured": round(settings["estimate_peak_gib"] / measured, 3),
+    }
+
+
+def gpu_memory(stacks: tuple[str, ...] = ("dev", "prod")) -> dict[str, Any] | str:
+    """The shipped stacks' per-chip training step on this GPU beside the estimate."""
+    if not torch.cuda.is_available():
+        return "no GPU on this machine"
+    records = {}
+    for name in stacks:
+        settings = gpu_memory_settings(name)
+        records[name] = gpu_memory_record(settings, gpu_memory_peak(settings))
+    return records
+
+
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each goal with this run's value and whether it holds.
 
@@ -440,7 +557,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--report-every", type=int, default=10)
     parser.add_argument("--threads-per-worker", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3, help="runs per side; best is kept")
+    parser.add_argument(
+        "--gpu-memory",
+        action="store_true",
+        help="only the GPU memory section: the shipped stacks' per-chip training step on GPU 0, "
+        "torch.cuda.max_memory_allocated beside infra.training_fit's estimate (no Ray)",
+    )
     args = parser.parse_args(argv)
+    if args.gpu_memory:
+        section = {"gpu_memory": gpu_memory()}
+        print(json.dumps(section, indent=2))
+        return section
 
     work = Path(tempfile.mkdtemp(prefix="park-overhead-"))
     configs = cases(args, work)

@@ -6,10 +6,10 @@ model in fp32 on meta and then, per strategy:
 - FSDP2 (``fully_shard`` on each decoder block, then the root; ``MixedPrecisionPolicy(bf16
   params, fp32 reduce)``): fp32 master weights, fp32 gradients and AdamW's two fp32 moments,
   all sharded over the shard group (one slice: several slices are HSDP, replicated across
-  them). During compute a block's parameters are all-gathered in bf16 (and the next block's
-  prefetched in backward); the root (embeddings, final norm, head) stays gathered from its
-  forward to the end of its backward (FSDP2 does not reshard the root after forward). Backward
-  holds a block's bf16 gradients and their fp32 reduce-scatter input.
+  them). During compute a block's parameters are all-gathered in bf16; the root (embeddings,
+  final norm, head) stays gathered from its forward to the end of its backward (FSDP2 does not
+  reshard the root after forward). Backward holds a block's bf16 gradients, then their fp32
+  reduce-scatter input.
 - DDP: fp32 weights, gradients and moments whole on every chip, DDP's gradient buckets (a flat
   fp32 copy of every gradient, ``gradient_as_bucket_view`` off), and autocast's bf16 copies of
   the matmul weights (cached for the forward, saved for backward); activations under autocast
@@ -38,14 +38,16 @@ v6e chip's 31.25 GiB) is kept free for them.
 
 The shipped stacks, per chip, at the micro-batch that fits (``best_micro_batch``; v6e: 31.25
 GiB usable), as :func:`describe` writes them (tests/infra/test_training_fit.py keeps these lines
-current; the full-depth tracker runs beside them are in test_training_fit_torch.py):
+current with the stack files; test_training_fit_torch.py runs both under the tracker at full
+depth):
 
-- dev (Qwen3-1.7B, FSDP2 on a 2x4, global batch 32, seq 2048): micro-batch 2 x 2 accumulation
-  step(s): params 1.38, grads 1.38, AdamW 1.60, activations 12.53, logits 1.74, reserve 2.50:
-  21.13 of 31.25 GiB (peak at the loss backward)
+- dev (Qwen3-1.7B, FSDP2 on a 2x4, global batch 32, seq 2048, activation checkpointing):
+  micro-batch 4 x 1 accumulation step(s): params 1.38, grads 0.58, AdamW 1.60, activations
+  1.00, logits 1.74, reserve 2.50: 8.80 of 31.25 GiB (peak at the loss backward). Without
+  checkpointing 4 sequences need about 33 GiB and 2 (x 2 steps) about 21 GiB.
 - prod (Qwen3-8B, FSDP2 on a 4x4, global batch 64, seq 4096, activation checkpointing):
-  micro-batch 4 x 1 accumulation step(s): params 4.94, grads 1.52, AdamW 3.81, activations
-  10.28, logits 0.00, reserve 2.50: 23.06 of 31.25 GiB (peak at the block backward)
+  micro-batch 4 x 1 accumulation step(s): params 4.58, grads 1.52, AdamW 3.81, activations
+  9.41, logits 0.00, reserve 2.50: 21.82 of 31.25 GiB (peak at the block backward)
 
 Not modelled: HSDP's cross-slice partial sums beyond the sharded gradients, attention that
 materializes ``T x T`` scores (the math SDPA kernel: torch_tpu's flash kernel comes first,
@@ -192,11 +194,11 @@ def layer_activation_bytes(s: Shapes, tokens: int, strategy: str, compute_bytes:
 
 
 def layer_backward_bytes(s: Shapes, tokens: int, compute_bytes: int) -> int:
-    """A layer's backward working set on top of its saved tensors: the incoming gradient of
-    the residual stream, the MLP's gradients (gate, up, their product) and an fp32 norm
-    gradient."""
+    """A layer's backward working set on top of its saved tensors, at its start (the MLP's):
+    the incoming gradient of the residual stream and its copy, the gradients of gate and up
+    (the product's is freed as they are made)."""
     c = compute_bytes
-    return tokens * (3 * c * s.intermediate + 2 * c * s.hidden + 2 * FP32 * s.hidden)
+    return tokens * (2 * c * s.intermediate + 2 * c * s.hidden)
 
 
 def logits_forward_bytes(vocab: int, tokens: int, chunk: int | None, c: int) -> int:
@@ -266,7 +268,7 @@ def estimate(
     head_grad = c * s.head if chunks > 1 else 0
     if fsdp:
         compute = c * s.root  # the root, gathered from its forward to its backward's end
-        blocks = 2 * c * s.block  # one block gathered, the next prefetched
+        blocks = c * s.block  # the block being computed, gathered
         block_grads = c * s.block  # its bf16 grads (reduce-scattered once its activations go)
         # the head's and the embedding's bf16 gradients (and their sum when tied) beside the
         # gathered root; then the root resharded and its fp32 reduce-scatter input beside

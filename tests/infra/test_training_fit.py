@@ -69,14 +69,18 @@ def test_without_the_mlp_width_blocks_share_what_the_embedding_leaves() -> None:
 
 
 def test_the_shipped_stacks_fit_and_the_docstring_says_by_how_much() -> None:
-    """dev and prod at the micro-batch that fits, as the module docstring records them."""
+    """dev and prod as their stack files plan them (infra.resolve), as the module docstring
+    records them; dev's 4 sequences fit only because the stack recomputes activations."""
+    from infra.stack import from_file
+    from tests.conftest import ROOT
+
     doc = " ".join((training_fit.__doc__ or "").split())
-    dev = fsdp("Qwen/Qwen3-1.7B", chips=8, per_chip=32 // 8, seq_len=2048)
-    prod = fsdp("Qwen/Qwen3-8B", chips=16, per_chip=64 // 16, seq_len=4096, ac=True)
-    for fit in (dev, prod):
-        assert fit.fits
-        assert describe(fit) in doc
-    assert (dev.micro_batch, dev.accumulation_steps) == (2, 2)  # 4 sequences do not fit
+    for name in ("dev", "prod"):
+        run = from_file(ROOT / "stacks" / f"Pulumi.{name}.yaml").training
+        assert run is not None and run.fit is not None
+        assert run.fit.fits
+        assert describe(run.fit) in doc
+    assert not fsdp("Qwen/Qwen3-1.7B", chips=8, per_chip=4, seq_len=2048, pinned=4).fits
 
 
 def test_ddp_of_an_8b_model_on_8_chips_is_refused_at_any_micro_batch() -> None:
@@ -134,3 +138,31 @@ def test_what_each_setting_changes() -> None:
 def test_an_unknown_strategy_is_refused() -> None:
     with pytest.raises(ValueError, match="strategy 'zero3'"):
         _one(strategy="zero3")
+
+
+# ---- the benchmark's GPU section: its pure parts (it runs only where CUDA is) ------------------
+
+
+def test_gpu_memory_section_measures_each_shipped_stack_as_planned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("torch")
+    from benchmarks import train_overhead
+    from infra.stack import from_file
+    from tests.conftest import ROOT
+
+    dev = train_overhead.gpu_memory_settings("dev")
+    run = from_file(ROOT / "stacks" / "Pulumi.dev.yaml").training
+    assert run is not None and run.fit is not None
+    assert (dev["model"], dev["strategy"]) == (run.spec.model, run.spec.strategy)
+    assert (dev["world_size"], dev["micro_batch"]) == (run.workers, run.micro_batch)
+    assert dev["accumulation_steps"] == run.accumulation_steps
+    assert dev["activation_checkpointing"] == run.spec.activation_checkpointing
+    assert dev["estimate_peak_gib"] == round(run.fit.peak_bytes / GIB, 2)
+    prod = train_overhead.gpu_memory_settings("prod")
+    assert (prod["world_size"], prod["seq_len"]) == (16, 4096)
+    record = train_overhead.gpu_memory_record(dev, int(dev["estimate_peak_gib"] * GIB / 2))
+    assert record["estimate_over_measured"] == pytest.approx(2.0, abs=0.01)
+    # without CUDA the section says so and runs nothing (no Ray either)
+    monkeypatch.setattr(train_overhead.torch.cuda, "is_available", lambda: False)
+    assert train_overhead.main(["--gpu-memory"]) == {"gpu_memory": "no GPU on this machine"}
