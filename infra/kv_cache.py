@@ -28,7 +28,9 @@ The TPU layout (vllm-torchtpu 0.29 `PallasAttentionBackend.get_kv_cache_shape` a
 `PallasMLAttentionBackend`, applied by `kv_cache_spec_normalizer.normalize_kv_cache_specs_
 for_tpu` as the page's padded size) pads on top: head_dim up to 128 lanes, 2 x KV heads up to
 the dtype's 32-bit packing (2 bf16, 4 fp8); head_dim 64 shares the 128 lanes between K and V;
-an MLA latent pads to 128. `layout="generic"` gives vLLM's own arithmetic, which the tests hold
+an MLA latent pads to 128; and when layers' pages differ (Gemma 4's 512-wide full-attention
+layers beside 256-wide sliding ones) every layer's page is padded to the widest
+(`_tpu_uniform_page`). `layout="generic"` gives vLLM's own arithmetic, which the tests hold
 against vLLM's classes; the difference between the two is tested on its own.
 """
 
@@ -142,10 +144,13 @@ def plan(
     """vLLM's grouping and per-request blocks for these layers (module docstring)."""
     caches = [c for c in caches if c.count]
     per_token = [c.bytes_per_token(kv_bytes, layout) for c in caches]
+    hybrid = len({c.sliding_window for c in caches}) > 1
+    if layout == "tpu" and len(set(per_token)) > 1:
+        per_token = [_tpu_uniform_page(per_token, hybrid)] * len(per_token)
     total = sum(p * c.count for p, c in zip(per_token, caches, strict=True))
     if not caches:
         return KvPlan(0, 0, 0, block_size, 0, 0)
-    if len({c.sliding_window for c in caches}) == 1:
+    if not hybrid:
         # one attention type (UniformTypeKVCacheSpecs or a uniform spec): one group of all
         blocks = _blocks(caches[0], block_size, max_model_len, in_flight_tokens)
         return KvPlan(total, total * block_size, blocks, block_size, 1, 0)
@@ -162,6 +167,18 @@ def plan(
         padding += n * group_size - cache.count
         blocks += n * _blocks(cache, block_size * ratio, max_model_len, in_flight_tokens)
     return KvPlan(total, group_size * page, blocks, block_size, groups, padding)
+
+
+def _tpu_uniform_page(per_token: list[int], hybrid: bool) -> int:
+    """vllm-torchtpu 0.29 gives every attention layer one page size when their native pages
+    differ (runner/kv_cache_manager.py _update_attention_page_size_padded: every spec's
+    page_size_padded is the widest native page, not vLLM's block-size scaling); with the
+    hybrid manager, groups whose native pages cannot share one array are budgeted the sum of
+    the distinct native pages (_pad_native_attention_regions)."""
+    widest = max(per_token)
+    if hybrid and any(widest % p for p in per_token):
+        return max(widest, sum(set(per_token)))
+    return widest
 
 
 def tpu_block_size(facts: ModelFacts, max_model_len: int, max_num_seqs: int) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -320,3 +321,33 @@ def test_hybrid_grouping_padding_is_vllms(vllm, sliding, full):
     )
     assert (ours.blocks_per_sequence, ours.bytes_per_block) == (blocks, per_block)
     assert ours.sequences(3 * 1024**3) == math.floor(concurrency)
+
+
+@pytest.mark.parametrize("repo", ["google/gemma-4-26B-A4B-it", "google/gemma-4-E2B-it"])
+def test_tpu_pages_are_padded_to_the_widest_layer_then_grouped_as_vllm_does(vllm, repo):
+    """vllm-torchtpu (runner/kv_cache_manager.py _update_attention_page_size_padded) sets every
+    layer's page_size_padded to the widest native TPU page when Gemma 4's 512-wide full
+    layers sit beside 256-wide sliding ones; vLLM then groups those specs. Our TPU layout:
+    the same pages and the same blocks."""
+    tp, length = MODELS[repo]
+    specs = _vllm_specs(vllm, repo, tp)
+    widest = max(
+        math.prod(_tpu_page_shape(BLOCK, s.num_kv_heads, s.head_size, 2)) * 2
+        for s in specs.values()
+    )
+    padded = {name: replace(s, page_size_padded=widest) for name, s in specs.items()}
+    config = _config(vllm, length)
+    blocks, per_block, concurrency = _vllm_capacity(vllm, padded, config, 20 * 1024**3)
+    facts = model_facts.from_catalogue(repo)
+    assert facts is not None
+    ours = kv_cache.plan(
+        kv_cache.layer_caches(facts, tp),
+        kv_bytes=2,
+        block_size=BLOCK,
+        max_model_len=length,
+        in_flight_tokens=2 * BATCHED,
+    )
+    assert (ours.blocks_per_sequence, ours.bytes_per_block) == (blocks, per_block)
+    assert ours.sequences(20 * 1024**3) == math.floor(concurrency)
+    assert ours.bytes_per_token == len(specs) * widest // BLOCK
+    assert ours.bytes_per_sequence > _ours(repo, tp, length).bytes_per_sequence
