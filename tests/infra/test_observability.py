@@ -185,7 +185,7 @@ def test_no_log_metrics_without_training():
 
 def test_rendered_log_metrics():
     rendered = render_stack("dev")
-    metrics = {r.name: r.inputs for r in rendered.of_type("gcp:logging/metric:Metric")}
+    metrics = {r.inputs["name"]: r.inputs for r in rendered.of_type("gcp:logging/metric:Metric")}
     assert set(metrics) == {"park_dev_train_loss", "park_dev_train_tokens_per_s"}
     for inputs in metrics.values():
         assert inputs["metricDescriptor"]["valueType"] == "DISTRIBUTION"
@@ -314,11 +314,10 @@ def test_rendered_iap_dashboard():
     rendered = render_stack(EXPOSED)
     access = obs.dashboard_access(rendered.plan)
     assert access is not None
-    address = rendered.one("gcp:compute/globalAddress:GlobalAddress", access.address_name)
-    assert address.parent == "dashboard"
-    certificate = rendered.one(
-        "gcp:compute/managedSslCertificate:ManagedSslCertificate", access.certificate_name
-    )
+    (address,) = rendered.of_type("gcp:compute/globalAddress:GlobalAddress")
+    assert address.parent == "dashboard" and address.inputs["name"] == access.address_name
+    (certificate,) = rendered.of_type("gcp:compute/managedSslCertificate:ManagedSslCertificate")
+    assert certificate.inputs["name"] == access.certificate_name
     assert certificate.inputs["managed"] == {"domains": [access.domain]}
     members = {r.inputs["member"] for r in rendered.of_type("gcp:iap/webIamMember:WebIamMember")}
     assert members == set(rendered.config.observability.iap_members)
