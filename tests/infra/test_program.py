@@ -139,15 +139,16 @@ def test_helm_mode_installs_operator_webhook_and_cert_manager_in_order():
     values, secrets = _prod_values()
     values["park:kuberay"] = {"install": "helm"}
     rendered = run_program(values, "prod", secrets)
-    releases = {r.name: r for r in rendered.of_type("kubernetes:helm.sh/v3:Release")}
+    releases = {r.inputs["name"]: r for r in rendered.of_type("kubernetes:helm.sh/v3:Release")}
     assert set(releases) == {"kuberay-operator", "cert-manager", "kuberay-tpu-webhook"}
     assert releases["kuberay-operator"].inputs["version"] == "1.7.0"
-    assert {"cert-manager", "kuberay-operator"} <= set(releases["kuberay-tpu-webhook"].dependencies)
+    waits = {releases[n].name for n in ("cert-manager", "kuberay-operator")}
+    assert waits <= set(releases["kuberay-tpu-webhook"].dependencies)
     (cluster,) = rendered.of_type(CLUSTER)
     assert cluster.inputs["addonsConfig"]["rayOperatorConfigs"][0]["enabled"] is False
     for workload in rendered.resources:
         if workload.type.startswith("kubernetes:ray.io"):
-            assert set(releases) <= set(workload.dependencies)
+            assert {r.name for r in releases.values()} <= set(workload.dependencies)
 
 
 def test_helm_mode_single_host_needs_no_webhook():
@@ -161,7 +162,7 @@ def test_helm_mode_single_host_needs_no_webhook():
     values["park:serving"]["models"][0]["tensorParallelSize"] = 8
     values["park:serving"]["upgradeStrategy"] = "None"  # blue/green needs a second slice
     rendered = run_program(values, "prod", secrets)
-    assert [r.name for r in rendered.of_type("kubernetes:helm.sh/v3:Release")] == [
+    assert [r.inputs["name"] for r in rendered.of_type("kubernetes:helm.sh/v3:Release")] == [
         "kuberay-operator"
     ]
 
