@@ -20,9 +20,13 @@ from infra.spec.read import parse_values, read_esc_config, read_stack_document, 
 
 
 def from_values(
-    values: Mapping[str, Any], stack: str, secret_keys: Collection[str] | None = None
+    values: Mapping[str, Any],
+    stack: str,
+    secret_keys: Collection[str] | None = None,
+    *,
+    posture: bool = True,
 ) -> StackPlan:
-    return rules.check(parse_values(values, stack, secret_keys))
+    return rules.check(parse_values(values, stack, secret_keys), posture=posture)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pulumi_policy import (
     EnforcementLevel,
     Policy,
@@ -25,7 +24,9 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from infra.spec.models import POLICY_RULE_NAMES, PolicyConfig
+from infra.rules.security import production_of
+from infra.spec.models import POLICY_RULE_NAMES, ClusterConfig, PolicyConfig
+from infra.spec.safe import load_yaml
 from policy import kuberay, security, tpu
 
 Level = Literal["mandatory", "advisory", "disabled"]
@@ -176,27 +177,43 @@ assert tuple(r.name for r in RULES) == POLICY_RULE_NAMES, "infra.spec.models.POL
 
 @dataclass(frozen=True)
 class Settings:
-    """What a stack changes: levels by rule name, and whether it is prod-like."""
+    """What a stack changes: levels by rule name, whether it is prod-like, and the posture
+    `park validate` applies (infra/rules/security.py): production, acknowledged exposures."""
 
     levels: Mapping[str, Level]
     prod_like: bool | None = None
+    production: bool | None = None
+    acknowledged: frozenset[str] = frozenset()
 
 
-def settings_from(policy: PolicyConfig, stack: str) -> Settings:
+def settings_from(
+    policy: PolicyConfig, stack: str, cluster: ClusterConfig | None = None
+) -> Settings:
     levels: dict[str, Level] = {r.name: r.level for r in RULES}
     for name, level in policy.enforcement.items():
         levels[name] = level
-    return Settings(levels=levels, prod_like=policy.is_prod_like(stack))
+    return Settings(
+        levels=levels,
+        prod_like=policy.is_prod_like(stack),
+        production=production_of(policy, cluster or ClusterConfig(), stack),
+        acknowledged=frozenset(policy.acknowledge_public),
+    )
 
 
 def settings_for_stack(stack: str, stacks_dir: Path) -> Settings:
-    """Settings from `park:policy` of stacks/Pulumi.<stack>.yaml; defaults when absent."""
+    """Settings from `park:policy` and `park:cluster` of stacks/Pulumi.<stack>.yaml (read
+    with the bounded YAML reader); defaults when absent."""
     path = stacks_dir / f"Pulumi.{stack}.yaml"
     raw: Any = {}
+    cluster: Any = {}
     if stack and path.is_file():
-        document = yaml.safe_load(path.read_text()) or {}
-        raw = (document.get("config") or {}).get("park:policy") or {}
-    return settings_from(PolicyConfig.model_validate(raw), stack)
+        document = load_yaml(path.read_bytes()) or {}
+        config = document.get("config") or {}
+        raw = config.get("park:policy") or {}
+        cluster = config.get("park:cluster") or {}
+    return settings_from(
+        PolicyConfig.model_validate(raw), stack, ClusterConfig.model_validate(cluster)
+    )
 
 
 _LEVELS = {
@@ -210,6 +227,10 @@ def bound(rule: Rule, settings: Settings | None) -> Callable[..., None]:
     """The rule's validator with the stack's settings applied (prod-likeness)."""
     if rule.validate is security.deletion_protection_prod and settings is not None:
         return partial(rule.validate, prod=settings.prod_like)
+    if rule.validate in (security.gke_private_nodes, security.ray_not_public) and settings:
+        return partial(
+            rule.validate, production=settings.production, acknowledged=settings.acknowledged
+        )
     return rule.validate
 
 

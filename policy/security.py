@@ -4,7 +4,7 @@ workload roles, no public Ray endpoint without the stack's flag, no secret in pl
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import yaml
@@ -17,6 +17,7 @@ from pulumi_policy import (
 
 from infra.names import EXPOSE_DASHBOARD_ANNOTATION, EXPOSE_SERVE_ANNOTATION
 from infra.plan.pods import containers
+from infra.rules.security import Exposure, posture_verdict
 from infra.spec import secrets
 from policy._props import get, is_true, items, mapping, stack_of, strings
 from policy.kuberay import kind_of, templates
@@ -130,29 +131,62 @@ def node_sa_not_default(args: ResourceValidationArgs, report_violation: ReportVi
 # Network
 
 
-def gke_private_nodes(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
-    """Nodes without public IPs; the control plane not open to the whole internet."""
+def _posture(
+    args: ResourceValidationArgs,
+    report_violation: ReportViolation,
+    production: bool | None,
+    acknowledged: Iterable[str],
+) -> Callable[..., None]:
+    """Report what infra.rules.security.posture_verdict refuses: the same decision `park
+    validate` makes on the spec, with the same production marker and acknowledgements."""
+    prod = prod_like(args.urn, args.get_config(), production)
+
+    def judge(exposure: Exposure, what: str, *, strict: bool = False) -> None:
+        verdict = posture_verdict(
+            exposure, what, production=prod or strict, acknowledged=frozenset(acknowledged)
+        )
+        if verdict.refused:
+            report_violation(f"{args.name}: {verdict.message}", None)
+
+    return judge
+
+
+def gke_private_nodes(
+    args: ResourceValidationArgs,
+    report_violation: ReportViolation,
+    *,
+    production: bool | None = None,
+    acknowledged: Iterable[str] = (),
+) -> None:
+    """Nodes without public IPs; the control plane not open to the whole internet (refused
+    on production stacks unless acknowledged; a range of everyone refused on every stack)."""
+    if args.resource_type not in (NODE_POOL, CLUSTER):
+        return
+    judge = _posture(args, report_violation, production, acknowledged)
     if args.resource_type == NODE_POOL:
         if get(args.props, "networkConfig.enablePrivateNodes") is False:
-            report_violation(
-                f"node pool {args.name}: networkConfig.enablePrivateNodes is false", None
-            )
-        return
-    if args.resource_type != CLUSTER:
+            judge("nodes", "node pool: networkConfig.enablePrivateNodes is false (public IPs)")
         return
     if not is_true(get(args.props, "privateClusterConfig.enablePrivateNodes")):
-        report_violation(
-            f"cluster {args.name}: set privateClusterConfig.enablePrivateNodes true (nodes "
-            "reach the internet through Cloud NAT)",
-            None,
+        judge(
+            "nodes",
+            "cluster: nodes get public IPs (set privateClusterConfig.enablePrivateNodes true)",
         )
-    for block in items(get(args.props, "masterAuthorizedNetworksConfig.cidrBlocks")):
-        if get(block, "cidrBlock") in ("0.0.0.0/0", "::/0"):
-            report_violation(
-                f"cluster {args.name}: master authorized network {get(block, 'cidrBlock')} "
-                "opens the control plane to everyone; list your own ranges",
-                None,
-            )
+    blocks = list(items(get(args.props, "masterAuthorizedNetworksConfig.cidrBlocks")))
+    everyone = [b for b in blocks if get(b, "cidrBlock") in ("0.0.0.0/0", "::/0")]
+    if everyone:
+        judge(
+            "control-plane",
+            f"cluster: master authorized network {get(everyone[0], 'cidrBlock')} opens the "
+            "control plane to everyone",
+            strict=True,
+        )
+    elif not blocks and not is_true(get(args.props, "privateClusterConfig.enablePrivateEndpoint")):
+        judge(
+            "control-plane",
+            "cluster: no master authorized networks and no private endpoint: the control "
+            "plane's public IP accepts connections from the whole internet",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,10 +280,18 @@ def _flagged(metadata: Mapping[str, Any], *annotations: str) -> bool:
     return any(is_true(mapping(metadata.get("annotations")).get(a)) for a in annotations)
 
 
-def ray_not_public(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+def ray_not_public(
+    args: ResourceValidationArgs,
+    report_violation: ReportViolation,
+    *,
+    production: bool | None = None,
+    acknowledged: Iterable[str] = (),
+) -> None:
     """The Ray dashboard runs jobs for whoever reaches it, and serve answers anyone: neither
     leaves the cluster unless a stack flag says so (park:serving.exposePublicly,
-    park:observability.exposeDashboard), which the program records as an annotation."""
+    park:observability.exposeDashboard), which the program records as an annotation; a
+    flagged public serve endpoint is still refused on a production stack unless acknowledged
+    (infra.rules.security.posture_verdict, as `park validate`)."""
     kind = kind_of(args.resource_type)
     props = args.props
     metadata = mapping(props.get("metadata"))
@@ -257,9 +299,11 @@ def ray_not_public(args: ResourceValidationArgs, report_violation: ReportViolati
     flags = (EXPOSE_SERVE_ANNOTATION, EXPOSE_DASHBOARD_ANNOTATION)
     if kind == "RayService":
         serve = mapping(spec.get("serveService"))
-        if _public_service(mapping(serve.get("spec")), mapping(serve.get("metadata"))) and not (
-            _flagged(metadata, EXPOSE_SERVE_ANNOTATION)
-        ):
+        public = _public_service(mapping(serve.get("spec")), mapping(serve.get("metadata")))
+        if public and _flagged(metadata, EXPOSE_SERVE_ANNOTATION):
+            judge = _posture(args, report_violation, production, acknowledged)
+            judge("serving", "RayService: serveService is public (park:serving.exposePublicly)")
+        if public and not _flagged(metadata, EXPOSE_SERVE_ANNOTATION):
             report_violation(
                 f"{args.name}: serveService is {get(serve, 'spec.type')}, reachable from outside "
                 f"the cluster, without the {EXPOSE_SERVE_ANNOTATION} flag "
@@ -373,13 +417,13 @@ def no_plaintext_secrets(args: ResourceValidationArgs, report_violation: ReportV
                 None,
             )
     for path, text in strings(args.props):
-        for what, pattern in CREDENTIAL_PATTERNS.items():
-            if pattern.search(text):
-                report_violation(
-                    f"{args.name}: {path or 'value'} contains {what} in plain text; set it with "
-                    "`pulumi config set --secret` and pass it through a Kubernetes Secret",
-                    None,
-                )
+        what = secrets.credential_kind(text)  # the one detector park validate uses too
+        if what is not None:
+            report_violation(
+                f"{args.name}: {path or 'value'} contains {what} in plain text; set it with "
+                "`pulumi config set --secret` and pass it through a Kubernetes Secret",
+                None,
+            )
 
 
 def pod_hardening(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:

@@ -372,7 +372,9 @@ def dashboard_access(plan: StackPlan) -> DashboardAccess | None:
         iap_condition={
             "title": f"{base} only",
             "description": f"IAP access to the Ray dashboard of stack {plan.stack}",
-            "expression": f'request.host == "{obs.dashboard_domain}"',
+            # Built as a CEL string literal (JSON's escapes are CEL's), never pasted: the
+            # domain is also checked as a DNS name (infra/rules/security.py).
+            "expression": f"request.host == {json.dumps(obs.dashboard_domain)}",
         },
         manifests=(service, policy, gateway, route),
     )

@@ -3,7 +3,8 @@ resolved numbers. `check(spec)` returns the StackPlan or raises ConfigError with
 
 - `pools`: zone, GKE version, TPU and GPU pools (catalog entries, capacity preconditions);
 - `workloads`: the training RayJob and the serving RayService (workers, TP, slices);
-- `platform`: names, network ranges, lifecycle, Kueue, observability.
+- `platform`: names, network ranges, lifecycle, Kueue, observability;
+- `security`: values as what they are, exposure (posture), counts GKE can hold.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import replace
 
 from infra import disk
 from infra.resolve import StackPlan, resolve
-from infra.rules import platform, pools, training_memory, workloads
+from infra.rules import platform, pools, security, training_memory, workloads
 from infra.spec.errors import ConfigError, ConfigProblem
 from infra.spec.models import StackConfig
 
@@ -31,6 +32,8 @@ def problems(spec: StackConfig) -> list[ConfigProblem]:
     found += platform.check_lifecycle(spec)
     found += platform.check_kueue(spec)
     found += platform.check_observability(spec)
+    found += security.check_values(spec)
+    found += security.check_counts(spec)
     found += [ConfigProblem(key, value, message) for key, value, message in disk.problems(plan)]
     return found
 
@@ -45,9 +48,13 @@ def warnings(spec: StackConfig) -> list[ConfigProblem]:
     ]
 
 
-def check(spec: StackConfig) -> StackPlan:
-    """The StackPlan of a valid spec; ConfigError naming every problem otherwise."""
+def check(spec: StackConfig, *, posture: bool = True) -> StackPlan:
+    """The StackPlan of a valid spec; ConfigError naming every problem otherwise. `posture`:
+    judge the stack's exposure too (infra/rules/security.py); False for a component that
+    plans a part of a stack whose cluster it does not know."""
     found = problems(spec)
+    exposed, exposure_warnings = security.check_posture(spec) if posture else ([], [])
+    found += exposed
     if found:
         raise ConfigError(found)
-    return replace(resolve(spec), warnings=tuple(warnings(spec)))
+    return replace(resolve(spec), warnings=(*warnings(spec), *exposure_warnings))

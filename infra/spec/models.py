@@ -202,6 +202,50 @@ class ServingConfig(_Model):
     expose_publicly: bool = False
 
 
+class RlConfig(_Model):
+    """`park:rl`: a GRPO job (workloads/rl) on two pools of one Ray cluster: a learner (Ray
+    Train, one worker per chip, FSDP2) and vLLM rollout engines exchanging weights. Each key is
+    a flag of `python -m workloads.rl` (workloads/rl/config.py); infra/rules/rl.py checks both
+    sides' fit."""
+
+    enabled: bool = False
+    learner_pool: str = ""  # a TPU pool of park:tpuPools
+    rollout_pool: str = ""  # a TPU pool of park:tpuPools, or a GPU pool of park:gpuPools
+    image: str | None = None  # default: <registry>/park-workloads:<version>
+    model: str = ""  # HF id, gs://..., or a path under the bucket mount
+    init: Literal["pretrained", "config"] = "pretrained"
+    # Prompts with reference answers: .jsonl/.json/.parquet (bucket mount or gs://), hf:NAME[:CONFIG]
+    data: str = ""
+    data_split: str = "train"
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    group_size: int = Field(8, ge=1)  # completions per prompt (the rules ask for 2 or more)
+    prompts_per_step: int = Field(32, ge=1)
+    sampling_temperature: float = Field(1.0, gt=0)
+    max_prompt_tokens: int = Field(512, ge=1)
+    max_response_tokens: int = Field(1024, ge=1)
+    # Built-ins (exact_match, numeric, format) or module:function importable on the cluster.
+    rewards: list[str] = ["numeric"]
+    reward_weights: list[float] | None = None
+    kl_coef: float = Field(0.0, ge=0)
+    max_staleness: int = Field(1, ge=0)  # policy versions a rollout may lag the learner
+    sync_every: int = Field(1, ge=1)  # publish the policy every N learner steps
+    steps: int = Field(200, ge=1)
+    learning_rate: float = Field(1e-6, ge=0)
+    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
+    micro_batch_size: int | None = Field(None, ge=1)  # unset: the most that fit
+    activation_checkpointing: bool = False
+    tensor_parallel_size: int | None = Field(None, ge=1)  # per engine; default: the most allowed
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    checkpoint_every: int = Field(50, ge=1)
+    export: bool = True  # the final policy as a Hugging Face folder (servable)
+    max_failures: int = Field(3, ge=0)
+    ttl_seconds_after_finished: int = Field(600, ge=0)
+    active_deadline_seconds: int = Field(86400, ge=60)
+    backoff_limit: int = Field(0, ge=0)
+    estimated_step_seconds: float = Field(30.0, gt=0)  # for `park cost`'s run estimate
+
+
 class PricesConfig(_Model):
     """`park:prices`: your own rates over infra/data/prices.yaml (negotiated, regional, newer)."""
 
@@ -260,6 +304,10 @@ class PolicyConfig(_Model):
 
     enforcement: dict[PolicyRule, Literal["mandatory", "advisory", "disabled"]] = {}
     prod_like: bool | None = None  # default: the stack name starts with "prod"
+    # What a production stack may expose on purpose (infra/rules/security.py): a control plane
+    # reachable from the internet, nodes with public IPs, a public serving endpoint. Without
+    # it these are refused on production stacks and warned about elsewhere.
+    acknowledge_public: list[Literal["control-plane", "nodes", "serving"]] = []
 
     def is_prod_like(self, stack: str) -> bool:
         """Prod-like stacks keep deletion protection (config rules and the policy pack)."""
@@ -293,6 +341,7 @@ class StackConfig(_Model):
     registry: RegistryConfig = RegistryConfig()
     training: TrainingConfig = TrainingConfig()
     serving: ServingConfig = ServingConfig()
+    rl: RlConfig = RlConfig()
     prices: PricesConfig = PricesConfig()
     observability: ObservabilityConfig = ObservabilityConfig()
     policy: PolicyConfig = PolicyConfig()
