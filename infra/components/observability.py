@@ -17,6 +17,7 @@ from infra.components._base import (
 )
 from infra.components._naming import child_name, claim, kubernetes_claims, renamed
 from infra.components.kubernetes import custom_resource
+from infra.names import WORKLOAD_LABEL
 from infra.plan.observability import IAP_ROLE, dashboard_access, metrics, value_extractor
 from infra.rules.platform import check_observability
 
@@ -67,6 +68,9 @@ class DashboardAccessArgs(TypedDict):
     """Names derive from it (park-<stack>-ray-dashboard); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
     """The RayService's namespace (default park)."""
+    service: NotRequired[str]
+    """The LlmService whose Ray dashboard it exposes: its name (default park-serve, the stack
+    program's); in Python, the LlmService itself."""
     kubeconfig: NotRequired[pulumi.Input[str]]
     """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
     of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
@@ -222,6 +226,9 @@ class DashboardAccess(pulumi.ComponentResource):
             )
         access = dashboard_access(stack_plan)
         assert access is not None
+        for manifest in access.manifests:
+            if manifest["kind"] == "Service" and args.get("service"):
+                manifest["spec"]["selector"][WORKLOAD_LABEL] = args["service"]  # its head
         project, owner = args["project"], f"DashboardAccess {name!r}"
         taken = kubernetes_claims(owner, self, opts, access.manifests)
         taken += [

@@ -341,3 +341,8 @@ class LlmService(pulumi.ComponentResource):
         self.register_outputs(
             {"service_name": self.service_name, "endpoint_service": self.endpoint_service}
         )
+        self._service = name
+
+    def as_argument(self, field: str) -> str | None:
+        """Given as a DashboardAccess's `service`: the RayService's name."""
+        return self._service if field == "service" else None

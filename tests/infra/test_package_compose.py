@@ -384,3 +384,26 @@ def test_the_readme_snippet_check_can_fail(tmp_path, monkeypatch):
     with pytest.raises(ProgramError) as err:
         exec(compile(test, "README.md", "exec"), {})
     assert "name 'pulumi' is not defined" in str(err.value)
+
+
+def test_the_dashboard_exposes_the_endpoint_it_is_given():
+    def build() -> None:
+        chat = park_gke.LlmService("chat", _service())
+        park_gke.DashboardAccess(
+            "dashboard",
+            {
+                "project": "p",
+                "domain": "ray.example.com",
+                "iap_members": ["group:ml@example.com"],
+                "oauth_client_id": "123-abc.apps.googleusercontent.com",
+                "oauth_secret": "iap-oauth",
+                "service": chat,  # type: ignore[typeddict-item]
+            },
+        )
+
+    result = testing.run(build, project="p")
+    (service,) = result.of_type("kubernetes:core/v1:Service")
+    (ray,) = result.of_type(RAY_SERVICE)
+    head_labels = ray.inputs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["metadata"]
+    assert service.inputs["spec"]["selector"]["park-gke/workload"] == "chat"
+    assert head_labels["labels"]["park-gke/workload"] == "chat"
