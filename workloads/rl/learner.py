@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from workloads.rl.grpo import LossSettings, policy_loss
 from workloads.rl.rollout import Rollout
 from workloads.rl.sync import PolicyVersion, version_folder
+from workloads.train import storage
 from workloads.train.config import LOSS_CHUNK_TOKENS
 from workloads.train.data import IGNORE
 from workloads.train.export import export_model
@@ -240,10 +241,14 @@ def publish(
     *,
     dtype: torch.dtype = torch.float32,
     max_shard_bytes: int = 2 * 1024**3,
+    keep: int = 2,
 ) -> tuple[PolicyVersion, float]:
     """Write the learner's weights as version ``learner.version`` under ``root`` (every rank
     calls this: the exporter gathers shard by shard) and record it in ``store`` (rank 0; a
-    PolicyStore or a Ray actor handle of one). Returns the version and the seconds spent."""
+    PolicyStore or a Ray actor handle of one). Rank 0 then deletes the version ``keep``
+    publications back (an engine may still be reading the ones in between); version 0 stays,
+    since it is the folder engines are started (and restarted) from. Returns the version and
+    the seconds spent."""
     source = learner.model.source
     if source is None:
         raise ValueError("only a Hugging Face model can be published to vLLM engines")
@@ -267,4 +272,7 @@ def publish(
             policy = ray.get(remote(learner.version, path))
         else:
             policy = publish_fn(learner.version, path)
+        old = learner.version - keep
+        if keep > 0 and old > 0:
+            storage.remove_folder(version_folder(root, old))
     return policy, time.perf_counter() - started
