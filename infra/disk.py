@@ -30,6 +30,7 @@ from infra.host_memory import HostMemory, Item, serving_memory, training_memory
 
 if TYPE_CHECKING:
     from infra.resolve import PoolPlan, ServingPlan, StackPlan, TrainingPlan
+    from infra.resolve_rl import RlPlan
     from infra.spec.models import TrainingConfig
 
 GIB = 1024**3
@@ -302,6 +303,34 @@ def serving_pod(serving: ServingPlan, bucket: str) -> PodDisk:
     return PodDisk("serving-worker", serving.pool.name, tuple(scratch), cache)
 
 
+def rl_pods(rl: RlPlan) -> list[PodDisk]:
+    """park:rl's pods: a learner host like a training host (the policy's checkpoints go to the
+    bucket), a rollout host like a serving host (its file cache holds the published policy,
+    which every engine reloads at each version), its head and submitter."""
+    weights = _weights_bytes(rl.facts.facts) or 0
+    hub = rl.spec.data.startswith("hf:")
+    learner = [
+        _ray_logs(rl.learner.slice.chips_per_host),
+        Item("hub side files (HF_HOME)", HF_SIDE_FILES_BYTES),
+    ]
+    if hub:
+        allowance = f"{rl.spec.data}: allowance"
+        learner.append(Item("hub data set (HF_HOME)", HF_DATASET_BYTES, allowance))
+    learner.append(Item("compile scratch (TMPDIR)", COMPILE_SCRATCH_BYTES))
+    chips = rl.rollout.tpu.slice.chips_per_host if rl.rollout.tpu else rl.rollout.tensor_parallel
+    rollout = (
+        _ray_logs(chips),
+        Item("hub side files (HF_HOME)", HF_SIDE_FILES_BYTES),
+        Item("compile scratch (TMPDIR)", COMPILE_SCRATCH_BYTES),
+    )
+    return [
+        PodDisk("rl-learner", rl.learner.name, tuple(learner)),
+        PodDisk("rl-rollout", rl.rollout.pool_name, rollout, weights),
+        head_pod("rl-head"),
+        submitter_pod(),
+    ]
+
+
 def head_pod(role: str) -> PodDisk:
     scratch = (_ray_logs(4), Item("hub side files (HF_HOME)", HF_SIDE_FILES_BYTES))
     return PodDisk(role, "cpu", scratch)
@@ -357,6 +386,10 @@ def _staged(plan: StackPlan) -> tuple[StagedModel, ...]:
     if training is not None and training.spec.model and training.model_path != training.spec.model:
         weights = _weights_bytes(_training_facts(training))
         found[training.spec.model] = (["park:training.model"], weights)
+    rl = plan.rl
+    if rl is not None and rl.model_path != rl.spec.model:
+        keys, _ = found.setdefault(rl.spec.model, ([], _weights_bytes(rl.facts.facts)))
+        keys.append("park:rl.model")
     if plan.serving is not None:
         for m in plan.serving.models:
             if needs_staging(m.source):
@@ -385,6 +418,8 @@ def build(plan: StackPlan) -> DiskPlan:
     if plan.serving is not None:
         pods += [serving_pod(plan.serving, plan.names.bucket), head_pod("serving-head")]
         memory.append(serving_memory(plan.serving))
+    if plan.rl is not None:
+        pods += rl_pods(plan.rl)
     nodes = [_cpu_node(plan, pods)] + [_tpu_node(pool, pods) for pool in plan.tpu_pools]
     return DiskPlan(tuple(pods), tuple(nodes), tuple(memory), _staged(plan))
 

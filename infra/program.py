@@ -115,6 +115,8 @@ def _build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
         service = args_from.serving(plan, has_token)
         service["head_node_selector"] = cpu.selector
         LlmService("park-serve", service, on_pool(plan.serving.pool.name))
+    if plan.rl is not None:
+        _rl_job(plan, on_pool(plan.rl.learner.name), has_token, tpu_pools)
 
     on_namespace = pulumi.ResourceOptions(
         providers={"kubernetes": provider}, depends_on=space.ready
@@ -136,6 +138,21 @@ def _build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
         "tpu_pools",
         {p.name: {"chips": p.total_chips, "hosts": p.total_hosts} for p in plan.tpu_pools},
     )
+
+
+def _rl_job(
+    plan: StackPlan, opts: pulumi.ResourceOptions, has_token: bool, tpu_pools: dict[str, Any]
+) -> None:
+    """park:rl's RayJob (infra/plan/rl.py), after both of its pools' nodes."""
+    from infra.components.kubernetes import custom_resource
+    from infra.plan.ray import ray_pods
+    from infra.plan.rl import rl_rayjob
+
+    assert plan.rl is not None
+    manifest = rl_rayjob(plan.rl, ray_pods(plan), hf_token=has_token)
+    rollout = tpu_pools.get(plan.rl.rollout.pool_name)  # a GPU pool: none to wait for here
+    waits = pulumi.ResourceOptions(depends_on=list(rollout.node_pools) if rollout else [])
+    custom_resource(manifest, opts.merge(waits), "park-rl-rayjob")
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ The budget is the pool's slices, halved when upgrades build a second cluster bes
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from infra import catalog, disk, engine, gke, model_facts, names, training_fit
 from infra.disk import DiskPlan
@@ -38,6 +39,9 @@ from infra.training_fit import TrainingFit
 from infra.versions import IMAGE_TAG
 from workloads import protocol
 from workloads.train.config import LOSS_CHUNK_TOKENS
+
+if TYPE_CHECKING:
+    from infra.resolve_rl import RlPlan
 
 # Images, by what runs in them: one TorchTPU image for training and vLLM-TorchTPU serving; a
 # separate JAX image for the vllm-tpu engine (its libtpu pins conflict with torch_tpu).
@@ -161,6 +165,7 @@ class StackPlan:
     cluster_version: gke.GkeVersion  # the pin, or the release channel's default
     warnings: tuple[ConfigProblem, ...] = ()  # valid, but worth saying (infra.rules.warnings)
     disk: DiskPlan | None = None  # scratch, file caches, boot disks, host memory
+    rl: RlPlan | None = None  # park:rl's GRPO job (infra.resolve_rl)
 
     @property
     def stack(self) -> str:
@@ -427,6 +432,11 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             upgrade_clusters=clusters,
         )
 
+    from infra.resolve_rl import resolve_rl
+
+    gpu_by_name = {g.spec.name: g for g in gpus}
+    rl = resolve_rl(spec, by_name, gpu_by_name, stack_names, partial=partial)
+
     cluster = spec.cluster
     pinned = cluster.version if gke.parse(cluster.version or "") else None  # rules say why not
     plan = StackPlan(
@@ -437,5 +447,6 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         training=training,
         serving=serving,
         cluster_version=gke.cluster_version(cluster.release_channel, pinned),
+        rl=rl,
     )
     return replace(plan, disk=disk.build(plan))

@@ -46,10 +46,11 @@ def _word(value: Any) -> str:
     return str(value)
 
 
-def render_entrypoint(fields: Mapping[str, Any]) -> str:
-    """The command line for these TrainConfig fields, in the order given (booleans as
-    ``--flag`` / ``--no-flag``; None values are left out)."""
-    words = list(TRAIN_COMMAND)
+def render_entrypoint(fields: Mapping[str, Any], command: tuple[str, ...] = TRAIN_COMMAND) -> str:
+    """The command line for these TrainConfig fields (or another entrypoint's, after
+    `command`), in the order given (booleans as ``--flag`` / ``--no-flag``; None values are
+    left out)."""
+    words = list(command)
     for name, value in fields.items():
         if value is None:
             continue

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from infra import disk
 from infra.resolve import StackPlan, resolve
-from infra.rules import platform, pools, security, training_memory, workloads
+from infra.rules import platform, pools, rl, security, training_memory, workloads
 from infra.spec.errors import ConfigError, ConfigProblem
 from infra.spec.models import StackConfig
 
@@ -27,6 +27,7 @@ def problems(spec: StackConfig) -> list[ConfigProblem]:
     found += pools.check_pools(spec)
     found += workloads.check_training(plan)
     found += workloads.check_serving(plan)
+    found += rl.check_rl(plan)
     found += platform.check_names(spec, plan.names)
     found += platform.check_ranges(spec)
     found += platform.check_lifecycle(spec)
@@ -45,6 +46,7 @@ def warnings(spec: StackConfig) -> list[ConfigProblem]:
         *pools.version_warnings(spec),
         *workloads.serving_warnings(plan),
         *training_memory.training_warnings(plan),
+        *rl.rl_warnings(plan),
     ]
 
 

@@ -214,7 +214,8 @@ class RlConfig(_Model):
     image: str | None = None  # default: <registry>/park-workloads:<version>
     model: str = ""  # HF id, gs://..., or a path under the bucket mount
     init: Literal["pretrained", "config"] = "pretrained"
-    # Prompts with reference answers: .jsonl/.json/.parquet (bucket mount or gs://), hf:NAME[:CONFIG]
+    # Prompts with reference answers: .jsonl/.json/.parquet (under the bucket mount or
+    # gs://...), or hf:NAME[:CONFIG].
     data: str = ""
     data_split: str = "train"
     prompt_field: str = "prompt"

@@ -1,0 +1,180 @@
+"""The RL RayJob (`park:rl`) as a plain dict: one Ray cluster, a CPU head and two accelerator
+worker groups, the learner on its TPU pool and the vLLM rollout engines on theirs.
+
+The groups are the training RayJob's (infra/plan/ray.py: one Ray pod per TPU host, one replica
+per slice, the pool's own label in the nodeSelector so two pools of one shape never take each
+other's nodes). A GPU rollout pool gets a worker group of one pod per node holding every GPU of
+it. The entrypoint is ``python -m workloads.rl ...`` rendered from workloads/rl/config.py after
+its own rules; every count in it is the resolved plan's (infra.resolve_rl).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from infra.names import GPU_TAINT_KEY, METRICS_PORT, METRICS_PORT_NAME, POOL_LABEL
+from infra.plan import ray
+from infra.resolve_rl import RL_JOB_NAME, RlPlan, RolloutPlan
+from infra.versions import RAY_VERSION
+from workloads.rl.config import rl_entrypoint
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# A GPU pod's CPU and memory per GPU: what the smallest GPU machine (g2-standard-4, one L4:
+# 4 vCPU, 16 GB) leaves allocatable, so the request schedules on any GPU machine type.
+GPU_POD_CPU_PER_GPU = 3
+GPU_POD_MEMORY_GIB_PER_GPU = 12
+
+
+def rl_fields(rl: RlPlan) -> dict[str, Any]:
+    """The flags of `python -m workloads.rl` the stack sets, in order (None values left out)."""
+    spec, tpu, rollout = rl.spec, rl.learner.slice, rl.rollout
+    fields: dict[str, Any] = {
+        "accelerator": "tpu",
+        "num_workers": rl.workers,
+        "tpu_topology": tpu.topology,
+        "tpu_accelerator_type": tpu.ray_accelerator_type,
+        "torch_tpu_topology": tpu.torch_tpu_topology,
+        "chips_per_host": tpu.chips_per_host,
+        "strategy": spec.strategy,
+        "micro_batch_size": rl.micro_batch,  # the plan's: what preview proved fits
+        "activation_checkpointing": spec.activation_checkpointing,
+        "rollout_accelerator": rollout.kind,
+        "rollout_engines": rollout.engines,
+        "rollout_tensor_parallel_size": rollout.tensor_parallel,
+        "rollout_torch_tpu_topology": rollout.torch_tpu_topology,
+        "gpu_memory_utilization": spec.gpu_memory_utilization,
+        "model": rl.model_path,
+        "init": spec.init,
+        "data": spec.data,
+        "data_split": spec.data_split,
+        "prompt_field": spec.prompt_field,
+        "answer_field": spec.answer_field,
+        "rewards": ",".join(spec.rewards),
+        "reward_weights": (
+            ",".join(f"{w:g}" for w in spec.reward_weights) if spec.reward_weights else None
+        ),
+        "group_size": spec.group_size,
+        "prompts_per_step": spec.prompts_per_step,
+        "temperature": spec.sampling_temperature,
+        "max_prompt_tokens": spec.max_prompt_tokens,
+        "max_response_tokens": spec.max_response_tokens,
+        "kl_coef": spec.kl_coef,
+        "max_staleness": spec.max_staleness,
+        "publish_every": spec.sync_every,
+        "steps": spec.steps,
+        "lr": spec.learning_rate,
+        "checkpoint_every": spec.checkpoint_every,
+        "storage_path": rl.storage_path,
+        "run_name": rl.run_name,
+        "export": spec.export,
+        "max_failures": spec.max_failures,
+    }
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def gpu_worker_group(
+    pods: ray.RayPods, rollout: RolloutPlan, image: str, *, hf_token: bool = False
+) -> dict[str, Any]:
+    """One Ray pod per GPU node of the rollout pool, holding all its GPUs; tolerates the GPU
+    taint GKE puts on GPU pools, selects the pool by its label."""
+    assert rollout.gpu is not None
+    pool = rollout.gpu.spec
+    budget = pods.budget("rl-rollout")
+    gpus = pool.accelerator_count
+    resources = ray._resources(
+        GPU_POD_CPU_PER_GPU * gpus, f"{GPU_POD_MEMORY_GIB_PER_GPU * gpus}Gi", budget
+    )
+    for side in ("requests", "limits"):
+        resources[side][GPU_RESOURCE] = str(gpus)
+    return {
+        "groupName": pool.name,
+        "replicas": rollout.groups,
+        "minReplicas": rollout.groups,
+        "maxReplicas": rollout.groups,
+        "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
+        "template": {
+            "metadata": ray._pod_metadata(),
+            "spec": {
+                "serviceAccountName": pods.service_account,
+                "automountServiceAccountToken": False,
+                "securityContext": ray._pod_security_context(),
+                "nodeSelector": {POOL_LABEL: pool.name},
+                "tolerations": [
+                    {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+                ],
+                "containers": [
+                    {
+                        "name": "ray-worker",
+                        "image": image,
+                        "imagePullPolicy": "Always",
+                        "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT}],
+                        "resources": resources,
+                        "env": ray._env(pods, hf_token),
+                        "volumeMounts": ray._volume_mounts(pods, hf_token=hf_token),
+                        "securityContext": ray._security_context(),
+                    }
+                ],
+                "volumes": ray._volumes(pods, budget, hf_token=hf_token),
+            },
+        },
+    }
+
+
+def rollout_group(rl: RlPlan, pods: ray.RayPods, *, hf_token: bool = False) -> dict[str, Any]:
+    """The rollout engines' worker group: every slice (or GPU node) of the rollout pool."""
+    rollout = rl.rollout
+    if rollout.tpu is None:
+        return gpu_worker_group(pods, rollout, rl.image, hf_token=hf_token)
+    groups = rollout.groups
+    return ray.tpu_worker_group(
+        pods,
+        rollout.tpu,
+        rl.image,
+        replicas=groups,
+        min_replicas=groups,
+        max_replicas=groups,
+        hf_token=hf_token,
+        role="rl-rollout",
+    )
+
+
+def rl_rayjob(rl: RlPlan, pods: ray.RayPods, *, hf_token: bool = False) -> dict[str, Any]:
+    """The RL RayJob: runs to completion, then releases both pools' slices."""
+    spec, image = rl.spec, rl.image
+    learner = ray.tpu_worker_group(
+        pods,
+        rl.learner,
+        image,
+        replicas=rl.slices,
+        min_replicas=rl.slices,
+        max_replicas=rl.slices,
+        hf_token=hf_token,
+        role="rl-learner",
+    )
+    body: dict[str, Any] = {
+        "entrypoint": rl_entrypoint(rl_fields(rl)),
+        "runtimeEnvYAML": yaml.safe_dump(ray.training_runtime_env(), sort_keys=True),
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "activeDeadlineSeconds": spec.active_deadline_seconds,
+        "backoffLimit": spec.backoff_limit,
+        "submitterPodTemplate": ray._submitter_template(pods, image),
+        "rayClusterSpec": {
+            "rayVersion": RAY_VERSION,
+            "headGroupSpec": ray.head_group(pods, image, hf_token=hf_token, role="rl-head"),
+            "workerGroupSpecs": [learner, rollout_group(rl, pods, hf_token=hf_token)],
+        },
+    }
+    ray._label_pods(body["rayClusterSpec"], RL_JOB_NAME)
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {
+            "name": RL_JOB_NAME,
+            "namespace": pods.namespace,
+            "labels": ray._labels(RL_JOB_NAME),
+        },
+        "spec": body,
+    }

@@ -1,0 +1,220 @@
+"""The resolve step of `park:rl`: a GRPO job's learner and rollout sides, computed once.
+
+The learner is a training run in all but its data: one Ray Train worker per chip of one slice
+of its TPU pool, its batch the step's completions (promptsPerStep x groupSize), its sequences a
+prompt and its completion (maxPromptTokens + maxResponseTokens). Its fit is the training fit
+(infra.resolve.fit_training) of exactly that run. The frozen reference policy of klCoef > 0
+is not in that fit: the learner computes its log-probabilities with the same wrapped model,
+one forward without gradients, below the training step's peak.
+
+The rollout side is vLLM engines as Ray actors (not Serve LLM replicas, so no slice-wide
+placement group): each engine takes `tensorParallelSize` chips, as many engines as the slices
+hold (chips / TP per slice, every slice of the pool). TP follows the serving rules
+(infra.engine: the TP sizes torch_tpu forms on one host, and the model's heads); unset, it is
+the smallest allowed TP whose engine fits (infra.engine.fit_served at maxModelLen = prompt +
+response), so the slice holds the most engines. A GPU pool of park:gpuPools is accepted too:
+TP then divides a node's GPUs, and the memory fit (a TPU model) is not computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from infra import disk, engine, model_facts, names
+from infra.model_facts import FactsLookup
+from infra.spec.models import RlConfig, StackConfig, TrainingConfig
+from infra.training_fit import TrainingFit
+from infra.versions import IMAGE_TAG
+from workloads import protocol
+
+if TYPE_CHECKING:
+    from infra.resolve import GpuPoolPlan, PoolPlan
+
+RL_JOB_NAME = "park-rl"
+ROLLOUT_ENGINE = "vllm-torchtpu"  # the project's image: vLLM on torch_tpu, as serving's default
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """The rollout engines: which pool, how wide each engine is, how many there are."""
+
+    kind: Literal["tpu", "gpu"]
+    pool_name: str
+    tpu: PoolPlan | None  # the TPU pool (kind tpu)
+    gpu: GpuPoolPlan | None  # the GPU pool (kind gpu)
+    tensor_parallel: int  # chips (GPUs) per engine
+    options: tuple[int, ...]  # the TP sizes the slice (node) and the model allow
+    groups: int  # worker-group replicas: TPU slices, or GPU nodes
+    engines_per_group: int
+    hosts: int  # Ray worker pods: TPU hosts of every slice, or GPU nodes
+    max_model_len: int  # prompt + completion
+    fit: engine.Fit | None  # weights and KV cache per chip (TPU only)
+    torch_tpu_topology: str | None  # an engine narrower than its host (infra.engine)
+
+    @property
+    def engines(self) -> int:
+        return self.groups * self.engines_per_group
+
+    @property
+    def chips(self) -> int:
+        return self.engines * self.tensor_parallel
+
+
+@dataclass(frozen=True)
+class RlPlan:
+    """The RL RayJob: the learner on one slice of its pool, the engines on the rollout pool."""
+
+    spec: RlConfig
+    learner: PoolPlan
+    workers: int  # learner chips, one Ray Train worker each
+    hosts: int  # learner pods
+    rollout: RolloutPlan
+    image: str
+    run_name: str
+    storage_path: str
+    export_path: str | None
+    model_path: str  # what the learner loads: a hub model's staged copy through the mount
+    facts: FactsLookup
+    fit: TrainingFit | None  # the learner's step per chip, when the facts are known
+    micro_batch: int
+    accumulation_steps: int
+
+    @property
+    def batch(self) -> int:
+        """Completions per learner step."""
+        return self.spec.prompts_per_step * self.spec.group_size
+
+    @property
+    def seq_len(self) -> int:
+        return self.spec.max_prompt_tokens + self.spec.max_response_tokens
+
+    @property
+    def slices(self) -> int:
+        return 1
+
+
+def learner_training(spec: RlConfig) -> TrainingConfig:
+    """The learner as the training fit sees it: the step's completions, prompt + response long."""
+    return TrainingConfig(
+        enabled=True,
+        model=spec.model or None,
+        strategy=spec.strategy,
+        global_batch_size=spec.prompts_per_step * spec.group_size,
+        micro_batch_size=spec.micro_batch_size,
+        seq_len=max(spec.max_prompt_tokens + spec.max_response_tokens, 8),
+        activation_checkpointing=spec.activation_checkpointing,
+    )
+
+
+def _engine_fit(facts: FactsLookup, pool: PoolPlan, tp: int, spec: RlConfig) -> engine.Fit | None:
+    if facts.facts is None:
+        return None
+    kwargs = {"gpu_memory_utilization": spec.gpu_memory_utilization}
+    length = spec.max_prompt_tokens + spec.max_response_tokens
+    return engine.fit_served(facts.facts, pool.slice, tp, length, kwargs)
+
+
+def resolve_rollout(
+    spec: RlConfig, facts: FactsLookup, tpu: PoolPlan | None, gpu: GpuPoolPlan | None
+) -> RolloutPlan:
+    length = spec.max_prompt_tokens + spec.max_response_tokens
+    if tpu is not None:
+        options = tuple(engine.allowed_tensor_parallel(ROLLOUT_ENGINE, tpu.slice, facts.facts))
+        tp = spec.tensor_parallel_size
+        if tp is None:
+            fitting = [t for t in options if (f := _engine_fit(facts, tpu, t, spec)) and f.fits]
+            tp = (fitting or list(options) or [tpu.slice.chips])[0]
+        fit = _engine_fit(facts, tpu, tp, spec) if tp in options else None
+        return RolloutPlan(
+            kind="tpu",
+            pool_name=tpu.name,
+            tpu=tpu,
+            gpu=None,
+            tensor_parallel=tp,
+            options=options,
+            groups=tpu.slices,
+            engines_per_group=tpu.slice.chips // tp if tp else 0,
+            hosts=tpu.total_hosts,
+            max_model_len=length,
+            fit=fit,
+            torch_tpu_topology=engine.torch_tpu_topology(tpu.slice, tp) if tp in options else None,
+        )
+    assert gpu is not None
+    count = gpu.spec.accelerator_count
+    heads = facts.facts
+    options = tuple(
+        t
+        for t in range(1, count + 1)
+        if count % t == 0 and (heads is None or not engine.head_problems(heads, t))
+    )
+    tp = spec.tensor_parallel_size or (options or (1,))[0]
+    return RolloutPlan(
+        kind="gpu",
+        pool_name=gpu.spec.name,
+        tpu=None,
+        gpu=gpu,
+        tensor_parallel=tp,
+        options=options,
+        groups=gpu.spec.nodes,
+        engines_per_group=count // tp,
+        hosts=gpu.spec.nodes,
+        max_model_len=length,
+        fit=None,
+        torch_tpu_topology=None,
+    )
+
+
+def resolve_rl(
+    spec: StackConfig,
+    tpu_pools: dict[str, PoolPlan],
+    gpu_pools: dict[str, GpuPoolPlan],
+    stack_names: names.StackNames,
+    *,
+    partial: bool = False,
+) -> RlPlan | None:
+    """The RlPlan of park:rl; None when it is off (or, with `partial`, when a pool it names
+    is missing: the rules say so)."""
+    from infra.resolve import CHECKPOINTS_PREFIX, WORKLOAD_IMAGE, fit_training
+
+    rl = spec.rl
+    if not rl.enabled:
+        return None
+    learner = tpu_pools.get(rl.learner_pool)
+    tpu, gpu = tpu_pools.get(rl.rollout_pool), gpu_pools.get(rl.rollout_pool)
+    if learner is None or (tpu is None and gpu is None):
+        if partial:
+            return None
+        raise KeyError(f"park:rl: no pool {rl.learner_pool!r} or {rl.rollout_pool!r}")
+    facts = (
+        model_facts.lookup(rl.model)
+        if rl.model
+        else FactsLookup(None, (), "park:rl.model is not set")
+    )
+    workers, hosts = learner.slice.chips, learner.slice.hosts
+    fit = None
+    if facts.facts is not None:
+        fit = fit_training(facts.facts, learner_training(rl), learner.slice, 1)
+    share = (rl.prompts_per_step * rl.group_size) // workers
+    micro = fit.micro_batch if fit else (rl.micro_batch_size or share)
+    run_name = f"{spec.stack}-{RL_JOB_NAME}"
+    storage = f"gs://{stack_names.bucket}/{CHECKPOINTS_PREFIX}"
+    model_path = rl.model
+    if rl.model and disk.needs_staging(rl.model) and rl.init != "config":
+        model_path = disk.staged_path(spec.storage.mount_path, rl.model)
+    return RlPlan(
+        spec=rl,
+        learner=learner,
+        workers=workers,
+        hosts=hosts,
+        rollout=resolve_rollout(rl, facts, tpu, gpu),
+        image=rl.image or f"{stack_names.registry_url}/{WORKLOAD_IMAGE}:{IMAGE_TAG}",
+        run_name=run_name,
+        storage_path=storage,
+        export_path=protocol.training_export_path(storage, run_name) if rl.export else None,
+        model_path=model_path,
+        facts=facts,
+        fit=fit,
+        micro_batch=micro,
+        accumulation_steps=fit.accumulation_steps if fit else max(share // max(micro, 1), 1),
+    )

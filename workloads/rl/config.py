@@ -1,0 +1,311 @@
+"""The RL run's configuration: one dataclass, its CLI, its validation, its entrypoint.
+
+The RayJob of `park:rl` renders ``python -m workloads.rl --flag value ...`` from the field
+names here (``group_size`` → ``--group-size``), the way the trainer's does from
+workloads/train/config.py; ``parse_args(shlex.split(to_entrypoint(c))[3:]) == c``. The infra
+side checks a stack's RL job by building this config at preview time (infra/rules/rl.py), so a
+flag the workload would refuse fails before anything runs. Precedence: dataclass defaults <
+``--config FILE`` < CLI flags.
+
+Nothing here imports torch, Ray or vLLM (the reward names are checked by syntax and against
+the built-ins' names; importing a ``module:function`` happens at job start,
+workloads/rl/rewards.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
+
+from workloads.protocol import field_of, flag, render_entrypoint
+from workloads.rl.rewards import BUILTINS
+from workloads.train.config import (
+    ACCELERATORS,
+    HF_DATA_PREFIX,
+    STRATEGIES,
+    ConfigError,
+    data_kind,
+    load_config_file,
+    topology_chips,
+)
+
+RL_MODULE = "workloads.rl"
+RL_COMMAND = ("python", "-m", RL_MODULE)
+ROLLOUT_ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
+INITS = ("pretrained", "config")
+# `package.module:function` (dotted attributes after the colon allowed, as rewards.resolve).
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+REWARD_NAME = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
+PROMPT_DATA_KINDS = ("text", "hf", "folder")  # .jsonl/.json/.parquet, hf:, a folder of them
+
+__all__ = ["ConfigError", "RLRunConfig", "parse_args", "rl_entrypoint", "to_entrypoint", "validate"]
+
+
+def _opt(default: Any, help: str, *, type: Any = str, choices: Sequence[str] | None = None) -> Any:
+    """A dataclass field that also describes its CLI flag."""
+    return field(default=default, metadata={"help": help, "type": type, "choices": choices})
+
+
+@dataclass(frozen=True)
+class RLRunConfig:
+    """Everything a GRPO run on a cluster needs; every field is a ``--flag``."""
+
+    # The learner: Ray Train workers, one per chip of the learner slice.
+    accelerator: str = _opt("auto", "learner: tpu, gpu, cpu or auto", choices=ACCELERATORS)
+    num_workers: int | None = _opt(None, "learner workers (TPU: chips of the slice)", type=int)
+    tpu_topology: str | None = _opt(None, "learner slice topology, e.g. 2x4")
+    tpu_accelerator_type: str = _opt("TPU-V6E", "Ray accelerator type of the learner slice")
+    torch_tpu_topology: str | None = _opt(None, "learner TORCH_TPU_TOPOLOGY, e.g. 2,4,1")
+    chips_per_host: int | None = _opt(None, "learner TPU chips per host", type=int)
+    strategy: str = _opt("fsdp2", "learner data parallelism: ddp or fsdp2", choices=STRATEGIES)
+    micro_batch_size: int | None = _opt(
+        None,
+        "sequences per learner forward/backward per worker (default: its whole share)",
+        type=int,
+    )
+    activation_checkpointing: bool = _opt(False, "recompute activations in backward", type=bool)
+    # The rollout engines: vLLM as Ray actors on the rollout slice(s).
+    rollout_accelerator: str = _opt(
+        "auto", "rollout engines: tpu, gpu, cpu or auto", choices=ROLLOUT_ACCELERATORS
+    )
+    rollout_engines: int = _opt(1, "vLLM engines (Ray actors)", type=int)
+    rollout_tensor_parallel_size: int = _opt(1, "chips (or GPUs) per engine", type=int)
+    rollout_torch_tpu_topology: str | None = _opt(
+        None, "TORCH_TPU_TOPOLOGY of one engine using fewer chips than its host, e.g. 1,1,1"
+    )
+    gpu_memory_utilization: float = _opt(0.9, "share of each chip's memory vLLM keeps", type=float)
+    # The policy and the task.
+    model: str = _opt("", "Hugging Face causal LM: hub id, gs://bucket/folder or a local folder")
+    init: str = _opt("pretrained", "pretrained weights, or config (random)", choices=INITS)
+    data: str = _opt("", "prompts with answers: .jsonl/.json/.parquet (file, folder, gs://) or hf:")
+    data_split: str = _opt("train", "split of an hf: data set")
+    prompt_field: str = _opt("prompt", "record field of the prompt")
+    answer_field: str = _opt("answer", "record field of the reference answer")
+    rewards: str = _opt(
+        "numeric", f"comma-separated rewards: {', '.join(BUILTINS)} or module:function"
+    )
+    reward_weights: str | None = _opt(None, "comma-separated weights, one per reward (default 1)")
+    # GRPO.
+    group_size: int = _opt(8, "completions sampled per prompt", type=int)
+    prompts_per_step: int = _opt(32, "prompts per learner step", type=int)
+    temperature: float = _opt(1.0, "sampling temperature", type=float)
+    max_prompt_tokens: int = _opt(512, "prompts longer than this are left out", type=int)
+    max_response_tokens: int = _opt(1024, "tokens sampled per completion at most", type=int)
+    kl_coef: float = _opt(0.0, "weight of the k3 KL to the frozen reference (0: none)", type=float)
+    clip_low: float = _opt(0.2, "policy-ratio clip below 1", type=float)
+    clip_high: float = _opt(0.28, "policy-ratio clip above 1", type=float)
+    max_staleness: int = _opt(1, "policy versions a rollout may lag the learner", type=int)
+    publish_every: int = _opt(1, "publish the policy to the engines every N steps", type=int)
+    steps: int = _opt(200, "learner steps in total (a resumed run continues to this)", type=int)
+    lr: float = _opt(1e-6, "learning rate (AdamW)", type=float)
+    seed: int = _opt(0, "seed for the prompt order and sampling", type=int)
+    # Checkpoints, export, reporting.
+    checkpoint_every: int = _opt(50, "checkpoint every N steps and at the end", type=int)
+    storage_path: str = _opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
+    run_name: str = _opt("park-rl", "run name; rerunning a name resumes its last checkpoint")
+    export: bool = _opt(True, "the final policy as a Hugging Face folder", type=bool)
+    max_failures: int = _opt(3, "learner worker failures to recover from (-1: forever)", type=int)
+    report_every: int = _opt(1, "print metrics every N steps", type=int)
+
+    @property
+    def reward_names(self) -> list[str]:
+        return [r.strip() for r in self.rewards.split(",") if r.strip()]
+
+    @property
+    def weights(self) -> list[float] | None:
+        if self.reward_weights is None:
+            return None
+        return [float(w) for w in self.reward_weights.split(",") if w.strip()]
+
+    @property
+    def max_model_len(self) -> int:
+        """The engines' context: a prompt and its completion."""
+        return self.max_prompt_tokens + self.max_response_tokens
+
+    @property
+    def batch(self) -> int:
+        """Completions per learner step."""
+        return self.prompts_per_step * self.group_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> RLRunConfig:
+        """From a mapping of field names (dashes or underscores); values coerced to types."""
+        normalized = {field_of(str(k)): v for k, v in values.items()}
+        unknown = sorted(set(normalized) - set(_FIELDS))
+        if unknown:
+            raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
+        return cls(**{k: _coerce(k, v) for k, v in normalized.items()})
+
+
+_FIELDS = {f.name: f for f in fields(RLRunConfig)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    kind = _FIELDS[name].metadata["type"]
+    if kind is str and isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)  # rewards / weights given as a YAML list
+    try:
+        if kind is bool:
+            if isinstance(value, str):
+                return value.strip().lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        return kind(value)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{flag(name)}: cannot read {value!r} as {kind.__name__}") from err
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every default None, so that only given flags override the config file."""
+    parser = argparse.ArgumentParser(
+        prog=" ".join(RL_COMMAND), description="GRPO: vLLM rollouts and a Ray Train learner."
+    )
+    parser.add_argument("--config", help="YAML or JSON file whose keys are flag names")
+    for f in fields(RLRunConfig):
+        meta = f.metadata
+        default = f.default if f.default is not MISSING else None
+        text = meta["help"] if default is None else f"{meta['help']} (default: {default})"
+        text = text.replace("%", "%%")
+        if meta["type"] is bool:
+            parser.add_argument(
+                flag(f.name), dest=f.name, default=None, help=text,
+                action=argparse.BooleanOptionalAction,
+            )  # fmt: skip
+        else:
+            parser.add_argument(
+                flag(f.name), dest=f.name, default=None, help=text, type=meta["type"],
+                choices=meta["choices"],
+            )  # fmt: skip
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> RLRunConfig:
+    """CLI flags over the config file over the defaults; validated."""
+    args = vars(build_parser().parse_args(argv))
+    path = args.pop("config")
+    merged: dict[str, Any] = load_config_file(path) if path else {}
+    merged = {str(k).replace("-", "_"): v for k, v in merged.items()}
+    merged.update({k: v for k, v in args.items() if v is not None})
+    cfg = RLRunConfig.from_dict(merged)
+    validate(cfg)
+    return cfg
+
+
+def to_entrypoint(cfg: RLRunConfig | Mapping[str, Any]) -> str:
+    """The RayJob entrypoint of a valid config: the values that differ from the defaults."""
+    if not isinstance(cfg, RLRunConfig):
+        cfg = RLRunConfig.from_dict(cfg)
+    validate(cfg)
+    values = cfg.to_dict()
+    changed = {f.name: values[f.name] for f in fields(RLRunConfig) if values[f.name] != f.default}
+    return render_entrypoint(changed, RL_COMMAND)
+
+
+def rl_entrypoint(values: Mapping[str, Any]) -> str:
+    """The RayJob entrypoint of these fields, every one given (None left out), after the
+    config's own rules: a flag the workload does not know or refuses fails at preview."""
+    validate(RLRunConfig.from_dict(values))
+    return render_entrypoint(values, RL_COMMAND)
+
+
+# ---- validation -------------------------------------------------------------------------
+
+
+def reward_problem(name: str) -> str | None:
+    """Why a reward name cannot be one (None: a built-in, or module:function by syntax)."""
+    if name in BUILTINS or REWARD_NAME.match(name):
+        return None
+    return f"reward {name!r} is neither a built-in ({', '.join(BUILTINS)}) nor module:function"
+
+
+def validate(cfg: RLRunConfig) -> None:
+    """Raise ConfigError naming the flag to fix."""
+    for name in ("group_size", "prompts_per_step", "max_prompt_tokens", "max_response_tokens"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{flag(name)} must be >= 1, got {getattr(cfg, name)}")
+    for name in ("steps", "publish_every", "rollout_engines", "rollout_tensor_parallel_size"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{flag(name)} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.group_size < 2:
+        raise ConfigError(
+            f"--group-size must be >= 2, got {cfg.group_size}: GRPO's advantage is a completion's "
+            "reward against its group's mean, which one completion does not have"
+        )
+    if cfg.temperature <= 0:
+        raise ConfigError(f"--temperature must be > 0 (GRPO samples), got {cfg.temperature}")
+    for name in ("kl_coef", "lr", "max_staleness", "checkpoint_every"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"{flag(name)} must be >= 0, got {getattr(cfg, name)}")
+    if not 0 < cfg.gpu_memory_utilization <= 1:
+        raise ConfigError(
+            f"--gpu-memory-utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"
+        )
+    if not cfg.model:
+        raise ConfigError("--model is required: the policy's Hugging Face model")
+    _validate_data(cfg)
+    _validate_rewards(cfg)
+    if cfg.num_workers is not None and cfg.batch % cfg.num_workers:
+        raise ConfigError(
+            f"--prompts-per-step {cfg.prompts_per_step} x --group-size {cfg.group_size} = "
+            f"{cfg.batch} completions per step must be a multiple of --num-workers "
+            f"({cfg.num_workers}, one learner worker per chip)"
+        )
+    if cfg.num_workers and cfg.micro_batch_size:
+        share = cfg.batch // cfg.num_workers
+        if share % cfg.micro_batch_size:
+            raise ConfigError(
+                f"--micro-batch-size {cfg.micro_batch_size} does not divide the {share} "
+                "completions each learner worker takes per step"
+            )
+    if cfg.accelerator == "tpu":
+        if not cfg.tpu_topology:
+            raise ConfigError("--tpu-topology is required with --accelerator tpu")
+        chips = topology_chips(cfg.tpu_topology)
+        if cfg.num_workers is not None and cfg.num_workers != chips:
+            raise ConfigError(
+                f"--num-workers {cfg.num_workers}: a {cfg.tpu_topology} learner slice has "
+                f"{chips} chips, one worker each"
+            )
+    if cfg.rollout_torch_tpu_topology:
+        topology_chips(cfg.rollout_torch_tpu_topology)
+
+
+def _validate_data(cfg: RLRunConfig) -> None:
+    data = cfg.data
+    if not data:
+        raise ConfigError("--data is required: prompts with reference answers")
+    kind = data_kind(data)
+    if kind not in PROMPT_DATA_KINDS or data.endswith(".txt"):
+        raise ConfigError(
+            f"--data {data!r}: prompts with answers are records: .jsonl, .json or .parquet "
+            "(a file, a folder or gs://...), or hf:NAME[:CONFIG]"
+        )
+    if kind == "hf" and not data.removeprefix(HF_DATA_PREFIX).strip(":"):
+        raise ConfigError("--data hf: needs a data set name, e.g. hf:openai/gsm8k:main")
+    for name in ("prompt_field", "answer_field"):
+        if not getattr(cfg, name):
+            raise ConfigError(f"{flag(name)} must name a record field")
+
+
+def _validate_rewards(cfg: RLRunConfig) -> None:
+    names = cfg.reward_names
+    if not names:
+        raise ConfigError(
+            f"--rewards names none; allowed: {', '.join(BUILTINS)} or module:function"
+        )
+    for name in names:
+        problem = reward_problem(name)
+        if problem:
+            raise ConfigError(f"--rewards: {problem}")
+    weights = cfg.weights
+    if weights is not None and len(weights) != len(names):
+        raise ConfigError(
+            f"--reward-weights gives {len(weights)} weight(s) for {len(names)} reward(s)"
+        )
