@@ -120,7 +120,7 @@ def credentials_in(
             for key, value in reversed(list(item.items())):
                 sub = f"{path}.{key}" if path else str(key)
                 named = isinstance(key, str) and key not in fields and secret_named(key)
-                if named and _filled(value) and not isinstance(value, Mapping | list):
+                if named and _filled(value):
                     yield sub, f"a value under {key}"
                     continue
                 stack.append((sub, value))
@@ -133,4 +133,6 @@ def credentials_in(
 
 
 def _filled(value: Any) -> bool:
-    return value not in (None, "", False) and not (isinstance(value, str) and not value.strip())
+    """A value that can be a credential: a non-empty string (a flag such as
+    automountServiceAccountToken: true is not one)."""
+    return isinstance(value, str) and bool(value.strip())

@@ -22,6 +22,8 @@ from rich.markup import escape
 
 from infra.spec.errors import ConfigError
 from infra.spec.read import StackFileError
+from infra.spec.safe import one_line
+from infra.spec.secrets import scrub
 from infra.tools import report
 
 if TYPE_CHECKING:
@@ -137,7 +139,8 @@ def _stack_errors(out: Console = err_console) -> Iterator[None]:
         report.config_error(err, out)
         raise typer.Exit(1) from None
     except StackFileError as err:
-        err_console.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
+        shown = one_line(scrub(str(err)))
+        err_console.print(f"[red]error:[/] {escape(shown)}", soft_wrap=True)
         raise typer.Exit(1) from None
 
 
@@ -170,11 +173,15 @@ def render(
     esc_config: EscConfigOpt = None,
 ) -> None:
     """Run the Pulumi program offline (mocks, no credentials) and show what it declares."""
-    from infra.tools.render import write_outputs
+    from infra.tools.render import OutputError, write_outputs
 
     rendered = _rendered(resolve_stack_file(stack, config_file), stack, esc_config)
     if out is not None:
-        write_outputs(rendered, out)
+        try:
+            write_outputs(rendered, out)
+        except OutputError as err:
+            err_console.print(f"[red]error:[/] {escape(one_line(str(err)))}", soft_wrap=True)
+            raise typer.Exit(2) from None
         console.print(f"wrote {out / 'resources.json'} and {out / 'manifests'}/")
     report.render_summary(rendered, console)
 
@@ -208,7 +215,7 @@ def validate(
     checked against the vendored CRDs (KubeRay, Kueue...; strict: unknown fields are errors), the
     Kubernetes schemas, then against the TPU catalog (hosts x chips = topology, flags = pods).
     """
-    from infra.tools.validate import load_manifest_dir, manifest_sections
+    from infra.tools.validate import ManifestReadError, load_manifest_dir, manifest_sections
 
     path = resolve_stack_file(stack, config_file)
     console.print(f"validating {escape(str(path))}", highlight=False)
@@ -222,13 +229,18 @@ def validate(
         except typer.Exit:
             raise
         except Exception as err:  # the program itself failed under mocks: a plan problem
-            console.print(f"[red]plan:[/] the program failed: {escape(str(err))}", soft_wrap=True)
+            shown = escape(one_line(scrub(str(err))))
+            console.print(f"[red]plan:[/] the program failed: {shown}", soft_wrap=True)
             raise typer.Exit(1) from None
     elif not manifests.is_dir():
         err_console.print(f"[red]error:[/] no manifests folder at {escape(str(manifests))}")
         raise typer.Exit(2)
     else:
-        docs, where = load_manifest_dir(manifests), str(manifests)
+        try:
+            docs, where = load_manifest_dir(manifests), str(manifests)
+        except ManifestReadError as err:
+            err_console.print(f"[red]error:[/] {escape(one_line(scrub(str(err))))}")
+            raise typer.Exit(1) from None
     count = 0
     fits = report.fit_table(plan)
     if fits is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,6 +194,8 @@ def run_under_mocks(
     recorded: list[Resource] = []
     outputs: dict[str, Any] = {}
     duplicates: list[str] = []
+    registered: set[str] = set()
+    registering = threading.Lock()
 
     class ParkMocks(pulumi.runtime.Mocks):
         def new_resource(self, args: pulumi.runtime.MockResourceArgs):
@@ -212,8 +215,10 @@ def run_under_mocks(
 
         def RegisterResource(self, request):
             urn = self.make_urn(request.parent, request.type, request.name)
-            if request.type != "pulumi:pulumi:Stack" and urn in self.resources:
-                duplicates.append(urn)  # what the engine refuses at preview
+            with registering:  # the SDK registers from several threads at once
+                if urn in registered:
+                    duplicates.append(urn)  # what the engine refuses at preview
+                registered.add(urn)
             response = super().RegisterResource(request)
             if request.type != "pulumi:pulumi:Stack":
                 parent = request.parent.split("::")[-1] if request.parent else None
@@ -322,18 +327,84 @@ def manifest_filename(manifest: dict[str, Any]) -> str:
     return f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml"
 
 
+RECORD = ".park-render.json"  # what park wrote into --out, and each file's digest
+
+
+class OutputError(RuntimeError):
+    """An --out park cannot write into as it must: one line, no traceback."""
+
+
+def _digest(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_record(out: Path) -> dict[str, str]:
+    from infra.spec.safe import load_yaml
+
+    path = out / RECORD
+    if not path.is_file():
+        return {}
+    try:
+        record = load_yaml(path.read_bytes())
+    except (OSError, ValueError, yaml.YAMLError):
+        raise OutputError(
+            f"{path}: not a record park wrote; remove it or pick another --out"
+        ) from None
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        raise OutputError(f"{path}: not a record park wrote; remove it or pick another --out")
+    return {str(k): str(v) for k, v in files.items()}
+
+
 def write_outputs(rendered: Rendered, out: Path) -> None:
-    """resources.json (every registered resource) and manifests/<kind>-<name>.yaml."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "resources.json").write_text(
-        json.dumps([r.as_json() for r in rendered.resources], indent=2, sort_keys=True) + "\n"
-    )
-    manifests_dir = out / "manifests"
-    if manifests_dir.exists():
-        for old in manifests_dir.glob("*.yaml"):
-            old.unlink()
-    manifests_dir.mkdir(exist_ok=True)
+    """resources.json (every registered resource) and manifests/<kind>-<name>.yaml.
+
+    `out` holds only what park wrote there: .park-render.json records each file and its
+    digest. A file park did not write, or one changed since it wrote it, is never overwritten
+    or deleted (OutputError, naming it); files of an earlier render that this one no longer
+    makes are removed only if they are park's and unchanged."""
+    files: dict[str, bytes] = {
+        "resources.json": (
+            json.dumps([r.as_json() for r in rendered.resources], indent=2, sort_keys=True) + "\n"
+        ).encode(),
+    }
     for manifest in rendered.manifests():
-        (manifests_dir / manifest_filename(manifest)).write_text(
-            yaml.safe_dump(manifest, sort_keys=False, width=100)
+        text = yaml.safe_dump(manifest, sort_keys=False, width=100)
+        files[f"manifests/{manifest_filename(manifest)}"] = text.encode()
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out}: a file, not a folder")
+    try:
+        (out / "manifests").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+        raise OutputError(f"--out {out}: cannot create it ({why})") from None
+    previous = _read_record(out)
+
+    def ours(relative: str) -> bool:
+        path = out / relative
+        if not path.exists():
+            return True
+        if not path.is_file() or relative not in previous:
+            return False
+        return _digest(path.read_bytes()) == previous[relative]
+
+    foreign = sorted(r for r in files if not ours(r))
+    if foreign:
+        raise OutputError(
+            f"--out {out}: {', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''} "
+            "exist(s) and park did not write them (or they changed since); move them or pick "
+            "another --out"
         )
+    try:
+        for relative in sorted(set(previous) - set(files)):
+            if ours(relative) and (out / relative).is_file():
+                (out / relative).unlink()  # park's own file from an earlier render
+        for relative, data in files.items():
+            (out / relative).write_bytes(data)
+        record = {"files": {r: _digest(d) for r, d in sorted(files.items())}}
+        (out / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+        raise OutputError(f"--out {out}: cannot write ({why})") from None

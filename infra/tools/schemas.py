@@ -116,10 +116,20 @@ def validate_manifest(
         validator = jsonschema.Draft7Validator(schema)
         body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind", "metadata")}
         return [
-            ManifestProblem(name, _format_path(e.absolute_path), e.message)
+            ManifestProblem(name, _format_path(e.absolute_path), _without_instance(e))
             for e in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path))
         ]
     return _validate_core(name, manifest, kubernetes)
+
+
+def _without_instance(error: Any) -> str:
+    """jsonschema's message without the offending value it starts with ('<value>' is not of
+    type 'integer'): a hand-edited manifest's value is not echoed (the path names it)."""
+    message = str(error.message)
+    instance = repr(error.instance)
+    if message.startswith(instance):
+        return "the value" + message[len(instance) :]
+    return message
 
 
 def _validate_core(name: str, manifest: dict[str, Any], kubernetes: str) -> list[ManifestProblem]:

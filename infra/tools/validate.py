@@ -16,6 +16,9 @@ from typing import Any
 import yaml
 
 from infra.resolve import StackPlan
+from infra.rules.security import Exposure, posture_verdict, production
+from infra.spec.safe import load_yaml, load_yaml_all
+from infra.spec.secrets import credentials_in
 from infra.tools import gke_api
 from infra.tools.checks import check_manifests, ray_serve_check
 from infra.tools.netpol import flow_problems
@@ -32,14 +35,94 @@ class Section:
     skipped: bool = False  # the check could not run here (said in `checked`)
 
 
+class ManifestReadError(ValueError):
+    """A manifests folder park cannot read: `<file>:<line>: why`, never its contents."""
+
+
+MAX_MANIFEST_FILES = 1_000
+
+
 def load_manifest_dir(directory: Path) -> list[dict[str, Any]]:
-    """Every YAML document under a rendered `manifests/` folder (e.g. after hand edits)."""
+    """Every YAML document under a rendered `manifests/` folder (e.g. after hand edits),
+    read with the bounded YAML reader (size, depth, alias expansion)."""
     manifests = []
-    for path in sorted(directory.glob("*.y*ml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict):
-                manifests.append(doc)
+    paths = sorted(directory.glob("*.y*ml"))
+    if len(paths) > MAX_MANIFEST_FILES:
+        raise ManifestReadError(f"{directory}: over {MAX_MANIFEST_FILES} YAML files")
+    for path in paths:
+        try:
+            documents = load_yaml_all(path.read_bytes())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            line = mark.line + 1 if mark is not None else 1
+            why = getattr(err, "problem", None) or "cannot be parsed"
+            raise ManifestReadError(f"{path}:{line}: not YAML: {why}") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise ManifestReadError(f"{path}: cannot read it ({type(err).__name__})") from None
+        manifests += [doc for doc in documents if isinstance(doc, dict)]
     return manifests
+
+
+def _embedded(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Ray's YAML strings (runtime env, serve config) parsed, so their env_vars are seen."""
+    spec = _dict(manifest.get("spec"))
+    found = {}
+    for key in ("runtimeEnvYAML", "serveConfigV2"):
+        text = spec.get(key)
+        if isinstance(text, str):
+            try:
+                found[key] = load_yaml(text)
+            except yaml.YAMLError:
+                continue  # the schema and serve checks say what is wrong with it
+    return found
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _exposure(manifest: dict[str, Any]) -> tuple[Exposure, str] | None:
+    """What a manifest opens to the internet: a RayService's serve Service or any Service
+    that is a NodePort or an external LoadBalancer."""
+    kind = manifest.get("kind")
+    if kind == "RayService":
+        service = _dict(_dict(manifest.get("spec")).get("serveService"))
+    elif kind == "Service":
+        service = manifest
+    else:
+        return None
+    svc_spec = _dict(service.get("spec"))
+    notes = _dict(_dict(service.get("metadata")).get("annotations"))
+    kind_of_service = svc_spec.get("type", "ClusterIP")
+    internal = notes.get("networking.gke.io/load-balancer-type") == "Internal"
+    if kind_of_service == "NodePort" or (kind_of_service == "LoadBalancer" and not internal):
+        return "serving", f"a {kind_of_service} Service reachable from outside the cluster"
+    return None
+
+
+def security_problems(docs: list[dict[str, Any]], plan: StackPlan) -> list[str]:
+    """The config's credential and posture rules on manifests (rendered or edited by hand):
+    no credential in any string, env literal or Ray runtime env (infra.spec.secrets), and
+    exposure judged by the same verdict as the stack (infra.rules.security). Never a value."""
+    problems = []
+    prod = production(plan.spec)
+    acknowledged = frozenset(plan.spec.policy.acknowledge_public)
+    for doc in docs:
+        name = f"{doc.get('kind', '?')}/{(doc.get('metadata') or {}).get('name', '?')}"
+        body = {k: v for k, v in doc.items() if k != "data" or doc.get("kind") != "Secret"}
+        for path, what in credentials_in(body):
+            problems.append(f"{name}: {path}: holds {what} in plain text; use a Secret")
+        for key, parsed in _embedded(doc).items():
+            for path, what in credentials_in(parsed, f"spec.{key}"):
+                problems.append(f"{name}: {path}: holds {what} in plain text; use a Secret")
+        exposed = _exposure(doc)
+        if exposed is not None:
+            verdict = posture_verdict(
+                exposed[0], exposed[1], production=prod, acknowledged=acknowledged
+            )
+            if verdict.refused:
+                problems.append(f"{name}: {verdict.message}")
+    return problems
 
 
 def _serve_section(
@@ -106,5 +189,10 @@ def manifest_sections(
         "network",
         "NetworkPolicies vs the flows Ray on GKE needs (operator, workers, metrics, clients)",
         flow_problems(docs, plan),
+    )
+    yield Section(
+        "security",
+        "credentials in any value, env literal or Ray runtime env; exposure on a production stack",
+        security_problems(docs, plan),
     )
     yield _serve_section(docs, serve_check, status)
