@@ -24,7 +24,7 @@ from infra.spec.errors import ConfigError
 from infra.spec.read import StackFileError
 from infra.spec.safe import one_line
 from infra.spec.secrets import scrub
-from infra.tools import report
+from infra.tools import report, report_rl
 
 if TYPE_CHECKING:
     from infra.resolve import StackPlan
@@ -248,6 +248,7 @@ def validate(
     training_fits = report.training_fit_table(plan)
     if training_fits is not None:
         console.print(training_fits)
+    report_rl.print_rl(plan, console)
     for table in report.disk_tables(plan):
         console.print(table)
     report.warnings(plan, console)
@@ -289,6 +290,7 @@ def cost(
     training_fits = report.training_fit_table(plan)
     if training_fits is not None:
         console.print(training_fits)
+    report_rl.print_rl(plan, console)
     for table in report.disk_tables(plan):
         console.print(table)
 

@@ -12,7 +12,9 @@ The model, in words (the same words `park cost` prints):
   nothing; a reservation is billed for its whole term anyway; a pool without autoscaling keeps
   its nodes; the CPU pool keeps its minimum nodes; the cluster fee runs always;
 - the serving floor is idle plus the slices the RayService keeps up for its minimum replicas;
-- a training run is `steps x park:training.estimatedStepSeconds` on the training slices.
+- a training run is `steps x park:training.estimatedStepSeconds` on the training slices;
+- an RL run is `steps x park:rl.estimatedStepSeconds` on the learner's slice and, for as long,
+  every slice (or GPU node) of the rollout pool: both sides are held for the whole run.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ class StackCost:
     training_run: RunCost | None
     prices: PriceSheet
     missing: list[str]  # figures with no price: set them in park:prices
+    rl_run: tuple[RunCost, RunCost] | None = None  # park:rl: (learner, rollout)
 
     def as_json(self) -> dict[str, Any]:
         """Plain data, for `park cost --json` and tests (money rounded to 1e-6 USD)."""
@@ -203,6 +206,19 @@ class StackCost:
                     "capacity": self.training_run.capacity,
                     "cost": self.training_run.cost,
                 },
+                "rl_run": None
+                if self.rl_run is None
+                else {
+                    side: {
+                        "pool": run.note,
+                        "hours": run.hours,
+                        "chips": run.chips,
+                        "capacity": run.capacity,
+                        "cost": run.cost,
+                    }
+                    for side, run in zip(("learner", "rollout"), self.rl_run, strict=True)
+                }
+                | {"steps": self.rl_run[0].steps, "cost": _sum([r.cost for r in self.rl_run])},
                 "prices": {
                     "override": self.prices.override_source,
                     "sources_used": sorted(used_sources(self)),
@@ -352,6 +368,35 @@ def _training_run(plan: StackPlan, pools: dict[str, PoolCost]) -> RunCost | None
     )
 
 
+def _rl_run(plan: StackPlan, pools: dict[str, PoolCost]) -> tuple[RunCost, RunCost] | None:
+    """(learner, rollout) of one RL run; each RunCost's note names its pool."""
+    rl = plan.rl
+    if rl is None:
+        return None
+    hours = rl.spec.steps * rl.spec.estimated_step_seconds / 3600
+    rollout = pools[rl.rollout.pool_name]
+    learner = pools[rl.learner.name]
+    chip_price = learner.price.value if learner.price else None
+    sides = []
+    for pool, chips, per_hour in (
+        (learner, rl.workers, _mul(chip_price, rl.workers)),
+        (rollout, rollout.chips, rollout.full_per_hour),  # every slice / node of the pool
+    ):
+        sides.append(
+            RunCost(
+                steps=rl.spec.steps,
+                step_seconds=rl.spec.estimated_step_seconds,
+                hours=hours,
+                chips=chips,
+                chip_hours=chips * hours,
+                capacity=pool.capacity,
+                cost=_mul(per_hour, hours),
+                note=pool.name,
+            )
+        )
+    return sides[0], sides[1]
+
+
 def estimate(plan: StackPlan, sheet: PriceSheet | None = None) -> StackCost:
     """The cost of a stack: per pool, in total, idle, at the serving floor, per training run."""
     sheet = sheet or load_prices(plan)
@@ -399,6 +444,7 @@ def estimate(plan: StackPlan, sheet: PriceSheet | None = None) -> StackCost:
         training_run=_training_run(plan, by_name),
         prices=sheet,
         missing=missing,
+        rl_run=_rl_run(plan, by_name),
     )
 
 

@@ -143,6 +143,41 @@ DESCRIPTIONS: dict[str, str] = {
     "park:serving.models[].engineKwargs": "Other vLLM engine arguments.",
     "park:serving.upgradeStrategy": "`None` (in place), `NewCluster` (blue/green: 2x TPUs), ...",
     "park:serving.exposePublicly": "LoadBalancer for the OpenAI endpoint (default ClusterIP).",
+    "park:rl": "A GRPO RayJob: learner and vLLM rollout engines on their own pools.",
+    "park:rl.enabled": "Create the RL RayJob.",
+    "park:rl.learnerPool": "TPU pool of the learner (one Ray Train worker per chip, one slice).",
+    "park:rl.rolloutPool": "TPU or GPU pool of the rollout engines (not the learner's).",
+    "park:rl.image": "Image (default: park-workloads in the stack's registry).",
+    "park:rl.model": "The policy: HF hub id, `gs://`, or a bucket-mount path.",
+    "park:rl.init": "`pretrained` weights or `config` (random).",
+    "park:rl.data": "Prompts with answers: jsonl/json/parquet or `hf:NAME[:CONFIG]`.",
+    "park:rl.dataSplit": "Split of an `hf:` data set.",
+    "park:rl.promptField": "Record field of the prompt.",
+    "park:rl.answerField": "Record field of the reference answer.",
+    "park:rl.groupSize": "Completions sampled per prompt (≥ 2: advantages are within a group).",
+    "park:rl.promptsPerStep": "Prompts per learner step (x groupSize: a multiple of the chips).",
+    "park:rl.samplingTemperature": "Sampling temperature of the rollouts.",
+    "park:rl.maxPromptTokens": "Longest prompt; with maxResponseTokens the engines' context.",
+    "park:rl.maxResponseTokens": "Tokens sampled per completion at most.",
+    "park:rl.rewards": "`exact_match`, `numeric`, `format`, or `module:function`; summed.",
+    "park:rl.rewardWeights": "One weight per reward (default 1 each).",
+    "park:rl.klCoef": "Weight of the KL to the frozen reference policy (0: none).",
+    "park:rl.maxStaleness": "Policy versions a rollout may lag the learner.",
+    "park:rl.syncEvery": "Publish the policy to the engines every N learner steps.",
+    "park:rl.steps": "Learner steps in total.",
+    "park:rl.learningRate": "Learning rate (AdamW).",
+    "park:rl.strategy": "Learner: `ddp` or `fsdp2`.",
+    "park:rl.microBatchSize": "Completions per chip per pass; unset: the most that fit.",
+    "park:rl.activationCheckpointing": "Learner: recompute activations in backward.",
+    "park:rl.tensorParallelSize": "Chips per rollout engine; unset: the smallest that fits.",
+    "park:rl.gpuMemoryUtilization": "Share of each chip's memory a vLLM engine keeps.",
+    "park:rl.checkpointEvery": "Learner steps between checkpoints.",
+    "park:rl.export": "The final policy as an HF folder at `.../<run>/export/final`.",
+    "park:rl.maxFailures": "Restarts from the last checkpoint after a lost learner worker.",
+    "park:rl.ttlSecondsAfterFinished": "Keep the finished cluster this long, then free the TPUs.",
+    "park:rl.activeDeadlineSeconds": "Kill the job after this long.",
+    "park:rl.backoffLimit": "Retries (each a new Ray cluster).",
+    "park:rl.estimatedStepSeconds": "Step time (rollout + learner + sync) for `park cost`.",
     "park:prices": "Override list prices for `park cost` (the output names the source).",
     "park:prices.source": "Where your prices come from, shown by `park cost`.",
     "park:prices.tpuChipHour": "$/chip-hour by capacity type, e.g. `{on-demand: 2.5, spot: 0.95}`.",
@@ -297,6 +332,12 @@ def cost_table() -> str:
         )
         run = cost.training_run
         run_text = "—" if run is None else f"{_money(run.cost)} ({run.steps:,} steps)"
+        if cost.rl_run is not None:
+            learner, rollout = cost.rl_run
+            costs = (learner.cost, rollout.cost)
+            both = None if costs[0] is None or costs[1] is None else costs[0] + costs[1]
+            rl_text = f"RL {_money(both)} ({learner.steps:,} steps, both pools)"
+            run_text = rl_text if run is None else f"{run_text}; {rl_text}"
         lines.append(
             f"| {cost.stack} | {pools} | {_money(cost.full_per_hour)}/h | "
             f"{_money(cost.idle_per_hour)}/h | {_money(cost.serving_floor_per_hour)}/h | "

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from infra.spec.safe import one_line
 from infra.spec.secrets import scrub
+from infra.tools import report_rl
 
 if TYPE_CHECKING:
     from infra.resolve import StackPlan
@@ -59,6 +60,7 @@ def render_summary(rendered: Rendered, out: Console) -> None:
     training_fits = training_fit_table(rendered.plan)
     if training_fits is not None:
         out.print(training_fits)
+    report_rl.print_rl(rendered.plan, out)
     for table in disk_tables(rendered.plan):
         out.print(table)
     warnings(rendered.plan, out)
@@ -309,6 +311,18 @@ def cost(result: StackCost, out: Console) -> None:
             f"(park:training.estimatedStepSeconds) = {run.hours:.2f} h on {run.chips} chips "
             f"= {run.chip_hours:,.1f} chip-hours at {run.capacity}: [bold]{_money(run.cost)}[/]"
             + (f" ({run.note})" if run.note else ""),
+            highlight=False,
+        )
+    if result.rl_run is not None:
+        learner, rollout = result.rl_run
+        costs = (learner.cost, rollout.cost)
+        total = None if costs[0] is None or costs[1] is None else costs[0] + costs[1]
+        out.print(
+            f"one RL run: {learner.steps} steps x {learner.step_seconds:g} s/step "
+            f"(park:rl.estimatedStepSeconds) = {learner.hours:.2f} h; learner {learner.note} "
+            f"{learner.chips} chips at {learner.capacity} {_money(learner.cost)} + rollout "
+            f"{rollout.note} {rollout.chips} chips at {rollout.capacity} {_money(rollout.cost)}"
+            f" = [bold]{_money(total)}[/]",
             highlight=False,
         )
     for line in result.missing:
