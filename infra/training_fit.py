@@ -51,7 +51,8 @@ depth):
 
 Not modelled: HSDP's cross-slice partial sums beyond the sharded gradients, attention that
 materializes ``T x T`` scores (the math SDPA kernel: torch_tpu's flash kernel comes first,
-workloads/train/strategies.py), ``torch.compile``'s buffers, MoE.
+workloads/train/strategies.py), ``torch.compile``'s buffers, MoE, Gemma 4's per-layer inputs
+and shared KV layers (its layers are costed as Gemma 3's).
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ from infra.model_facts import ModelFacts
 from workloads.train.config import LOSS_CHUNK_TOKENS  # torch-free: infra may read it
 
 GIB = 1024**3
-STATE_BYTES_PER_PARAM = 16  # fp32 master weight + fp32 gradient + AdamW exp_avg, exp_avg_sq
 RUNTIME_RESERVE_FRACTION = 0.08  # a margin (module docstring), not measured
 STRATEGIES = ("ddp", "fsdp2")
 FP32 = 4
@@ -138,33 +138,19 @@ def shapes(facts: ModelFacts) -> Shapes:
     h, layers, vocab = facts.hidden_size, facts.layers, facts.vocab_size
     q, kv = facts.attention_heads * facts.head_dim, facts.kv_heads * facts.head_dim
     qk_norm = facts.architecture.startswith(QK_NORM_PREFIXES)
+    sandwich = facts.architecture.startswith(SANDWICH_NORM_PREFIXES)
     params = facts.params or 0
     head = vocab * h
     if facts.intermediate_size:
         inter = facts.intermediate_size
-        block = h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h
+        block = h * (q + 2 * kv) + q * h + 3 * h * inter + (4 if sandwich else 2) * h
         block += 2 * facts.head_dim if qk_norm else 0
-        block += 2 * h if facts.architecture.startswith(SANDWICH_NORM_PREFIXES) else 0
         params = params or layers * block + head + h
     else:  # no MLP width known: blocks share what the (tied) embedding leaves
         block = max(params - head, 0) // max(layers, 1)
         inter = max(block - h * (q + 2 * kv) - q * h, 0) // (3 * h)
     root = max(params - layers * block, head)
-    arch = facts.architecture
-    return Shapes(
-        params,
-        block,
-        root,
-        head,
-        layers,
-        h,
-        q,
-        kv,
-        inter,
-        vocab,
-        qk_norm,
-        sandwich_norms=arch.startswith(SANDWICH_NORM_PREFIXES),
-    )
+    return Shapes(params, block, root, head, layers, h, q, kv, inter, vocab, qk_norm, sandwich)
 
 
 def layer_activation_bytes(s: Shapes, tokens: int, strategy: str, compute_bytes: int) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,10 @@ def facts(repo: str) -> model_facts.ModelFacts:
     return found
 
 
-def fsdp(repo: str, *, chips: int, per_chip: int, seq_len: int, ac: bool = False, **kw: object):
+def fsdp(
+    repo: str, *, chips: int, per_chip: int, seq_len: int, ac: bool = False, **kw: Any
+) -> training_fit.TrainingFit:
+    """The best micro-batch of ``repo`` on ``chips`` v6e chips (FSDP2 unless ``strategy=``)."""
     return best_micro_batch(
         facts(repo),
         per_chip_batch=per_chip,
