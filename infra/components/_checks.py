@@ -90,7 +90,9 @@ def _shape(value: Any, hint: Any, path: str) -> list[str]:
         (item,) = get_args(hint)
         return [p for i, v in enumerate(value) for p in _shape(v, item, f"{path}[{i}]")]
     if origin is dict or hint is dict:
-        return [] if isinstance(value, Mapping) else [_wrong(value, hint, path)]
+        if not isinstance(value, Mapping):
+            return [_wrong(value, hint, path)]
+        return _unknown_inside(value, path)
     if hint is bool:
         return [] if isinstance(value, bool) else [_wrong(value, hint, path)]
     if hint is int:
@@ -99,6 +101,21 @@ def _shape(value: Any, hint: Any, path: str) -> list[str]:
         return [] if ok else [_wrong(value, hint, path)]
     if hint is str:
         return [] if isinstance(value, str) else [_wrong(value, hint, path)]
+    return []
+
+
+def _unknown_inside(value: Any, path: str) -> list[str]:
+    """Outputs inside a plain mapping (training settings, engine kwargs): they are planned
+    from, so they must be known; an Output would be planned as its placeholder text."""
+    if _is_unknown(value):
+        return [
+            f"args.{path}: must be known when the program runs, got an Output: pass the plain "
+            "value (an Output's value is unknown during preview)"
+        ]
+    if isinstance(value, Mapping):
+        return [p for k, v in value.items() for p in _unknown_inside(v, f"{path}.{k}")]
+    if isinstance(value, list | tuple):
+        return [p for i, v in enumerate(value) for p in _unknown_inside(v, f"{path}[{i}]")]
     return []
 
 

@@ -20,7 +20,7 @@ from infra.components._base import (
     stack_of,
     use_kubeconfig,
 )
-from infra.components._naming import kubernetes_claims
+from infra.components._naming import claim, kubernetes_claims
 from infra.components.kubernetes import custom_resource
 from infra.names import APP_NAME_LABEL, RFC1035_NAME, WORKLOAD_LABEL
 from infra.plan import ray as ray_plan
@@ -270,6 +270,12 @@ class RayTrainingJob(pulumi.ComponentResource):
             ["rayClusterSpec.headGroupSpec.template.spec", "submitterPodTemplate.spec"],
         )
         _claimed("RayTrainingJob", name, self, opts, [manifest])
+        # Two jobs of one stack would write one run folder (checkpoints, export): one owner.
+        folder = f"training run folder {plan.training.run_name} in gs://{plan.names.bucket}"
+        taken = claim(f"RayTrainingJob {name!r}", folder, ())
+        if taken:
+            refused = f"args.stack = {plan.spec.stack!r}: {taken} (runs are named per stack)"
+            raise ComponentArgsError("RayTrainingJob", name, [refused])
         self.resource = custom_resource(
             manifest, child_options(self, opts), resource_name=f"{name}-rayjob"
         )

@@ -408,3 +408,32 @@ def test_the_dashboard_exposes_the_endpoint_it_is_given():
     head_labels = ray.inputs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["metadata"]
     assert service.inputs["spec"]["selector"]["park-gke/workload"] == "chat"
     assert head_labels["labels"]["park-gke/workload"] == "chat"
+
+
+def test_an_output_inside_the_training_settings_is_refused_not_planned_as_text():
+    pool = {"name": "train", "machine_type": "ct6e-standard-4t", "topology": "4x4"}
+
+    def build() -> None:
+        model = pulumi.Output.from_input("Qwen/Qwen3-1.7B")
+        park_gke.RayTrainingJob(
+            "train",
+            {"project": "p", "location": ZONE, "pool": pool, "training": {"model": model}},
+        )
+
+    with pytest.raises(ProgramError) as err:
+        testing.run(build, project="p")
+    assert "args.training.model: must be known when the program runs" in str(err.value)
+
+
+def test_two_training_jobs_of_one_stack_would_share_a_run_folder_and_are_refused():
+    pool = {"name": "train", "machine_type": "ct6e-standard-4t", "topology": "4x4"}
+
+    def build() -> None:
+        for name in ("first", "second"):
+            park_gke.RayTrainingJob(
+                name, {"project": "p", "location": ZONE, "pool": pool, "training": {}}
+            )
+
+    with pytest.raises(ProgramError) as err:
+        testing.run(build, project="p")
+    assert "RayTrainingJob 'second'" in str(err.value) and "training run folder" in str(err.value)
