@@ -7,6 +7,11 @@ them with the rules every park-gke stack is held to (the TPU catalog, the engine
 and memory rules, GKE versions) and names the argument it refuses. Names load lazily: importing
 one component loads only the provider modules it uses. Other Pulumi languages use the same
 components through the provider in provider/ (`pulumi package add`).
+
+Components take each other (a pool takes the Cluster or ExistingCluster, a workload the
+TpuSlicePool, Workspace and Storage), name their children after themselves, and refuse at
+preview two of them aiming at one object. `park_gke.testing` runs a program under Pulumi's mocks
+as the engine would (duplicate URNs refused, an existing cluster's lookup answered).
 """
 
 from __future__ import annotations
