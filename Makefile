@@ -3,7 +3,7 @@ STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
 .PHONY: goldens test lint
 goldens:  ## re-render every shipped stack into tests/golden/<stack>/ (commit the diff)
-	@for s in $(STACKS); do python -m infra.tools.cli render $$s --out tests/golden/$$s > /dev/null || exit 1; echo "tests/golden/$$s"; done
+	@for s in $(STACKS); do rm -rf tests/golden/$$s && python -m infra.tools.cli render $$s --out tests/golden/$$s > /dev/null || exit 1; echo "tests/golden/$$s"; done
 
 test:
 	pytest

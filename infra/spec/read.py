@@ -8,6 +8,7 @@ Credentials never enter the StackConfig: the program reads them as Pulumi secret
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,31 @@ def credential_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
     return problems
 
 
+# C0 controls but tab and newline, DEL, C1, and the bidirectional overrides that make a name
+# read differently in a terminal than it is.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def control_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
+    """A terminal control character in any key or value: nothing here needs one, and printed
+    back it would rewrite the terminal of whoever reads the output."""
+    problems = []
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in values.items()]
+    while stack:
+        path, item = stack.pop()
+        if _CONTROL.search(path.rsplit(".", 1)[-1]) or (
+            isinstance(item, str) and _CONTROL.search(item)
+        ):
+            problems.append(
+                ConfigProblem(path, item, "holds terminal control characters; remove them")
+            )
+        elif isinstance(item, Mapping):
+            stack += [(f"{path}.{k}", v) for k, v in item.items()]
+        elif isinstance(item, list):
+            stack += [(f"{path}[{i}]", v) for i, v in enumerate(item)]
+    return sorted(problems, key=lambda p: p.key)
+
+
 def secret_problems(values: Mapping[str, Any], secret_keys: Collection[str]) -> list[ConfigProblem]:
     """A credential is stored encrypted (a secret key, or masked as SECRET_PLACEHOLDER by the
     offline reader), never in plain text in a stack file that is committed. Any other key
@@ -177,6 +203,7 @@ def parse_values(
         problems += secret_problems(values, secret_keys)
     problems += moved_secret_problems(values)
     problems += credential_problems(values)
+    problems += control_problems({k: v for k, v in values.items() if k not in SECRET_KEYS})
     values = _without_secrets(values)
     known = {v: k for k, v in _KEY_OF_FIELD.items()}
     for key, value in values.items():

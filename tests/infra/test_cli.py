@@ -286,7 +286,7 @@ BROKEN_MANIFESTS = {
     "rayStartParams value not a string": (
         "rayjob-park-train.yaml",
         break_ray_start_param_type,
-        "workerGroupSpecs[0].rayStartParams.num-cpus: 4 is not of type 'string'",
+        "workerGroupSpecs[0].rayStartParams.num-cpus: the value is not of type 'string'",
     ),
     "entrypoint workers vs pods": (
         "rayjob-park-train.yaml",
