@@ -197,6 +197,10 @@ DESCRIPTIONS: dict[str, str] = {
     "park:policy": "Policy pack settings for this stack.",
     "park:policy.enforcement": "Rule name → mandatory, advisory or disabled.",
     "park:policy.prodLike": "Treat as production (default: stack name starts with `prod`).",
+    "park:policy.acknowledgePublic": (
+        "What a production stack exposes on purpose (control-plane, nodes, serving); "
+        "otherwise refused there, warned elsewhere."
+    ),
 }
 
 
