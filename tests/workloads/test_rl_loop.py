@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,7 +46,7 @@ def ray_and_gloo() -> Iterator[None]:
         ray.shutdown()
 
 
-def _run(lr: float, root: Path) -> list[dict[str, float]]:
+def _run(lr: float, root: Path, on_step: Any = None) -> list[dict[str, float]]:
     cfg = RLConfig(
         rewards=["tests.workloads.test_rl_loop:vowels"],
         steps=12,
@@ -54,7 +55,7 @@ def _run(lr: float, root: Path) -> list[dict[str, float]]:
         lr=lr,
         storage=str(root),
     )
-    history = run(cfg, PROMPTS)
+    history = run(cfg, PROMPTS, on_step)
     print(summary(history))
     return history
 
@@ -67,9 +68,25 @@ def _gain(history: list[dict[str, float]]) -> float:
 
 @pytest.mark.usefixtures("ray_and_gloo")
 def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path) -> None:
-    learning = _run(1e-2, tmp_path / "lr")
+    import ray
+
+    killed: dict[str, int] = {}
+
+    def kill_engine(step: int, pool: Any) -> None:
+        """Mid-run, the engine process dies; Ray restarts it from version 0's folder and the
+        pool catches it up before the next round."""
+        if step == 5:
+            killed["before"] = ray.get(pool.engines[0].pid.remote())
+            ray.kill(pool.engines[0], no_restart=False)
+        if step == 6:
+            killed["after"] = ray.get(pool.engines[0].pid.remote())
+
+    learning = _run(1e-2, tmp_path / "lr", kill_engine)
     assert len(learning) == 12 and learning[-1]["version"] == 12
-    assert all(m["staleness_max"] == 0 for m in learning)  # synchronous: always on-policy
+    assert killed["after"] != killed["before"]  # a new engine process from step 6 on
+    # No round lost and nothing stale: the restarted engine (back at version 0) was caught up
+    # before it sampled (a version-0 rollout at step 6 would be 5 behind and dropped).
+    assert all(m["staleness_max"] == 0 for m in learning)
     assert _gain(learning) > 0.1, summary(learning)  # measured: 0.33 -> 0.57 in 12 steps
 
     frozen = _run(0.0, tmp_path / "zero")

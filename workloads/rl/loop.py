@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,9 +92,14 @@ def _learner(cfg: RLConfig) -> Any:
     )
 
 
-def run(cfg: RLConfig, prompts: list[Prompt]) -> list[dict[str, float]]:
+def run(
+    cfg: RLConfig,
+    prompts: list[Prompt],
+    on_step: Callable[[int, RolloutPool], None] | None = None,
+) -> list[dict[str, float]]:
     """The whole run; returns each step's metrics. Needs ``ray.init`` and a default process
-    group (gloo, one rank) in this process."""
+    group (gloo, one rank) in this process. ``on_step(step, pool)`` runs after each step (a
+    test kills an engine there)."""
     import os
 
     import ray
@@ -114,7 +120,8 @@ def run(cfg: RLConfig, prompts: list[Prompt]) -> list[dict[str, float]]:
     engine_cls = ray.remote(RolloutEngine).options(num_cpus=1, max_restarts=2, max_task_retries=2)
     engines = [engine_cls.remote(first.path, cfg.engine_kwargs) for _ in range(cfg.engines)]
     try:
-        return _steps(cfg, prompts, learner, RolloutPool(engines, store), rewards, root)
+        pool = RolloutPool(engines, store)
+        return _steps(cfg, prompts, learner, pool, rewards, root, on_step)
     finally:  # the engines hold GBs of memory: gone with the run, not with the Ray session
         for actor in [*engines, store]:
             ray.kill(actor)
@@ -127,6 +134,7 @@ def _steps(
     pool: RolloutPool,
     rewards: Rewards,
     root: str,
+    on_step: Callable[[int, RolloutPool], None] | None,
 ) -> list[dict[str, float]]:
     import ray
     import torch
@@ -164,6 +172,8 @@ def _steps(
         metrics["version"] = float(learner.version)
         history.append(metrics)
         print(_line(step, metrics), flush=True)
+        if on_step is not None:
+            on_step(step, pool)
     return history
 
 

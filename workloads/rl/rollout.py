@@ -80,6 +80,12 @@ class RolloutEngine:
     def get_version(self) -> int:
         return self.version
 
+    def pid(self) -> int:
+        """This engine's process (tests check that a restart made a new one)."""
+        import os
+
+        return os.getpid()
+
     def load(self, policy: PolicyVersion) -> float:
         """Load ``policy`` into every worker of the engine; returns the seconds it took."""
         started = time.perf_counter()
