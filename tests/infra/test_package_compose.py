@@ -437,3 +437,104 @@ def test_two_training_jobs_of_one_stack_would_share_a_run_folder_and_are_refused
     with pytest.raises(ProgramError) as err:
         testing.run(build, project="p")
     assert "RayTrainingJob 'second'" in str(err.value) and "training run folder" in str(err.value)
+
+
+# ---- a new user's programs ---------------------------------------------------------------------
+
+
+def test_an_existing_cluster_with_a_multi_host_training_job_composes():
+    from infra.tools.schemas import validate_manifests
+
+    def build() -> None:
+        cluster = park_gke.ExistingCluster(
+            "team", {"project": "p", "location": ZONE, "name": "team-gke"}
+        )
+        pool = park_gke.TpuSlicePool(
+            "train-pool",
+            {"cluster": cluster, "machine_type": "ct6e-standard-4t", "topology": "4x4"},  # type: ignore[typeddict-item]
+        )
+        storage = park_gke.Storage(
+            "storage",
+            {
+                "project": "p",
+                "region": "us-east5",
+                "node_service_account": cluster.node_service_account,
+                "cluster": cluster,  # type: ignore[typeddict-item]
+            },
+        )
+        space = park_gke.Workspace("space", {"project": "p", "kubeconfig": cluster.kubeconfig})
+        park_gke.RayTrainingJob(
+            "train",
+            {
+                "project": "p",
+                "location": ZONE,
+                "pool": pool,  # type: ignore[typeddict-item]
+                "namespace": space,  # type: ignore[typeddict-item]
+                "bucket": storage,  # type: ignore[typeddict-item]
+                "kubeconfig": cluster.kubeconfig,
+                "training": {"strategy": "fsdp2", "steps": 20, "globalBatchSize": 64},
+            },
+            pulumi.ResourceOptions(depends_on=[*space.ready, *pool.node_pools]),
+        )
+
+    lookup = testing.existing_cluster("team-gke", project="p", node_service_account=SA)
+    result = testing.run(build, project="p", clusters=[lookup])
+    (job,) = result.of_type(RAY_JOB)
+    (group,) = job.inputs["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert group["numOfHosts"] == 4  # a 4x4 slice of 4-chip hosts
+    assert all("nodeSelector" not in pod for pod in _head_and_submitter(job))
+    assert not validate_manifests(result.manifests(), "1.35.0")
+
+
+def test_a_new_cluster_serving_an_open_model_composes():
+    from infra.tools.schemas import validate_manifests
+
+    def build() -> None:
+        net = park_gke.Network("net", {"project": "p", "region": "us-east5"})
+        cluster = park_gke.Cluster(
+            "gke",
+            {
+                "project": "p",
+                "location": ZONE,
+                "network": net.network_name,
+                "subnetwork": net.subnetwork_name,
+                "deletion_protection": False,
+                "master_authorized_networks": [{"cidr": "203.0.113.0/24", "name": "office"}],
+            },
+        )
+        cpu = park_gke.CpuPool("system", {"cluster": cluster})  # type: ignore[typeddict-item]
+        pool = park_gke.TpuSlicePool(
+            "serve",
+            {"cluster": cluster, "machine_type": "ct6e-standard-8t", "topology": "2x4"},  # type: ignore[typeddict-item]
+        )
+        storage = park_gke.Storage(
+            "storage",
+            {
+                "project": "p",
+                "region": "us-east5",
+                "node_service_account": cluster.node_service_account,
+                "cluster": cluster,  # type: ignore[typeddict-item]
+            },
+        )
+        space = park_gke.Workspace("space", {"project": "p", "kubeconfig": cluster.kubeconfig})
+        park_gke.LlmService(
+            "chat",
+            _service(
+                pool=pool,
+                namespace=space,
+                bucket=storage,
+                head_node_selector=cpu,
+                kubeconfig=cluster.kubeconfig,
+            ),
+            pulumi.ResourceOptions(depends_on=[*space.ready, *pool.node_pools, cpu.node_pool]),
+        )
+
+    result = testing.run(build, project="p", stack="prod")
+    (service,) = result.of_type(RAY_SERVICE)
+    spec = service.inputs["spec"]["rayClusterConfig"]
+    assert spec["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {"park-gke/role": "system"}
+    pools = {r.inputs["name"]: r.inputs for r in result.of_type(NODE_POOL)}
+    assert set(pools) == {"system", "serve-s0"}
+    cluster_id = f"projects/p/locations/{ZONE}/clusters/park-prod"  # park-<stack>
+    assert all(p["cluster"] == cluster_id for p in pools.values())
+    assert not validate_manifests(result.manifests(), "1.35.0")
