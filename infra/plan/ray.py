@@ -207,16 +207,21 @@ def _resources(
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _pod_metadata() -> dict[str, Any]:
+# Which of the disk plan's budgets a pod was sized from (infra/disk.py), for review and tests.
+DISK_BUDGET_ANNOTATION = "park-gke/disk-budget"
+
+
+def _pod_metadata(role: str | None = None) -> dict[str, Any]:
     # The GCS FUSE sidecar is injected only when asked for; 0 = no sidecar resource limits.
-    return {
-        "annotations": {
-            "gke-gcsfuse/volumes": "true",
-            "gke-gcsfuse/cpu-limit": "0",
-            "gke-gcsfuse/memory-limit": "0",
-            "gke-gcsfuse/ephemeral-storage-limit": "0",
-        }
+    annotations = {
+        "gke-gcsfuse/volumes": "true",
+        "gke-gcsfuse/cpu-limit": "0",
+        "gke-gcsfuse/memory-limit": "0",
+        "gke-gcsfuse/ephemeral-storage-limit": "0",
     }
+    if role:
+        annotations[DISK_BUDGET_ANNOTATION] = role
+    return {"annotations": annotations}
 
 
 def head_group(
@@ -243,7 +248,7 @@ def head_group(
             "metrics-export-port": str(METRICS_PORT),
         },
         "template": {
-            "metadata": _pod_metadata(),
+            "metadata": _pod_metadata(role),
             "spec": {
                 "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": autoscaler,
@@ -327,7 +332,7 @@ def tpu_worker_group(
         "numOfHosts": tpu.hosts,
         "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
         "template": {
-            "metadata": _pod_metadata(),
+            "metadata": _pod_metadata(role),
             "spec": {
                 "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": False,  # workers never call the API server
@@ -489,6 +494,7 @@ def _submitter_template(pods: RayPods, image: str) -> dict[str, Any]:
     """KubeRay's submitter pod runs `ray job submit`; same image, small and locked down."""
     budget = pods.budget("submitter")
     return {
+        "metadata": {"annotations": {DISK_BUDGET_ANNOTATION: "submitter"}},
         "spec": {
             "restartPolicy": "Never",
             "serviceAccountName": pods.service_account,

@@ -95,7 +95,7 @@ def gpu_worker_group(
         "maxReplicas": rollout.groups,
         "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
         "template": {
-            "metadata": ray._pod_metadata(),
+            "metadata": ray._pod_metadata("rl-rollout"),
             "spec": {
                 "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": False,
