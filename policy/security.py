@@ -19,6 +19,7 @@ from infra.names import EXPOSE_DASHBOARD_ANNOTATION, EXPOSE_SERVE_ANNOTATION
 from infra.plan.pods import containers
 from infra.rules.security import Exposure, posture_verdict
 from infra.spec import secrets
+from infra.spec.safe import load_yaml
 from policy._props import get, is_true, items, mapping, stack_of, strings
 from policy.kuberay import kind_of, templates
 from policy.tpu import NODE_POOL
@@ -362,10 +363,6 @@ def deletion_protection_prod(
         )
 
 
-CREDENTIAL_PATTERNS = secrets.CREDENTIAL_PATTERNS
-_secret_named = secrets.secret_named
-
-
 def _env_vars(node: Any, where: str) -> Iterator[tuple[str, str, Any]]:
     if isinstance(node, Mapping):
         for key, value in node.items():
@@ -387,7 +384,7 @@ def _embedded_env(props: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
         if not isinstance(text, str):
             continue
         try:
-            document = yaml.safe_load(text)
+            document = load_yaml(text)  # bounded: a hand-made resource may hold a bomb
         except yaml.YAMLError:
             continue
         yield from _env_vars(document, f"spec.{key}")
@@ -403,14 +400,14 @@ def no_plaintext_secrets(args: ResourceValidationArgs, report_violation: ReportV
         for container in containers(ref.template):
             for env in items(container.get("env")):
                 name, value = str(get(env, "name", "")), get(env, "value")
-                if value and _secret_named(name):
+                if value and secrets.secret_named(name):
                     report_violation(
                         f"{args.name}: {ref.path} container {container.get('name')} sets "
                         f"{name} as a literal; mount it from a Secret (valueFrom or a file)",
                         None,
                     )
     for where, name, value in _embedded_env(args.props):
-        if value and _secret_named(name):
+        if value and secrets.secret_named(name):
             report_violation(
                 f"{args.name}: {where} sets {name} in plain text; Ray runtime envs are stored "
                 "in the custom resource, readable by anyone who can read it",
