@@ -1,0 +1,170 @@
+"""A new user's programs against park-gke, as printed: the README's Python (the program, and the
+park_gke.testing snippet that runs it) and whole programs on an existing and on a new cluster,
+each run under the mock engine and its manifests checked against the CRD schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pytest
+
+import park_gke
+from park_gke import testing
+from park_gke.testing import ProgramError
+from tests.infra.test_package_compose import (
+    NODE_POOL,
+    RAY_SERVICE,
+    SA,
+    ZONE,
+    _head_and_submitter,
+    _service,
+)
+
+RAY_JOB = "kubernetes:ray.io/v1:RayJob"
+
+
+# ---- the README's Python runs as printed --------------------------------------------------------
+
+
+def _readme_python() -> list[str]:
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Use park-gke from your own Pulumi program") :]
+    section = section[: section.index("\n## ")]
+    return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+
+
+def test_the_readmes_python_runs_as_printed(tmp_path, monkeypatch):
+    """The program snippet is a whole program (its imports, its bucket and registry), and the
+    testing snippet runs it as printed, its own assertions included."""
+    program, test = _readme_python()
+    (tmp_path / "__main__.py").write_text(program)
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(compile(test, "README.md", "exec"), scope)
+    result = scope["result"]
+    # The pods' bucket and the KSA are what Storage and Workspace create in this program.
+    (bucket,) = result.of_type("gcp:storage/bucket:Bucket")
+    (ksa,) = result.of_type("kubernetes:core/v1:ServiceAccount")
+    (service,) = result.of_type(RAY_SERVICE)
+    head = service.inputs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert head["serviceAccountName"] == ksa.inputs["metadata"]["name"]
+    mounted = {v["name"]: v for v in head["volumes"]}["gcs"]["csi"]["volumeAttributes"]
+    assert mounted["bucketName"] == bucket.inputs["name"]
+    (registry,) = result.of_type("gcp:artifactregistry/repository:Repository")
+    image = head["containers"][0]["image"]
+    assert f"/my-project/{registry.inputs['repositoryId']}/" in image
+    assert "nodeSelector" not in head  # an existing cluster: no park CPU pool to select
+
+
+def test_the_readme_snippet_check_can_fail(tmp_path, monkeypatch):
+    """A snippet that uses a name it never imports fails here, as it would for a reader."""
+    program, test = _readme_python()
+    (tmp_path / "__main__.py").write_text(program.replace("import pulumi\n", "", 1))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProgramError) as err:
+        exec(compile(test, "README.md", "exec"), {})
+    assert "name 'pulumi' is not defined" in str(err.value)
+
+
+# ---- a new user's programs ---------------------------------------------------------------------
+
+
+def test_an_existing_cluster_with_a_multi_host_training_job_composes():
+    from infra.tools.schemas import validate_manifests
+
+    def build() -> None:
+        cluster = park_gke.ExistingCluster(
+            "team", {"project": "p", "location": ZONE, "name": "team-gke"}
+        )
+        pool = park_gke.TpuSlicePool(
+            "train-pool",
+            {"cluster": cluster, "machine_type": "ct6e-standard-4t", "topology": "4x4"},  # type: ignore[typeddict-item]
+        )
+        storage = park_gke.Storage(
+            "storage",
+            {
+                "project": "p",
+                "region": "us-east5",
+                "node_service_account": cluster.node_service_account,
+                "cluster": cluster,  # type: ignore[typeddict-item]
+            },
+        )
+        space = park_gke.Workspace("space", {"project": "p", "kubeconfig": cluster.kubeconfig})
+        park_gke.RayTrainingJob(
+            "train",
+            {
+                "project": "p",
+                "location": ZONE,
+                "pool": pool,  # type: ignore[typeddict-item]
+                "namespace": space,  # type: ignore[typeddict-item]
+                "bucket": storage,  # type: ignore[typeddict-item]
+                "kubeconfig": cluster.kubeconfig,
+                "training": {"strategy": "fsdp2", "steps": 20, "globalBatchSize": 64},
+            },
+            pulumi.ResourceOptions(depends_on=[*space.ready, *pool.node_pools]),
+        )
+
+    lookup = testing.existing_cluster("team-gke", project="p", node_service_account=SA)
+    result = testing.run(build, project="p", clusters=[lookup])
+    (job,) = result.of_type(RAY_JOB)
+    (group,) = job.inputs["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert group["numOfHosts"] == 4  # a 4x4 slice of 4-chip hosts
+    assert all("nodeSelector" not in pod for pod in _head_and_submitter(job))
+    assert not validate_manifests(result.manifests(), "1.35.0")
+
+
+def test_a_new_cluster_serving_an_open_model_composes():
+    from infra.tools.schemas import validate_manifests
+
+    def build() -> None:
+        net = park_gke.Network("net", {"project": "p", "region": "us-east5"})
+        cluster = park_gke.Cluster(
+            "gke",
+            {
+                "project": "p",
+                "location": ZONE,
+                "network": net.network_name,
+                "subnetwork": net.subnetwork_name,
+                "deletion_protection": False,
+                "master_authorized_networks": [{"cidr": "203.0.113.0/24", "name": "office"}],
+            },
+        )
+        cpu = park_gke.CpuPool("system", {"cluster": cluster})  # type: ignore[typeddict-item]
+        pool = park_gke.TpuSlicePool(
+            "serve",
+            {"cluster": cluster, "machine_type": "ct6e-standard-8t", "topology": "2x4"},  # type: ignore[typeddict-item]
+        )
+        storage = park_gke.Storage(
+            "storage",
+            {
+                "project": "p",
+                "region": "us-east5",
+                "node_service_account": cluster.node_service_account,
+                "cluster": cluster,  # type: ignore[typeddict-item]
+            },
+        )
+        space = park_gke.Workspace("space", {"project": "p", "kubeconfig": cluster.kubeconfig})
+        park_gke.LlmService(
+            "chat",
+            _service(
+                pool=pool,
+                namespace=space,
+                bucket=storage,
+                head_node_selector=cpu,
+                kubeconfig=cluster.kubeconfig,
+            ),
+            pulumi.ResourceOptions(depends_on=[*space.ready, *pool.node_pools, cpu.node_pool]),
+        )
+
+    result = testing.run(build, project="p", stack="prod")
+    (service,) = result.of_type(RAY_SERVICE)
+    spec = service.inputs["spec"]["rayClusterConfig"]
+    assert spec["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {"park-gke/role": "system"}
+    pools = {r.inputs["name"]: r.inputs for r in result.of_type(NODE_POOL)}
+    assert set(pools) == {"system", "serve-s0"}
+    cluster_id = f"projects/p/locations/{ZONE}/clusters/park-prod"  # park-<stack>
+    assert all(p["cluster"] == cluster_id for p in pools.values())
+    assert not validate_manifests(result.manifests(), "1.35.0")
