@@ -7,6 +7,8 @@ model as the learner, on one Ray cluster.
   extension that loads a published folder).
 - ``rollout``: the vLLM engine (a Ray actor in a job) and the driver's pool of engines.
 - ``learner``: log-probabilities under the trainer's DDP/FSDP2 model, the GRPO step, publishing.
+- ``prompts``: prompts and reference answers from the trainer's data reader; scoring a round.
+- ``loop``: one run on one machine (learner in process, engines as Ray actors).
 
 **Why no RL library.** The field's loops were read first (verl, OpenRLHF, TRL's GRPOTrainer,
 SkyRL) and their formulas are followed here (each module names its source); none is used as a
