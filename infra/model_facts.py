@@ -21,6 +21,7 @@ import re
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -319,27 +320,33 @@ def from_uri(uri: str) -> ModelFacts:
         return _from_uri(uri)
     if _offline():
         raise FactsError(f"{uri}: not read offline (PARK_OFFLINE / HF_HUB_OFFLINE)")
+    return within_deadline(lambda: _from_uri(uri), uri)
+
+
+def within_deadline(work: Callable[[], ModelFacts], source: str) -> ModelFacts:
+    """`work()` (a remote lookup) within REMOTE_TIMEOUT_S, or a FactsError saying so: the
+    lookup goes on in a daemon thread nobody waits for, so no check hangs on the network."""
     outcome: dict[str, Any] = {}
 
-    def work() -> None:
+    def run() -> None:
         try:
-            outcome["facts"] = _from_uri(uri)
+            outcome["facts"] = work()
         except Exception as err:  # FactsError, or the client's own: said in one line below
             outcome["error"] = err
 
-    worker = threading.Thread(target=work, name=f"facts {uri}", daemon=True)
+    worker = threading.Thread(target=run, name=f"facts {source}", daemon=True)
     worker.start()
     worker.join(REMOTE_TIMEOUT_S)
     if worker.is_alive():
         raise FactsError(
-            f"{uri}: no answer in {REMOTE_TIMEOUT_S:.0f} s (network, or the environment's "
-            "Google credentials?); set PARK_REMOTE_TIMEOUT_S, or PARK_OFFLINE=1 to skip it"
+            f"{source}: no answer in {REMOTE_TIMEOUT_S:.0f} s (network, or credentials?); set "
+            "PARK_REMOTE_TIMEOUT_S, or PARK_OFFLINE=1 to skip it"
         )
     error = outcome.get("error")
     if isinstance(error, FactsError):
         raise error
     if error is not None:
-        raise FactsError(f"{uri}: cannot read ({type(error).__name__})")
+        raise FactsError(f"{source}: cannot read ({type(error).__name__})")
     facts: ModelFacts = outcome["facts"]
     return facts
 
@@ -593,7 +600,7 @@ def _lookup(source: str, *, mounted: str | None = None) -> FactsLookup:
     if is_hub_id(source):
         tried.append("the Hugging Face hub")
         try:
-            facts = from_hub(source)
+            facts = within_deadline(lambda: from_hub(source), source)
             listed = from_catalogue(source)
             if listed is not None:  # the hub's config, the catalogue's size and gating
                 facts = replace(

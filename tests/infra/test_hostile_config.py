@@ -234,3 +234,31 @@ def test_a_stack_file_with_ordinary_aliases_still_reads(tmp_path):
         f"  park:tpuPools:\n  - &pool {pool}\n  park:cpuPool: {{maxNodes: 4}}\n"
     )
     assert from_file(path).spec.tpu_pools[0].name == "serve"
+
+
+def test_a_remote_model_lookup_is_bounded_in_time(monkeypatch):
+    """A gs:// lookup that never answers (pyarrow's client retries for ~15 minutes) ends in
+    a one-line FactsError after PARK_REMOTE_TIMEOUT_S; a bare gs:// is one line at once."""
+    import threading
+
+    from infra import model_facts
+
+    released = threading.Event()
+
+    def hangs(uri: str):
+        released.wait(30)  # the network that never answers; released at the end of the test
+        raise AssertionError("not reached in time")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("PARK_OFFLINE", raising=False)
+    monkeypatch.setattr(model_facts, "REMOTE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(model_facts, "_from_uri", hangs)
+    started = time.perf_counter()
+    try:
+        with pytest.raises(model_facts.FactsError, match="no answer in") as info:
+            model_facts.from_uri("gs://my-bucket/models/x")
+        assert time.perf_counter() - started < 2.0 and "\n" not in str(info.value)
+    finally:
+        released.set()
+    with pytest.raises(model_facts.FactsError, match="not a bucket path"):
+        model_facts.from_uri("gs://")
