@@ -144,15 +144,12 @@ def _rl_job(
     plan: StackPlan, opts: pulumi.ResourceOptions, has_token: bool, tpu_pools: dict[str, Any]
 ) -> None:
     """park:rl's RayJob (infra/plan/rl.py), after both of its pools' nodes."""
-    from infra.components.kubernetes import custom_resource
-    from infra.plan.ray import ray_pods
-    from infra.plan.rl import rl_rayjob
+    from infra.components.rl import RayRlJob
 
     assert plan.rl is not None
-    manifest = rl_rayjob(plan.rl, ray_pods(plan), hf_token=has_token)
     rollout = tpu_pools.get(plan.rl.rollout.pool_name)  # a GPU pool: none to wait for here
     waits = pulumi.ResourceOptions(depends_on=list(rollout.node_pools) if rollout else [])
-    custom_resource(manifest, opts.merge(waits), "park-rl-rayjob")
+    RayRlJob("park-rl", plan, has_token, opts.merge(waits))
 
 
 def main() -> None:

@@ -73,36 +73,40 @@ def test_worker_groups_follow_the_catalog(rendered):
         assert head["serviceType"] == "ClusterIP"  # the dashboard stays inside the cluster
         assert head["template"]["spec"]["nodeSelector"] == {"park-gke/role": "system"}
         assert all(isinstance(v, str) for v in head["rayStartParams"].values())
-        (group,) = cluster["workerGroupSpecs"]
-        pool, tpu = _pool(config, group["groupName"])
-        assert group["numOfHosts"] == tpu.hosts
-        pod = group["template"]["spec"]
-        resources = pod["containers"][0]["resources"]
-        assert resources["requests"]["google.com/tpu"] == str(tpu.chips_per_host)
-        assert resources["limits"]["google.com/tpu"] == str(tpu.chips_per_host)
-        expected = {**tpu.node_labels(), "park-gke/pool": pool.name}
-        if pool.capacity == "spot":
-            expected[catalog.SPOT_LABEL] = "true"
-        assert pod["nodeSelector"] == expected
-        assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
-            "tolerations"
-        ]
-        assert pod["serviceAccountName"] == f"park-{rendered.plan.stack}-workload"
-        (gcs,) = [v for v in pod["volumes"] if "csi" in v]
-        assert gcs["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
-        assert gcs["csi"]["volumeAttributes"]["bucketName"] == rendered.plan.names.bucket
-        if manifest["kind"] == "RayJob":
-            assert group["replicas"] == config.training.num_slices
-        else:
-            # one whole slice per replica (infra/resolve.py): the models' replicas, summed
-            models = config.serving.models
-            assert group["maxReplicas"] == sum(m.max_replicas for m in models) <= pool.slices
-            assert group["replicas"] == sum(m.min_replicas for m in models)
-            assert group["minReplicas"] == 0
+        for group in cluster["workerGroupSpecs"]:  # training/serving: one; RL: two
+            pool, tpu = _pool(config, group["groupName"])
+            assert group["numOfHosts"] == tpu.hosts
+            pod = group["template"]["spec"]
+            resources = pod["containers"][0]["resources"]
+            assert resources["requests"]["google.com/tpu"] == str(tpu.chips_per_host)
+            assert resources["limits"]["google.com/tpu"] == str(tpu.chips_per_host)
+            expected = {**tpu.node_labels(), "park-gke/pool": pool.name}
+            if pool.capacity == "spot":
+                expected[catalog.SPOT_LABEL] = "true"
+            assert pod["nodeSelector"] == expected
+            assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+                "tolerations"
+            ]
+            assert pod["serviceAccountName"] == f"park-{rendered.plan.stack}-workload"
+            (gcs,) = [v for v in pod["volumes"] if "csi" in v]
+            assert gcs["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
+            assert gcs["csi"]["volumeAttributes"]["bucketName"] == rendered.plan.names.bucket
+            if manifest["metadata"]["name"] == "park-rl":
+                assert group["replicas"] == group["maxReplicas"] <= pool.slices
+            elif manifest["kind"] == "RayJob":
+                assert group["replicas"] == config.training.num_slices
+            else:
+                # one whole slice per replica (infra/resolve.py): the models' replicas, summed
+                models = config.serving.models
+                assert group["maxReplicas"] == sum(m.max_replicas for m in models) <= pool.slices
+                assert group["replicas"] == sum(m.min_replicas for m in models)
+                assert group["minReplicas"] == 0
 
 
 def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
     config = rendered.config
+    if not config.training.enabled:
+        pytest.skip("no training RayJob (the RL job's entrypoint: tests/infra/test_rl_stack.py)")
     (job,) = [m for m in rendered.manifests() if m["kind"] == "RayJob"]
     spec = job["spec"]
     assert spec["shutdownAfterJobFinishes"] is True
@@ -128,6 +132,8 @@ def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
 
 def test_rayservice_serves_through_ray_serve_llm(rendered):
     config = rendered.config
+    if not config.serving.enabled:
+        pytest.skip("no RayService")
     (service,) = [m for m in rendered.manifests() if m["kind"] == "RayService"]
     serve = yaml.safe_load(service["spec"]["serveConfigV2"])
     (app,) = serve["applications"]

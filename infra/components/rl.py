@@ -1,0 +1,42 @@
+"""park:rl's RayJob as a component of the stack program: the learner and the rollout engines
+on their own pools, in one Ray cluster (infra/plan/rl.py).
+
+Its argument is the resolved plan (the stack program's), not yet a typed argument set of the
+published package: the RL job spans two pools, a TPU one and a TPU or GPU one, which the
+package's one-pool workload arguments do not describe."""
+
+from __future__ import annotations
+
+import pulumi
+
+from infra.components._base import TYPE_PREFIX, child_options
+from infra.components.kubernetes import custom_resource
+from infra.plan.ray import ray_pods
+from infra.plan.rl import rl_rayjob
+from infra.resolve import StackPlan
+
+
+class RayRlJob(pulumi.ComponentResource):
+    """The RL RayJob: runs to completion on both pools' slices, then releases them."""
+
+    job_name: pulumi.Output[str]
+    """The RayJob's name."""
+    export_path: pulumi.Output[str]
+    """gs:// folder of the final policy's Hugging Face export (empty when it exports none)."""
+
+    def __init__(
+        self,
+        name: str,
+        plan: StackPlan,
+        hf_token: bool,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__(TYPE_PREFIX + "RayRlJob", name, None, opts)
+        assert plan.rl is not None
+        manifest = rl_rayjob(plan.rl, ray_pods(plan), hf_token=hf_token)
+        self.resource = custom_resource(
+            manifest, child_options(self, opts), resource_name=f"{name}-rayjob"
+        )
+        self.job_name = pulumi.Output.from_input(manifest["metadata"]["name"])
+        self.export_path = pulumi.Output.from_input(plan.rl.export_path or "")
+        self.register_outputs({"job_name": self.job_name, "export_path": self.export_path})

@@ -1,0 +1,306 @@
+"""park:rl, the stack side of the GRPO job: resolve, rules, the RayJob, cost.
+
+The numbers are checked against what the project's own references say independently of the
+RL code: the TPU catalog (chips per slice), the serving rules (infra.engine: allowed TP and the
+engine fit), the training memory model (infra.training_fit.best_micro_batch), the vendored
+KubeRay CRD schemas, the TPU webhook's group rules and the price sheet.
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+from typing import Any
+
+import pytest
+
+from infra import catalog, engine, training_fit
+from infra.names import POOL_LABEL
+from infra.plan import ray, tpu_groups
+from infra.plan.rl import GPU_RESOURCE, rl_rayjob
+from infra.resolve import StackPlan
+from infra.spec.errors import ConfigError
+from infra.spec.read import read_stack_file
+from infra.stack import from_values
+from infra.tools.checks import check_manifests
+from infra.tools.cost import estimate, load_prices
+from infra.tools.schemas import validate_manifests
+from infra.training_fit import GIB
+from tests.conftest import STACKS_DIR
+from workloads.rl.config import RL_COMMAND, parse_args
+from workloads.train.config import LOSS_CHUNK_TOKENS
+
+KUBERNETES = "1.35.0"
+
+
+def shipped_values() -> dict[str, Any]:
+    values, _ = read_stack_file(STACKS_DIR / "Pulumi.rl.yaml")
+    return values
+
+
+def plan_of(values: dict[str, Any]) -> StackPlan:
+    return from_values(values, "rl")
+
+
+def with_rl(**changes: Any) -> dict[str, Any]:
+    values = copy.deepcopy(shipped_values())
+    values["park:rl"].update(changes)
+    return values
+
+
+@pytest.fixture(scope="module")
+def plan() -> StackPlan:
+    return plan_of(shipped_values())
+
+
+# ---- resolve ----------------------------------------------------------------------------
+
+
+def test_learner_is_one_worker_per_chip_of_its_slice(plan):
+    rl = plan.rl
+    assert rl is not None
+    pool = next(p for p in plan.spec.tpu_pools if p.name == plan.spec.rl.learner_pool)
+    tpu = catalog.lookup(pool.machine_type, pool.topology)
+    assert (rl.workers, rl.hosts) == (tpu.chips, tpu.hosts)
+    assert rl.batch == plan.spec.rl.prompts_per_step * plan.spec.rl.group_size
+    assert rl.batch % rl.workers == 0
+
+
+def test_learner_fit_is_the_training_fit_of_the_learner_step(plan):
+    rl = plan.rl
+    spec, tpu = rl.spec, rl.learner.slice
+    assert rl.facts.facts is not None
+    expected = training_fit.best_micro_batch(
+        rl.facts.facts,
+        per_chip_batch=rl.batch // rl.workers,
+        pinned=spec.micro_batch_size,
+        world_size=rl.workers,
+        shard_size=tpu.chips,  # fsdp2 over the slice
+        usable_bytes=tpu.generation.runtime_hbm_bytes_per_chip,
+        loss_chunk_tokens=LOSS_CHUNK_TOKENS,
+        strategy=spec.strategy,
+        seq_len=spec.max_prompt_tokens + spec.max_response_tokens,
+        activation_checkpointing=spec.activation_checkpointing,
+    )
+    assert rl.fit == expected
+    assert rl.fit.fits
+    assert (rl.micro_batch, rl.accumulation_steps) == (
+        expected.micro_batch,
+        expected.accumulation_steps,
+    )
+
+
+def test_rollout_engines_fill_the_slice_at_the_smallest_tp_that_fits(plan):
+    rollout = plan.rl.rollout
+    tpu = rollout.tpu.slice
+    facts = plan.rl.facts.facts
+    allowed = engine.allowed_tensor_parallel("vllm-torchtpu", tpu, facts)
+    assert list(rollout.options) == allowed
+    length = plan.spec.rl.max_prompt_tokens + plan.spec.rl.max_response_tokens
+
+    def fit(tp: int) -> engine.Fit:
+        return engine.fit_served(facts, tpu, tp, length, {"gpu_memory_utilization": 0.9})
+
+    assert rollout.tensor_parallel in allowed
+    assert all(not fit(tp).fits for tp in allowed if tp < rollout.tensor_parallel)
+    assert rollout.fit == fit(rollout.tensor_parallel) and rollout.fit.fits
+    assert rollout.engines == tpu.chips // rollout.tensor_parallel * rollout.tpu.slices
+    assert rollout.max_model_len == length
+
+
+def test_entrypoint_parses_back_to_the_plan(plan):
+    manifest = rl_rayjob(plan.rl, ray.ray_pods(plan))
+    words = shlex.split(manifest["spec"]["entrypoint"])
+    assert tuple(words[:3]) == RL_COMMAND
+    cfg = parse_args(words[3:])
+    rl, spec = plan.rl, plan.spec.rl
+    assert cfg.num_workers == rl.workers
+    assert cfg.tpu_topology == rl.learner.slice.topology
+    assert cfg.rollout_engines == rl.rollout.engines
+    assert cfg.rollout_tensor_parallel_size == rl.rollout.tensor_parallel
+    assert cfg.micro_batch_size == rl.micro_batch
+    assert cfg.reward_names == spec.rewards
+    assert cfg.weights == spec.reward_weights
+    assert (cfg.group_size, cfg.prompts_per_step) == (spec.group_size, spec.prompts_per_step)
+    assert cfg.temperature == spec.sampling_temperature
+    assert cfg.publish_every == spec.sync_every
+    assert cfg.lr == spec.learning_rate
+    assert cfg.model == rl.model_path and cfg.model.startswith(plan.spec.storage.mount_path)
+
+
+# ---- the RayJob -------------------------------------------------------------------------
+
+
+def _groups(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    return manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+
+
+def test_rayjob_has_learner_and_rollout_groups_on_distinct_pools(plan):
+    manifest = rl_rayjob(plan.rl, ray.ray_pods(plan))
+    groups = _groups(manifest)
+    pools = [g["template"]["spec"]["nodeSelector"][POOL_LABEL] for g in groups]
+    assert pools == [plan.spec.rl.learner_pool, plan.spec.rl.rollout_pool]
+    assert len({g["groupName"] for g in groups}) == 2
+    head = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert "google.com/tpu" not in head["containers"][0]["resources"]["limits"]
+    for group, pool in zip(groups, (plan.rl.learner, plan.rl.rollout.tpu), strict=True):
+        limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert int(limits["google.com/tpu"]) == pool.slice.chips_per_host
+        assert group["numOfHosts"] == pool.slice.hosts
+        assert group["replicas"] <= pool.slices
+
+
+def test_rayjob_is_valid_against_the_crds_the_webhook_rules_and_the_plan(plan):
+    manifest = rl_rayjob(plan.rl, ray.ray_pods(plan))
+    assert validate_manifests([manifest], KUBERNETES) == []
+    for group in _groups(manifest):
+        assert tpu_groups.is_tpu_group(group)
+        assert tpu_groups.group_problems(group) == []
+    assert check_manifests([manifest], plan) == []
+
+
+def test_the_program_renders_the_rl_rayjob():
+    from tests.conftest import render_stack
+
+    rendered = render_stack("rl")
+    jobs = [m for m in rendered.manifests() if m["kind"] == "RayJob"]
+    assert [j["metadata"]["name"] for j in jobs] == ["park-rl"]
+    assert len(_groups(jobs[0])) == 2
+    assert validate_manifests(rendered.manifests(), KUBERNETES) == []
+
+
+def test_a_gpu_rollout_pool_is_accepted_and_rendered():
+    values = with_rl(rolloutPool="l4")
+    values["park:gpuPools"] = [
+        {
+            "name": "l4",
+            "machineType": "g2-standard-24",
+            "acceleratorType": "nvidia-l4",
+            "acceleratorCount": 2,
+            "nodes": 2,
+        }
+    ]
+    plan = plan_of(values)
+    rollout = plan.rl.rollout
+    assert rollout.kind == "gpu" and rollout.tensor_parallel in rollout.options
+    assert rollout.engines == 2 * 2 // rollout.tensor_parallel
+    assert any(w.key == "park:rl.rolloutPool" for w in plan.warnings)
+    manifest = rl_rayjob(plan.rl, ray.ray_pods(plan))
+    gpu = _groups(manifest)[1]
+    assert gpu["template"]["spec"]["nodeSelector"] == {POOL_LABEL: "l4"}
+    assert gpu["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_RESOURCE] == "2"
+    assert validate_manifests([manifest], KUBERNETES) == []
+    assert estimate(plan).rl_run is not None
+
+
+# ---- rules: one refusal each, naming the key --------------------------------------------
+
+
+def _refused(values: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        plan_of(values)
+    return [p.key for p in err.value.problems]
+
+
+def _queued() -> dict[str, Any]:
+    values = copy.deepcopy(shipped_values())
+    values["park:tpuPools"][1]["capacity"] = "queued"
+    return values
+
+
+def _training_on_learner_pool() -> dict[str, Any]:
+    values = copy.deepcopy(shipped_values())
+    values["park:training"] = {"enabled": True, "pool": values["park:rl"]["learnerPool"]}
+    return values
+
+
+def _gpu_learner() -> dict[str, Any]:
+    values = with_rl(learnerPool="l4")
+    values["park:gpuPools"] = [
+        {"name": "l4", "machineType": "g2-standard-8", "acceleratorType": "nvidia-l4"}
+    ]
+    return values
+
+
+REFUSALS = {
+    "learner pool unknown": (with_rl(learnerPool="nope"), "park:rl.learnerPool"),
+    "learner pool a GPU pool": (_gpu_learner(), "park:rl.learnerPool"),
+    "rollout pool unknown": (with_rl(rolloutPool="nope"), "park:rl.rolloutPool"),
+    "rollout pool is the learner's": (
+        with_rl(rolloutPool="learner-v6e-8"),
+        "park:rl.rolloutPool",
+    ),
+    "learner pool is training's": (_training_on_learner_pool(), "park:rl.learnerPool"),
+    "queued pool": (_queued(), "park:rl.rolloutPool"),
+    "group of one": (with_rl(groupSize=1), "park:rl.groupSize"),
+    "reward not a name": (with_rl(rewards=["numeric", "not a reward"]), "park:rl.rewards"),
+    "reward weights count": (with_rl(rewardWeights=[1.0]), "park:rl.rewardWeights"),
+    "batch not a multiple of the chips": (
+        with_rl(promptsPerStep=3, groupSize=2),
+        "park:rl.promptsPerStep",
+    ),
+    "data not records": (with_rl(data="/data/notes.txt"), "park:rl.data"),
+    "no model": (with_rl(model=""), "park:rl.model"),
+    "TP the slice does not allow": (with_rl(tensorParallelSize=3), "park:rl.tensorParallelSize"),
+    "longer than the model's positions": (
+        with_rl(maxResponseTokens=40000),
+        "park:rl.maxResponseTokens",
+    ),
+    "learner does not fit": (
+        with_rl(model="Qwen/Qwen2.5-14B-Instruct", strategy="ddp"),
+        "park:rl.model",
+    ),
+    "engine does not fit": (
+        with_rl(model="Qwen/Qwen2.5-14B-Instruct", tensorParallelSize=1),
+        "park:rl.tensorParallelSize",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=list(REFUSALS))
+def test_rule_refuses_naming_the_key(case):
+    values, key = REFUSALS[case]
+    assert key in _refused(values)
+
+
+def test_misfit_messages_say_what_is_allowed():
+    with pytest.raises(ConfigError) as err:
+        plan_of(with_rl(model="Qwen/Qwen2.5-14B-Instruct", tensorParallelSize=1))
+    text = str(err.value)
+    assert "park:rl.tensorParallelSize = 1" in text and "allowed:" in text
+    with pytest.raises(ConfigError) as err:
+        plan_of(with_rl(tensorParallelSize=3))
+    assert "allowed: 1, 4" in str(err.value)
+
+
+# ---- cost -------------------------------------------------------------------------------
+
+
+def test_cost_prices_both_slices_and_one_run(plan):
+    cost = estimate(plan)
+    assert cost.rl_run is not None
+    learner, rollout = cost.rl_run
+    sheet = load_prices(plan)
+    hours = plan.spec.rl.steps * plan.spec.rl.estimated_step_seconds / 3600
+    for run, pool, chips in (
+        (learner, plan.rl.learner, plan.rl.workers),
+        (rollout, plan.rl.rollout.tpu, plan.rl.rollout.tpu.total_chips),
+    ):
+        price = sheet.chip_hour(pool.slice.generation.name, pool.capacity)
+        assert run.note == pool.name and run.chips == chips
+        assert run.cost == pytest.approx(chips * hours * price.value)
+    data = cost.as_json()["rl_run"]
+    assert data["cost"] == pytest.approx(learner.cost + rollout.cost, abs=1e-5)
+    assert {p["name"] for p in cost.as_json()["pools"]} >= {
+        plan.spec.rl.learner_pool,
+        plan.spec.rl.rollout_pool,
+    }
+
+
+def test_learner_fit_grows_with_the_sequence():
+    """The fit reads the stack's lengths: longer completions, more memory per chip."""
+    short = plan_of(with_rl(microBatchSize=8)).rl
+    longer = plan_of(with_rl(maxResponseTokens=3072, microBatchSize=8)).rl
+    assert (short.micro_batch, longer.micro_batch) == (8, 8)
+    assert longer.fit.activations_bytes > short.fit.activations_bytes
+    assert longer.fit.total_bytes / GIB < longer.fit.usable_bytes / GIB
