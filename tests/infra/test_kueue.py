@@ -284,6 +284,11 @@ def test_kueue_objects_wait_for_the_release():
     config = rendered.config
     objects = [r for r in rendered.resources if r.type.startswith("kubernetes:kueue.x-k8s.io")]
     assert len(objects) == len(kueue.manifests(rendered.plan))
+    (namespace,) = [  # the Workspace's child for the namespace (named after the component)
+        r.name
+        for r in rendered.of_type("kubernetes:core/v1:Namespace")
+        if r.inputs["metadata"]["name"] == config.namespace
+    ]
     for resource in objects:
         assert "kueue" in resource.dependencies, resource.name
-        assert config.namespace in resource.dependencies, resource.name
+        assert namespace in resource.dependencies, resource.name

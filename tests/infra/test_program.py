@@ -106,7 +106,12 @@ def test_workloads_wait_for_the_operator_and_their_pools(rendered):
             group = pool["workerGroupSpecs"][0]["groupName"]
             assert "gke" in workload.dependencies  # the cluster (add-on CRDs) exists first
             assert f"{group}-s0" in workload.dependencies
-            assert rendered.plan.names.workload_ksa in workload.dependencies
+            (ksa,) = [
+                r.name  # the Workspace's child for the KSA (logical names follow the component)
+                for r in rendered.of_type("kubernetes:core/v1:ServiceAccount")
+                if r.inputs["metadata"]["name"] == rendered.plan.names.workload_ksa
+            ]
+            assert ksa in workload.dependencies
 
 
 def test_outputs(rendered):
