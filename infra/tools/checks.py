@@ -112,6 +112,9 @@ def _check_rayjob(
     except ValueError as err:
         yield ManifestProblem(name, "spec.entrypoint", f"not a shell command line: {err}")
         return
+    if head[-2:] == ["-m", "workloads.rl"]:
+        yield from _check_rl_entrypoint(name, fields, groups, base)
+        return
     if not protocol.runs_training(head):
         return  # not our training entrypoint: nothing more to compare
     if fields.get("accelerator") != "tpu" or len(groups) != 1:
@@ -136,6 +139,42 @@ def _check_rayjob(
                 "spec.entrypoint",
                 f"{protocol.flag(field)} {have} but {base}.workerGroupSpecs[{i}] gives {want} "
                 f"({slices} x {topology} slice(s), one worker per chip)",
+            )
+
+
+def _check_rl_entrypoint(
+    name: str,
+    fields: dict[str, str | None],
+    groups: list[tuple[int, dict[str, Any]]],
+    base: str,
+) -> Iterator[ManifestProblem]:
+    """The RL job (infra/plan/rl.py): the learner's workers are the chips of its group (the
+    first), and the engines fit in the rollout group's chips when it is a TPU group."""
+    if not groups or groups[0][0] != 0:
+        return
+    for i, group in groups:
+        _, chips = tpu_groups.group_slice(group)
+        if chips is None:
+            continue
+        slices = _int(group.get("replicas", 1)) or 1
+        if i == 0:
+            have, want = fields.get("num_workers"), str(chips * slices)
+            if have is not None and have != want:
+                yield ManifestProblem(
+                    name,
+                    "spec.entrypoint",
+                    f"--num-workers {have} but the learner group {base}.workerGroupSpecs[0] "
+                    f"gives {want} chips, one worker each",
+                )
+            continue
+        engines = _int(fields.get("rollout_engines")) or 1
+        tp = _int(fields.get("rollout_tensor_parallel_size")) or 1
+        if engines * tp > chips * slices:
+            yield ManifestProblem(
+                name,
+                "spec.entrypoint",
+                f"--rollout-engines {engines} x --rollout-tensor-parallel-size {tp} chips, but "
+                f"the rollout group {base}.workerGroupSpecs[{i}] has {chips * slices}",
             )
 
 

@@ -159,6 +159,21 @@ def test_rayjob_is_valid_against_the_crds_the_webhook_rules_and_the_plan(plan):
     assert check_manifests([manifest], plan) == []
 
 
+def test_validate_catches_hand_edited_rl_flags(plan):
+    manifest = rl_rayjob(plan.rl, ray.ray_pods(plan))
+    entry = manifest["spec"]["entrypoint"]
+    engines = plan.rl.rollout.engines
+    more = entry.replace(f"--rollout-engines {engines} ", f"--rollout-engines {engines * 2} ")
+    workers = entry.replace(f"--num-workers {plan.rl.workers} ", "--num-workers 4 ")
+    for edited, flag in ((more, "--rollout-engines"), (workers, "--num-workers")):
+        broken = copy.deepcopy(manifest)
+        broken["spec"]["entrypoint"] = edited
+        assert edited != entry
+        problems = check_manifests([broken], plan)
+        assert [p.path for p in problems] == ["spec.entrypoint"]
+        assert flag in problems[0].message
+
+
 def test_the_program_renders_the_rl_rayjob():
     from tests.conftest import render_stack
 
