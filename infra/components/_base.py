@@ -163,8 +163,9 @@ def checked_plan(
         if not rules:
             plan = resolve(parse_values(values, stack), partial=True)
         else:
-            # Exposure is judged where the cluster is described (infra/rules/security.py).
-            plan = from_values(values, stack, posture=component == "Cluster")
+            # Exposure is the stack's call (park:policy.acknowledgePublic), judged by the stack
+            # program and the policy pack, not by a component that sees one part of it.
+            plan = from_values(values, stack, posture=False)
     except ConfigError as err:
         raise ComponentArgsError(component, name, [told(p) for p in err.problems]) from None
     from infra.components._naming import in_stack_program

@@ -43,6 +43,7 @@ CREDENTIAL_PATTERNS = {
 _SECRET_WORDS = {"token", "secret", "password", "passwd", "pwd", "credential", "credentials"}
 _SECRET_PAIRS = {("api", "key"), ("access", "key"), ("private", "key"), ("auth", "key")}
 _SECRET_JOINED = {"apikey", "accesskey", "privatekey", "authkey"}
+_TOKENIZER_WORDS = {"bos", "eos", "pad", "unk", "sep", "cls", "mask", "special", "stop"}
 _REFERENCE_WORDS = {"path", "file", "dir", "name", "url", "ref", "id"}
 # A long run of letters and digits with both present and no spaces: an opaque token.
 _OPAQUE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[A-Za-z0-9_\-+/=.]{32,}$")
@@ -64,6 +65,8 @@ def secret_named(name: str) -> bool:
     if not words or words[-1] in _REFERENCE_WORDS:
         return False
     pairs = set(itertools.pairwise(words))
+    if any(pair[1] in ("token", "tokens") and pair[0] in _TOKENIZER_WORDS for pair in pairs):
+        return False  # eos_token, pad_token: a tokenizer's special token, not a credential
     return bool(_SECRET_WORDS & set(words) or _SECRET_JOINED & set(words) or _SECRET_PAIRS & pairs)
 
 

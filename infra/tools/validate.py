@@ -18,7 +18,7 @@ import yaml
 from infra.resolve import StackPlan
 from infra.rules.security import Exposure, posture_verdict, production
 from infra.spec.safe import load_yaml, load_yaml_all
-from infra.spec.secrets import credentials_in
+from infra.spec.secrets import credential_kind, credentials_in
 from infra.tools import gke_api
 from infra.tools.checks import check_manifests, ray_serve_check
 from infra.tools.netpol import flow_problems
@@ -109,9 +109,19 @@ def security_problems(docs: list[dict[str, Any]], plan: StackPlan) -> list[str]:
     acknowledged = frozenset(plan.spec.policy.acknowledge_public)
     for doc in docs:
         name = f"{doc.get('kind', '?')}/{(doc.get('metadata') or {}).get('name', '?')}"
-        body = {k: v for k, v in doc.items() if k != "data" or doc.get("kind") != "Secret"}
+        secret = doc.get("kind") == "Secret"
+        held = ("data", "stringData") if secret else ()
+        body = {k: v for k, v in doc.items() if k not in held}
         for path, what in credentials_in(body):
             problems.append(f"{name}: {path}: holds {what} in plain text; use a Secret")
+        for key in held:  # a Secret's own keys are where a token belongs: only its shape counts
+            for entry, value in _dict(doc.get(key)).items():
+                kind = credential_kind(value) if isinstance(value, str) else None
+                if kind is not None:
+                    problems.append(
+                        f"{name}: {key}.{entry}: holds {kind} in the manifest file; create the "
+                        "Secret from a Pulumi secret (park:hfToken), not a committed file"
+                    )
         for key, parsed in _embedded(doc).items():
             for path, what in credentials_in(parsed, f"spec.{key}"):
                 problems.append(f"{name}: {path}: holds {what} in plain text; use a Secret")
