@@ -49,10 +49,11 @@ depth):
   micro-batch 4 x 1 accumulation step(s): params 4.58, grads 1.52, AdamW 3.81, activations
   9.41, logits 0.00, reserve 2.50: 21.82 of 31.25 GiB (peak at the block backward)
 
-Not modelled: HSDP's cross-slice partial sums beyond the sharded gradients, attention that
-materializes ``T x T`` scores (the math SDPA kernel: torch_tpu's flash kernel comes first,
-workloads/train/strategies.py), ``torch.compile``'s buffers, MoE, Gemma 4's per-layer inputs
-and shared KV layers (its layers are costed as Gemma 3's).
+HSDP (several slices) is FSDP2 sharded over one slice: accumulating with the cross-slice
+all-reduce held back keeps nothing beyond the sharded gradients (measured). Not modelled:
+attention that materializes ``T x T`` scores (the math SDPA kernel: torch_tpu's flash kernel
+comes first, workloads/train/strategies.py), ``torch.compile``'s buffers, MoE, Gemma 4's
+per-layer inputs and shared KV layers (its layers are costed as Gemma 3's).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ subclass ``FSDPMemTracker`` (torch 2.13), counting every tensor storage the trai
 step creates and frees: the real transformers classes built from the catalogue's config.json
 (Qwen3-1.7B, Qwen3-8B, Llama-3.2-1B, Gemma 3 1B), the trainer's build path, chunked loss,
 micro-batch loop and AdamW (tests/infra/training_fit_harness.py says what is and is not the
-trainer's own, and why). ``estimate`` is called with the same facts.
+trainer's own, and why). ``estimate`` is called with the same facts. DDP, FSDP2 and HSDP (two
+slices: a 2-D mesh, sharded within a slice).
 
 - Under fake tensors (nothing allocated): most cases keep 2-4 decoder layers (the real widths,
   heads and vocabulary) so that a case runs in seconds on 2 cores; the estimate gets the same
@@ -56,7 +57,7 @@ def estimated(facts: model_facts.ModelFacts, case: dict[str, Any], world: int) -
         facts,
         strategy=case["strategy"],
         world_size=world,
-        shard_size=world,
+        shard_size=world // case.get("num_slices", 1),  # HSDP shards over one slice
         micro_batch=case["micro_batch"],
         accumulation_steps=case.get("accumulation_steps", 1),
         seq_len=case["seq_len"],
@@ -79,6 +80,8 @@ def case(repo: str, layers: int | None, strategy: str, ac: bool, micro: int, seq
     name = f"{repo.split('/')[-1]}-L{layers or 'all'}-{strategy}-{'ac' if ac else 'noac'}-b{micro}"
     if kw.get("accumulation_steps", 1) > 1:
         name += f"x{kw['accumulation_steps']}"
+    if kw.get("num_slices", 1) > 1:
+        name += f"-hsdp{kw['num_slices']}"
     return pytest.param(values, id=name)
 
 
@@ -89,6 +92,18 @@ FAKE_CASES = [
     case("Qwen/Qwen3-1.7B", 4, "ddp", False, 4, 2048),
     case("Qwen/Qwen3-1.7B", 4, "ddp", True, 4, 2048),
     case("Qwen/Qwen3-8B", 2, "fsdp2", True, 4, 4096, world_size=16),
+    # HSDP: two slices of 8, gradients accumulated with the cross-slice all-reduce held back
+    case(
+        "Qwen/Qwen3-1.7B",
+        4,
+        "fsdp2",
+        True,
+        2,
+        2048,
+        accumulation_steps=2,
+        world_size=16,
+        num_slices=2,
+    ),
     case("Qwen/Qwen3-8B", 2, "ddp", True, 2, 2048),
     case("meta-llama/Llama-3.2-1B", 4, "fsdp2", True, 4, 2048),
     case("meta-llama/Llama-3.2-1B", 4, "ddp", False, 4, 2048),
@@ -115,6 +130,7 @@ def test_estimate_is_within_the_band_of_the_tracker_under_fake_tensors(
         seq_len=spec["seq_len"],
         accumulation_steps=spec.get("accumulation_steps", 1),
         world_size=world,
+        num_slices=spec.get("num_slices", 1),
     )
     fit = estimated(reduced_facts(spec["repo"], config), spec, world)
     ratio = fit.peak_bytes / measured.peak

@@ -78,9 +78,12 @@ def process_group(backend: str, world_size: int) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def build(config: Any, *, strategy: str, activation_checkpointing: bool) -> Any:
+def build(
+    config: Any, *, strategy: str, activation_checkpointing: bool, num_slices: int = 1
+) -> Any:
     """modeling._build_hf up to sharding, on meta (the mesh is made here, outside any fake
-    mode, which its constructor cannot run under); :func:`place` does the rest."""
+    mode, which its constructor cannot run under; ``num_slices`` > 1: HSDP's 2-D mesh);
+    :func:`place` does the rest."""
     from workloads.train import hf
     from workloads.train.strategies import build_mesh, shard
 
@@ -90,7 +93,8 @@ def build(config: Any, *, strategy: str, activation_checkpointing: bool) -> Any:
     if activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if strategy == "fsdp2":
-        shard(model, blocks, mesh=build_mesh("cpu", dist.get_world_size()), dtype=torch.bfloat16)
+        mesh = build_mesh("cpu", dist.get_world_size(), num_slices)
+        shard(model, blocks, mesh=mesh, dtype=torch.bfloat16)
     return model
 
 
@@ -190,12 +194,18 @@ def measure(
     seq_len: int,
     accumulation_steps: int = 1,
     world_size: int = 8,
+    num_slices: int = 1,
 ) -> Measured:
     """The tracker's peak over a step of the trainer, under fake tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with process_group("fake", world_size if strategy == "fsdp2" else 1):
-        model = build(config, strategy=strategy, activation_checkpointing=activation_checkpointing)
+        model = build(
+            config,
+            strategy=strategy,
+            activation_checkpointing=activation_checkpointing,
+            num_slices=num_slices,
+        )
         # real token ids (the step counts targets in them), everything else fake
         batch = make_batch(config.vocab_size, micro_batch * accumulation_steps, seq_len)
         with FakeTensorMode(allow_non_fake_inputs=True):
