@@ -75,10 +75,6 @@ class ClusterArgs(TypedDict):
     """Ray add-on: Ray metrics to Managed Prometheus."""
     gateway_api: NotRequired[bool]
     """Enable the Gateway API (for the IAP dashboard)."""
-    acknowledge_public: NotRequired[list[str]]
-    """Exposures meant to be public (control-plane, nodes): a production cluster (deletion
-    protection on, or a prod-like stack) with its control plane open to the internet or public
-    nodes is refused unless named here."""
 
 
 class Cluster(pulumi.ComponentResource):
@@ -133,13 +129,9 @@ class Cluster(pulumi.ComponentResource):
                 **({"monitoring": args["ray_monitoring"]} if "ray_monitoring" in args else {}),
             },
             # deletion_protection is the caller's choice here, whatever the stack is called
-            "park:policy": {
-                "enforcement": {"deletion-protection-prod": "advisory"},
-                **plain(args, "acknowledge_public"),
-            },
+            "park:policy": {"enforcement": {"deletion-protection-prod": "advisory"}},
         }
         fields = [
-            ("park:policy.acknowledgePublic", "acknowledge_public"),
             ("park:cluster.", ""),
             ("park:network.", ""),
             ("park:kuberay.", "ray_"),

@@ -392,17 +392,3 @@ def test_two_training_jobs_of_one_stack_would_share_a_run_folder_and_are_refused
     with pytest.raises(ProgramError) as err:
         testing.run(build, project="p")
     assert "RayTrainingJob 'second'" in str(err.value) and "training run folder" in str(err.value)
-
-
-def test_a_public_control_plane_on_a_production_stack_is_refused_in_argument_names():
-    def build(**more: Any) -> Any:
-        args = {"project": "p", "location": ZONE, "network": "vpc", "subnetwork": "subnet"}
-        return lambda: park_gke.Cluster("gke", {**args, **more})  # type: ignore[typeddict-item]
-
-    with pytest.raises(ProgramError) as err:
-        testing.run(build(), project="p", stack="prod")
-    message = str(err.value)
-    assert "args.master_authorized_networks = []" in message and "park:" not in message
-    assert "args.acknowledge_public: [control-plane]" in message
-    result = testing.run(build(acknowledge_public=["control-plane"]), project="p", stack="prod")
-    assert result.of_type("gcp:container/cluster:Cluster")
