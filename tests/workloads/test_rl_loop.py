@@ -3,8 +3,10 @@ engine on CPU as a Ray actor, weights published and reloaded after every update.
 rises with a learning rate and stays flat at zero, so the rise comes from the updates.
 
 The task is deliberately one a randomly initialised model can learn in a minute: the share of
-vowels among the completion's letters (dense, within-group spread from the first step). The
-reward is named like a stack's, ``module:function``.
+vowels among the completion's letters (dense, within-group spread from the first step;
+workloads/rl/toy.py). The reward is named like a stack's, ``module:function``, and the run is
+configured by the job's own RLRunConfig and driven by the per-rank loop Ray Train runs
+(here on a plain one-rank gloo group, ``LocalEnv``).
 """
 
 from __future__ import annotations
@@ -15,17 +17,12 @@ from typing import Any
 
 import pytest
 
-from workloads.rl.loop import RLConfig, run, summary
-from workloads.rl.prompts import Prompt
+from workloads.rl.config import RLRunConfig
+from workloads.rl.loop import rl_train, summary
+from workloads.rl.toy import write_prompts
+from workloads.train.runenv import LocalEnv
 
 pytestmark = [pytest.mark.serve, pytest.mark.ray, pytest.mark.timeout(1200)]
-
-PROMPTS = [Prompt(q, None) for q in ["tell me about the river", "name one country", "hello"]]
-
-
-def vowels(*, completion: str, **_: object) -> float:
-    letters = [c for c in completion.lower() if not c.isspace()]
-    return sum(c in "aeiou" for c in letters) / max(len(letters), 1)
 
 
 @pytest.fixture(scope="module")
@@ -47,15 +44,27 @@ def ray_and_gloo() -> Iterator[None]:
 
 
 def _run(lr: float, root: Path, on_step: Any = None) -> list[dict[str, float]]:
-    cfg = RLConfig(
-        rewards=["tests.workloads.test_rl_loop:vowels"],
+    cfg = RLRunConfig(
+        accelerator="cpu",
+        num_workers=1,
+        strategy="ddp",
+        model="park:tiny-llama",
+        init="config",
+        data=write_prompts(root / "prompts.jsonl"),
+        rewards="workloads.rl.toy:vowel_share",
         steps=12,
         prompts_per_step=2,
         group_size=8,
+        max_response_tokens=16,
+        max_prompt_tokens=64,
+        max_staleness=0,
         lr=lr,
-        storage=str(root),
+        checkpoint_every=0,
+        export=False,
+        storage_path=str(root),
+        run_name="rl",
     )
-    history = run(cfg, PROMPTS, on_step)
+    history = rl_train(cfg, LocalEnv(root / "checkpoints"), on_step)
     print(summary(history))
     return history
 

@@ -8,7 +8,10 @@ model as the learner, on one Ray cluster.
 - ``rollout``: the vLLM engine (a Ray actor in a job) and the driver's pool of engines.
 - ``learner``: log-probabilities under the trainer's DDP/FSDP2 model, the GRPO step, publishing.
 - ``prompts``: prompts and reference answers from the trainer's data reader; scoring a round.
-- ``loop``: one run on one machine (learner in process, engines as Ray actors).
+- ``config``: the run's flags (RLRunConfig), rendered by the stack's RayJob.
+- ``loop``: one learner rank's GRPO loop (rank 0 drives the engines), checkpoints, export.
+- ``launcher``: the learner as a Ray Train TorchTrainer; ``python -m workloads.rl`` runs it.
+- ``toy``: the local run's task (``park local rl``), one a random-init tiny model can learn.
 
 **Why no RL library.** The field's loops were read first (verl, OpenRLHF, TRL's GRPOTrainer,
 SkyRL) and their formulas are followed here (each module names its source); none is used as a

