@@ -54,20 +54,25 @@ class ProfileError(ValueError):
     """The RayJob cannot be run on CPU as it is (not our entrypoint, a broken runtime env)."""
 
 
-def cpu_entrypoint(entrypoint: str, storage: str) -> tuple[str, list[str]]:
-    """Apply TRAIN_CPU_PROFILE to a rendered RayJob entrypoint; return it and what changed."""
+def cpu_entrypoint(
+    entrypoint: str,
+    storage: str,
+    profile: dict[str, tuple[str | None, str]] | None = None,
+    module: str = protocol.TRAIN_MODULE,
+) -> tuple[str, list[str]]:
+    """Apply a CPU profile (TRAIN_CPU_PROFILE unless given; the RL job's is in rl.py) to a
+    rendered RayJob entrypoint that runs ``module``; return it and what changed."""
     head, fields = protocol.split_entrypoint(entrypoint)
-    if not protocol.runs_training(head):
-        raise ProfileError(
-            f"the RayJob entrypoint does not run {protocol.TRAIN_MODULE}: {entrypoint!r}"
-        )
+    if head[-2:] != ["-m", module]:
+        raise ProfileError(f"the RayJob entrypoint does not run {module}: {entrypoint!r}")
+    table = TRAIN_CPU_PROFILE if profile is None else profile
     changes: list[str] = []
     out: dict[str, Any] = {}
     for field, value in fields.items():
-        if field not in TRAIN_CPU_PROFILE:
+        if field not in table:
             out[field] = True if value is None else value
             continue
-        new, why = TRAIN_CPU_PROFILE[field]
+        new, why = table[field]
         new = None if new is None else new.format(storage=storage)
         if new is None:
             changes.append(f"{protocol.flag(field)} {value}: dropped ({why})")
@@ -75,12 +80,12 @@ def cpu_entrypoint(entrypoint: str, storage: str) -> tuple[str, list[str]]:
         if new != value:
             changes.append(f"{protocol.flag(field)} {value} -> {new} ({why})")
         out[field] = new
-    for field, (new, why) in TRAIN_CPU_PROFILE.items():
+    for field, (new, why) in table.items():
         if field not in fields and new is not None:
             new = new.format(storage=storage)
             changes.append(f"{protocol.flag(field)} {new}: added ({why})")
             out[field] = new
-    return protocol.render_entrypoint(out), changes
+    return protocol.render_entrypoint(out, tuple(head)), changes
 
 
 def total_steps() -> int:

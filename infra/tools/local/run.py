@@ -46,6 +46,7 @@ from infra.tools.local.profile import (
     total_steps,
 )
 from infra.tools.local.ray_head import RAY_NUM_CPUS, LocalRay, LocalRunError, ray_auth_env
+from infra.tools.local.rl import run_rl, runs_rl
 from workloads import protocol
 
 TRAIN_TIMEOUT_S = 1800.0
@@ -113,6 +114,9 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
     try:
         with _local_ray(run_dir, console) as ray:
             try:
+                if rayjob is not None and runs_rl(rayjob):  # GRPO, then serve its policy
+                    run_rl(rayjob, ray, run_dir, console, outcome, stack=stack, serve=_serve)
+                    return outcome
                 if rayjob is not None:
                     _train(rayjob, ray, run_dir, console, outcome)
                     _reference(outcome, run_dir, console)

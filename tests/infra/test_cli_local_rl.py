@@ -1,0 +1,63 @@
+"""`park local rl`: the RL stack's RayJob entrypoint with the CPU profile is one the RL
+workload's own parser accepts, every change is said, and the shipped task is the generated one."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from infra.tools.local.rl import (
+    RL_CPU_PROFILE,
+    cpu_rl_entrypoint,
+    reward_line,
+    runs_rl,
+    serve_config,
+    toy_prompts,
+)
+from tests.conftest import render_stack
+from workloads.protocol import flag, split_entrypoint
+from workloads.rl.config import parse_args
+from workloads.rl.toy import prompts
+
+
+def _rayjob() -> dict:
+    return next(m for m in render_stack("rl").manifests() if m["kind"] == "RayJob")
+
+
+def test_rl_profile_gives_a_cpu_run_the_workload_accepts():
+    rayjob = _rayjob()
+    assert runs_rl(rayjob)
+    rendered = rayjob["spec"]["entrypoint"]
+    entrypoint, changes = cpu_rl_entrypoint(rendered, "/tmp/run/checkpoints")
+    words = shlex.split(entrypoint)
+    assert words[:3] == ["python", "-m", "workloads.rl"]
+    cfg = parse_args(words[3:])  # the workload's own parser and rules
+    assert (cfg.accelerator, cfg.num_workers, cfg.rollout_accelerator) == ("cpu", 1, "cpu")
+    assert cfg.model == "park:tiny-llama" and cfg.init == "config"
+    assert cfg.tpu_topology is None and cfg.rollout_torch_tpu_topology is None
+    assert cfg.storage_path == "/tmp/run/checkpoints" and cfg.export
+    assert cfg.data == str(toy_prompts()) and cfg.rewards == "workloads.rl.toy:vowel_share"
+    # what the profile does not name is kept as rendered (the run name, the temperature, ...)
+    _, before = split_entrypoint(rendered)
+    _, after = split_entrypoint(entrypoint)
+    for field, value in before.items():
+        if field not in RL_CPU_PROFILE:
+            assert after[field] == value
+    assert any(c.startswith("--accelerator tpu -> cpu (") for c in changes)
+    assert any(c.startswith(f"{flag('tpu_topology')} ") and "dropped" in c for c in changes)
+
+
+def test_training_jobs_are_not_rl():
+    rayjob = next(m for m in render_stack("dev").manifests() if m["kind"] == "RayJob")
+    assert not runs_rl(rayjob)
+
+
+def test_shipped_prompts_are_the_toy_task():
+    lines = toy_prompts().read_text().splitlines()
+    assert [json.loads(line) for line in lines] == prompts()
+
+
+def test_reward_line_and_serve_config():
+    assert reward_line(0.312, 0.6) == "reward  0.31 → 0.60"
+    llm = serve_config("/x/export/final")["applications"][0]["args"]["llm_configs"][0]
+    assert llm["model_loading_config"]["model_source"] == "/x/export/final"
