@@ -3,9 +3,10 @@
 The learner is a training run in all but its data: one Ray Train worker per chip of one slice
 of its TPU pool, its batch the step's completions (promptsPerStep x groupSize), its sequences a
 prompt and its completion (maxPromptTokens + maxResponseTokens). Its fit is the training fit
-(infra.resolve.fit_training) of exactly that run. The frozen reference policy of klCoef > 0
-is not in that fit: the learner computes its log-probabilities with the same wrapped model,
-one forward without gradients, below the training step's peak.
+(infra.resolve.fit_training) of exactly that run, plus, with klCoef > 0, the frozen reference
+policy the learner holds beside it (workloads/rl/loop.py builds it like the policy: fp32
+weights, sharded over the slice under FSDP2, whole under DDP); its forward runs without
+gradients, below the step's peak. The micro-batch is then the largest that fits with it.
 
 The rollout side is vLLM engines as Ray actors (not Serve LLM replicas, so no slice-wide
 placement group): each engine takes `tensorParallelSize` chips, as many engines as the slices
@@ -18,10 +19,10 @@ TP then divides a node's GPUs, and the memory fit (a TPU model) is not computed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from infra import disk, engine, model_facts, names
+from infra import disk, engine, model_facts, names, training_fit
 from infra.model_facts import FactsLookup
 from infra.spec.models import RlConfig, StackConfig, TrainingConfig
 from infra.training_fit import TrainingFit
@@ -107,6 +108,39 @@ def learner_training(spec: RlConfig) -> TrainingConfig:
     )
 
 
+def reference_bytes(facts: model_facts.ModelFacts, spec: RlConfig, chips: int) -> int:
+    """A chip's share of the frozen reference policy (klCoef > 0): fp32 weights like the
+    policy's master copy, sharded over the slice under FSDP2."""
+    if not spec.kl_coef:
+        return 0
+    shard = chips if spec.strategy == "fsdp2" else 1
+    return training_fit.shapes(facts).params * 4 // shard
+
+
+def learner_fit(
+    facts: model_facts.ModelFacts, spec: RlConfig, learner: PoolPlan
+) -> TrainingFit | None:
+    """The learner's step per chip with the reference in it, at the pinned micro-batch or the
+    largest that fits (the training fit's own choice when there is no reference)."""
+    from infra.resolve import fit_training
+
+    training, tpu = learner_training(spec), learner.slice
+    reference = reference_bytes(facts, spec, tpu.chips)
+    fit = fit_training(facts, training, tpu, 1)
+    if fit is None or not reference:
+        return fit
+    share = training.global_batch_size // tpu.chips
+    micros = [spec.micro_batch_size] if spec.micro_batch_size else range(share, 0, -1)
+    candidates = []
+    for micro in micros:
+        if share % micro:
+            continue
+        pinned = fit_training(facts, training, tpu, 1, pinned=micro)
+        if pinned is not None:
+            candidates.append(replace(pinned, params_bytes=pinned.params_bytes + reference))
+    return next((f for f in candidates if f.fits), candidates[-1] if candidates else None)
+
+
 def _engine_fit(facts: FactsLookup, pool: PoolPlan, tp: int, spec: RlConfig) -> engine.Fit | None:
     if facts.facts is None:
         return None
@@ -175,7 +209,7 @@ def resolve_rl(
 ) -> RlPlan | None:
     """The RlPlan of park:rl; None when it is off (or, with `partial`, when a pool it names
     is missing: the rules say so)."""
-    from infra.resolve import CHECKPOINTS_PREFIX, WORKLOAD_IMAGE, fit_training
+    from infra.resolve import CHECKPOINTS_PREFIX, WORKLOAD_IMAGE
 
     rl = spec.rl
     if not rl.enabled:
@@ -192,9 +226,7 @@ def resolve_rl(
         else FactsLookup(None, (), "park:rl.model is not set")
     )
     workers, hosts = learner.slice.chips, learner.slice.hosts
-    fit = None
-    if facts.facts is not None:
-        fit = fit_training(facts.facts, learner_training(rl), learner.slice, 1)
+    fit = learner_fit(facts.facts, rl, learner) if facts.facts is not None else None
     share = (rl.prompts_per_step * rl.group_size) // workers
     micro = fit.micro_batch if fit else (rl.micro_batch_size or share)
     run_name = f"{spec.stack}-{RL_JOB_NAME}"

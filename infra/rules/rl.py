@@ -13,12 +13,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from pydantic.alias_generators import to_camel
 
 from infra.resolve import StackPlan, fit_training
-from infra.resolve_rl import ROLLOUT_ENGINE, RlPlan, learner_training
+from infra.resolve_rl import ROLLOUT_ENGINE, RlPlan, learner_training, reference_bytes
 from infra.rules.workloads import servable_problems, training_refusal
 from infra.spec.errors import ConfigProblem
 from infra.training_fit import GIB, TrainingFit
@@ -213,8 +214,16 @@ def _learner_fit(rl: RlPlan) -> list[ConfigProblem]:
         ("microBatchSize unset", {"pinned": None}),
     ):
         other = fit_training(facts, training, tpu, 1, **overrides)
-        if other is not None and other.fits and other != fit:
-            would.append(f"{change} (micro-batch {other.micro_batch}, {_breakdown(other)})")
+        changed = spec.model_copy(update={"strategy": overrides.get("strategy", spec.strategy)})
+        reference = reference_bytes(facts, changed, tpu.chips)
+        if other is not None and other.total_bytes + reference <= other.usable_bytes:
+            other = replace(other, params_bytes=other.params_bytes + reference)
+            if other != fit:
+                would.append(f"{change} (micro-batch {other.micro_batch}, {_breakdown(other)})")
+    if spec.kl_coef:
+        other = fit_training(facts, training, tpu, 1)
+        if other is not None and other.fits:
+            would.append(f"klCoef 0, no reference policy ({_breakdown(other)})")
     key: str = f"{KEY}.model"
     value: object = spec.model
     if spec.micro_batch_size is not None:
@@ -223,7 +232,9 @@ def _learner_fit(rl: RlPlan) -> list[ConfigProblem]:
         ConfigProblem(
             key,
             value,
-            f"the learner does not fit a {tpu.generation.name} chip: {spec.model} under "
+            f"the learner does not fit a {tpu.generation.name} chip: {spec.model}"
+            + (f" and its frozen reference (klCoef {spec.kl_coef})" if spec.kl_coef else "")
+            + " under "
             f"{spec.strategy} on {rl.workers} chips ({KEY}.learnerPool {rl.learner.name}), "
             f"{rl.seq_len}-token sequences (maxPromptTokens + maxResponseTokens), micro-batch "
             f"{fit.micro_batch} x {fit.accumulation_steps} needs {_breakdown(fit)}, but the "

@@ -90,6 +90,16 @@ def test_learner_fit_is_the_training_fit_of_the_learner_step(plan):
     )
 
 
+def test_the_kl_reference_policy_is_in_the_learner_fit(plan):
+    """klCoef > 0: the learner holds a frozen fp32 copy, sharded over the slice (FSDP2)."""
+    micro = plan.rl.micro_batch
+    with_kl = plan_of(with_rl(klCoef=0.04, microBatchSize=micro)).rl
+    params = training_fit.shapes(plan.rl.facts.facts).params
+    assert params > 1_000_000_000  # Qwen2.5-1.5B
+    assert with_kl.fit.params_bytes - plan.rl.fit.params_bytes == params * 4 // plan.rl.workers
+    assert with_kl.fit.total_bytes > plan.rl.fit.total_bytes
+
+
 def test_rollout_engines_fill_the_slice_at_the_smallest_tp_that_fits(plan):
     rollout = plan.rl.rollout
     tpu = rollout.tpu.slice
