@@ -47,13 +47,19 @@ def summary(
     if outcome.trained is not None:
         result = outcome.trained
         metrics = outcome.last_metrics or {}
+        grpo = result.get("objective") == "grpo"  # park local rl: reward, not loss
         table.add_row(
-            "training",
+            "RL (GRPO)" if grpo else "training",
             f"job {outcome.train_job} {result.get('status')} in {outcome.train_seconds:.0f}s: "
             f"{result.get('num_workers')} {result.get('accelerator')} workers, "
             f"{result.get('strategy')}, step {result.get('final_step')}, "
-            f"loss {fmt(result.get('final_loss'), '.4f')}, "
-            f"{fmt(metrics.get('tokens_per_s'))} tokens/s",
+            + (
+                f"reward {fmt(result.get('reward_first'), '.2f')} → "
+                f"{fmt(result.get('reward_last'), '.2f')}"
+                if grpo
+                else f"loss {fmt(result.get('final_loss'), '.4f')}, "
+                f"{fmt(metrics.get('tokens_per_s'))} tokens/s"
+            ),
         )
         table.add_row("checkpoint", str(result.get("checkpoint_path")))
         if outcome.export:

@@ -168,9 +168,10 @@ def run_rl(
         console.print(escape(tail), highlight=False)
         raise LocalRunError(f"RL job {job_id} ended {status}; full log: {log_path}")
     first, last = result.get("reward_first"), result.get("reward_last")
+    version = console_out.fmt(result.get("policy_version"), ".0f")
     console.print(
         f"RL {result.get('status')} in {outcome.train_seconds:.0f}s: step "
-        f"{result.get('final_step')}, policy version {result.get('policy_version')}, "
+        f"{result.get('final_step')}, policy version {version}, "
         f"export {result.get('export_path')}",
         highlight=False,
         soft_wrap=True,
@@ -181,6 +182,11 @@ def run_rl(
         raise LocalRunError(f"the RL job wrote no Hugging Face export (export_path {export})")
     outcome.export = str(export)
     outcome.question = json.loads(toy_prompts().read_text().splitlines()[0])["prompt"]
+    console.print(
+        "the rl stack declares no RayService: the export is served with a one-model "
+        "serveConfigV2 (infra/tools/local/rl.py serve_config)",
+        highlight=False,
+    )
     serve(
         {"spec": {"serveConfigV2": yaml.safe_dump(serve_config(outcome.export))}},
         ray,

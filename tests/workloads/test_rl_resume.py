@@ -1,0 +1,106 @@
+"""Checkpoint and resume of an RL run: the learner (DCP), the prompt order and the policy
+version come back, the run continues to ``--steps``, and the final policy is exported where
+training's goes. The engines are stand-ins (a Ray actor returning fixed-shape rollouts): what
+is under test is the loop's state, not vLLM (tests/workloads/test_rl_loop.py runs vLLM)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workloads.protocol import training_export_path
+from workloads.rl import loop
+from workloads.rl.config import RLRunConfig
+from workloads.rl.rollout import Rollout, Sampling
+from workloads.rl.sync import PolicyVersion, version_folder
+from workloads.rl.toy import write_prompts
+from workloads.train.checkpointing import DATA_STATE_DIR
+from workloads.train.runenv import LocalEnv
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+
+class FakeEngine:
+    """RolloutEngine's interface; completions of random tokens, each at log-prob -4."""
+
+    def __init__(self, model: str, engine_kwargs: Any = None, cpu: bool = True) -> None:
+        self.version = 0
+        self.rng = random.Random(0)
+
+    def get_version(self) -> int:
+        return self.version
+
+    def load(self, policy: PolicyVersion) -> float:
+        self.version = policy.version
+        return 0.0
+
+    def sample(self, prompts: list[str], sampling: Sampling, offset: int = 0) -> list[Rollout]:
+        out = []
+        for index in range(len(prompts)):
+            for _ in range(sampling.group_size):
+                ids = [self.rng.randrange(3, 60) for _ in range(sampling.max_tokens)]
+                text = "".join(self.rng.choice("aeioxyz") for _ in ids)
+                out.append(Rollout(offset + index, [1, 5, 7], ids, text, [-4.0] * len(ids),
+                                   self.version))  # fmt: skip
+        return out
+
+
+@pytest.fixture(scope="module")
+def ray_and_gloo() -> Iterator[None]:
+    import ray
+    import torch.distributed as dist
+
+    from workloads.protocol import free_port
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        ray.shutdown()
+
+
+def _data_state(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / DATA_STATE_DIR / "rank-00000.json").read_text())
+
+
+@pytest.mark.usefixtures("ray_and_gloo")
+def test_a_resumed_run_continues_learner_prompts_and_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "RolloutEngine", FakeEngine)
+    cfg = RLRunConfig(
+        accelerator="cpu", num_workers=1, strategy="ddp", model="park:tiny-llama",
+        init="config", data=write_prompts(tmp_path / "p.jsonl"),
+        rewards="workloads.rl.toy:vowel_share", steps=2, prompts_per_step=5, group_size=2,
+        max_response_tokens=4, max_prompt_tokens=16, max_staleness=0, lr=1e-2,
+        checkpoint_every=0, storage_path=str(tmp_path), run_name="rl",
+    )  # fmt: skip
+    env = LocalEnv(tmp_path / "ckpt")
+    first = loop.rl_train(cfg, env)
+    assert [m["step"] for m in first] == [1, 2]
+    saved = _data_state(tmp_path / "ckpt" / "checkpoint_00000002")
+    # 24 prompts, 5 a step: the order stands at 10 of epoch 0, version 2
+    assert saved["order"]["index"] == 10 and saved["policy_version"] == 2
+
+    resumed = loop.rl_train(replace(cfg, steps=5), LocalEnv(tmp_path / "ckpt"))
+    assert [m["step"] for m in resumed] == [3, 4, 5]
+    assert all(m["resumes"] == 1 for m in resumed)
+    assert resumed[-1]["version"] == 5
+    # the first reward of the run is the first run's, kept through the checkpoint
+    assert resumed[-1]["reward_first"] == first[0]["reward_mean"]
+    final = _data_state(tmp_path / "ckpt" / "checkpoint_00000005")
+    assert final["order"] == {"epoch": 1, "index": 1, "seed": 0}  # 25 prompts asked of 24
+    assert Path(version_folder(str(tmp_path / "rl"), 5), "config.json").is_file()
+    export = Path(training_export_path(str(tmp_path), "rl"))
+    assert export.name == "final" and (export / "config.json").is_file()
+    assert json.loads((export / "park_export.json").read_text())["policy_version"] == 5
