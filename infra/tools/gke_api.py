@@ -180,7 +180,7 @@ def _problems(value: Any, schema: Mapping[str, Any], path: str) -> list[str]:
             current = [v for v, old in zip(allowed, deprecated, strict=True) if not old]
             return [
                 f"{path}: {value!r} is deprecated in the API "
-                f"({_enum_why(schema, value)}); current values: {', '.join(current)}"
+                f"({_enum_why(schema, str(value))}); current values: {', '.join(current)}"
             ]
     return []
 
