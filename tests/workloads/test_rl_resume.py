@@ -104,3 +104,51 @@ def test_a_resumed_run_continues_learner_prompts_and_version(
     export = Path(training_export_path(str(tmp_path), "rl"))
     assert export.name == "final" and (export / "config.json").is_file()
     assert json.loads((export / "park_export.json").read_text())["policy_version"] == 5
+
+
+def _rank(rank: int, port: int, root: str, queue: Any) -> None:
+    """One of two learner ranks (a spawned process): rank 0 starts Ray and drives."""
+    import ray
+    import torch.distributed as dist
+
+    loop.RolloutEngine = FakeEngine  # type: ignore[assignment,misc]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    if rank == 0:
+        ray.init(address="local", num_cpus=1, include_dashboard=False)
+    try:
+        cfg = RLRunConfig(
+            accelerator="cpu", num_workers=2, strategy="ddp", model="park:tiny-llama",
+            init="config", data=f"{root}/p.jsonl", rewards="workloads.rl.toy:vowel_share",
+            steps=3, prompts_per_step=2, group_size=2, max_response_tokens=4,
+            max_prompt_tokens=16, max_staleness=0, lr=1e-2, checkpoint_every=0,
+            storage_path=root, run_name="rl",
+        )  # fmt: skip
+        history = loop.rl_train(cfg, LocalEnv(f"{root}/ckpt", rank=rank, world_size=2))
+        exported = Path(training_export_path(root, "rl"), "config.json").is_file()
+        queue.put((rank, [m["step"] for m in history], exported))
+    finally:
+        if rank == 0:
+            ray.shutdown()
+        dist.destroy_process_group()
+
+
+def test_two_learner_ranks_share_a_step(tmp_path: Path) -> None:
+    """Two gloo ranks (what a TorchTrainer with two CPU workers runs): rank 0 samples and
+    scatters, both step, both publish and export; the run ends at --steps on both."""
+    import multiprocessing
+
+    from workloads.protocol import free_port
+
+    write_prompts(tmp_path / "p.jsonl")
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=_rank, args=(r, port, str(tmp_path), queue)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=400)
+    assert [p.exitcode for p in procs] == [0, 0]
+    results = sorted(queue.get(timeout=5) for _ in procs)
+    assert results == [(0, [1, 2, 3], True), (1, [], True)]
+    assert Path(version_folder(str(tmp_path / "rl"), 3), "config.json").is_file()

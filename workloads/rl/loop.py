@@ -25,7 +25,6 @@ where training exports (``<storage>/<run>/export/final``) for serving.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -323,8 +322,13 @@ def export_final(cfg: RLRunConfig, learner: GRPOLearner, group: Any) -> str:
 
 
 def _storage_root(cfg: RLRunConfig) -> str:
+    """Where policy versions go: the bucket through the pods' mount on GKE (the engines, on
+    other pods with the same mount, read the folder vLLM is given), else the path itself."""
+    from workloads.train import storage
+
     path = cfg.storage_path
-    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
+    local = storage.local_path(path)
+    return str(local) if local is not None else path
 
 
 def summary(history: list[dict[str, float]]) -> str:
