@@ -92,9 +92,10 @@ def test_a_pinned_version_is_checked_before_any_api_call(cluster, pools_capacity
 def test_a_minor_pin_passes_and_an_exact_patch_warns():
     base = {"gcp:project": "p", "gcp:region": "us-east5", "park:zone": "us-east5-b"}
     plan = from_values({**base, "park:cluster": {"version": "1.35"}}, "dev")
-    assert plan.warnings == () and str(plan.cluster_version) == "1.35"
+    versions = [w for w in plan.warnings if w.key == "park:cluster.version"]
+    assert versions == [] and str(plan.cluster_version) == "1.35"
     plan = from_values({**base, "park:cluster": {"version": "1.35.8-gke.1036000"}}, "dev")
-    (warning,) = plan.warnings
+    (warning,) = [w for w in plan.warnings if w.key == "park:cluster.version"]
     assert warning.key == "park:cluster.version" and "pin the minor (1.35)" in warning.message
 
 
@@ -195,8 +196,9 @@ def _helm_or_public(variant: str):
     values, secrets = _values("prod")
     if variant == "helm":
         values["park:kuberay"] = {"install": "helm"}
-    else:
+    else:  # prod is a production stack: a public endpoint must be acknowledged
         values["park:serving"] = {**values["park:serving"], "exposePublicly": True}
+        values["park:policy"] = {**values.get("park:policy", {}), "acknowledgePublic": ["serving"]}
     return run_program(values, "prod", secrets)
 
 

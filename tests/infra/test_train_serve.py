@@ -61,7 +61,8 @@ def test_training_keys_reach_the_trainer_as_it_parses_them():
     assert words[:3] == ["python", "-m", protocol.TRAIN_MODULE]
     parsed = parse_args(words[3:])  # the trainer's own parser
     expected = {
-        "model": "Qwen/Qwen3-0.6B",
+        # a hub model is read from its copy staged once in the bucket (infra/disk.py)
+        "model": f"{plan.spec.storage.mount_path}/models/Qwen/Qwen3-0.6B",
         "objective": "sft",
         "data": "/data/chats.jsonl",
         "messages_field": "conversation",
