@@ -24,7 +24,7 @@ from infra.spec.errors import ConfigError
 from infra.spec.read import StackFileError
 from infra.spec.safe import one_line
 from infra.spec.secrets import scrub
-from infra.tools import report, report_rl
+from infra.tools import report
 
 if TYPE_CHECKING:
     from infra.resolve import StackPlan
@@ -242,15 +242,7 @@ def validate(
             err_console.print(f"[red]error:[/] {escape(one_line(scrub(str(err))))}")
             raise typer.Exit(1) from None
     count = 0
-    fits = report.fit_table(plan)
-    if fits is not None:
-        console.print(fits)
-    training_fits = report.training_fit_table(plan)
-    if training_fits is not None:
-        console.print(training_fits)
-    report_rl.print_rl(plan, console)
-    for table in report.disk_tables(plan):
-        console.print(table)
+    report.fit_tables(plan, console)
     report.warnings(plan, console)
     sections = manifest_sections(
         docs, plan, where=where, resources=resources, serve_check=serve_check, status=console.status
@@ -284,20 +276,10 @@ def cost(
         print(json.dumps(result.as_json(), indent=2))
         return
     report.cost(result, console)
-    fits = report.fit_table(plan)
-    if fits is not None:
-        console.print(fits)
-    training_fits = report.training_fit_table(plan)
-    if training_fits is not None:
-        console.print(training_fits)
-    report_rl.print_rl(plan, console)
-    for table in report.disk_tables(plan):
-        console.print(table)
+    report.fit_tables(plan, console)
 
 
-@app.command(
-    "stage-model", short_help="Jobs that stage the stack's hub models into its bucket."
-)
+@app.command("stage-model", short_help="Jobs that stage the stack's hub models into its bucket.")
 def stage_model(
     stack: StackArg, config_file: ConfigFileOpt = None, esc_config: EscConfigOpt = None
 ) -> None:

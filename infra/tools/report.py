@@ -54,16 +54,18 @@ def render_summary(rendered: Rendered, out: Console) -> None:
         table.add_row(type_token, str(count))
     out.print(table)
     out.print(pools_table(rendered.plan))
-    fits = fit_table(rendered.plan)
-    if fits is not None:
-        out.print(fits)
-    training_fits = training_fit_table(rendered.plan)
-    if training_fits is not None:
-        out.print(training_fits)
-    report_rl.print_rl(rendered.plan, out)
-    for table in disk_tables(rendered.plan):
-        out.print(table)
+    fit_tables(rendered.plan, out)
     warnings(rendered.plan, out)
+
+
+def fit_tables(plan: StackPlan, out: Console) -> None:
+    """Whether the stack fits: serving engines, training memory, rl, disks (render, validate
+    and cost print the same tables)."""
+    for table in (fit_table(plan), training_fit_table(plan), report_rl.rl_table(plan)):
+        if table is not None:
+            out.print(table)
+    for table in disk_tables(plan):
+        out.print(table)
 
 
 def pools_table(plan: StackPlan) -> Table:

@@ -3,7 +3,6 @@ job as the plan resolved them (infra.resolve_rl), the learner's fit and the engi
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
 from infra.resolve import StackPlan
@@ -31,7 +30,7 @@ def rl_table(plan: StackPlan) -> Table | None:
         "not estimated"
         if fit is None
         else f"{fit.total_bytes / GIB:.1f} of {fit.usable_bytes / GIB:.2f}",
-        "?" if fit is None else "yes" if fit.fits else "NO",
+        _fits_cell(None if fit is None else fit.fits),
     )
     engine = rollout.fit
     table.add_row(
@@ -42,12 +41,11 @@ def rl_table(plan: StackPlan) -> Table | None:
         "not estimated"
         if engine is None
         else f"weights {engine.weights_gib:.2f}, KV for {engine.sequences} sequences",
-        "?" if engine is None else "yes" if engine.fits else "NO",
+        _fits_cell(None if engine is None else engine.fits),
     )
     return table
 
 
-def print_rl(plan: StackPlan, out: Console) -> None:
-    table = rl_table(plan)
-    if table is not None:
-        out.print(table)
+def _fits_cell(fits: bool | None) -> str:
+    """The table's fits column: None when the plan could not estimate that side."""
+    return "?" if fits is None else "yes" if fits else "NO"
