@@ -19,7 +19,7 @@ from infra.components import args_from
 from infra.spec import models
 from infra.stack import from_file
 from infra.tools.render import ProgramError, run_under_mocks
-from park_gke import provider
+from park_gke import provider, testing
 from tests.conftest import ROOT, STACKS_DIR
 
 ZONE = "us-east5-b"
@@ -139,32 +139,7 @@ MINIMAL: dict[str, tuple[dict[str, Any], dict[str, int]]] = {
 
 def _cluster_lookup(**changes: Any) -> dict[str, Any]:
     """getCluster's answer (wire names) for a cluster park-gke could use, with `changes`."""
-    answer: dict[str, Any] = {
-        "name": "team-gke",
-        "location": ZONE,
-        "masterVersion": "1.35.8-gke.1036000",
-        "endpoint": "203.0.113.7",
-        "enableAutopilot": False,
-        "datapathProvider": "ADVANCED_DATAPATH",
-        "workloadIdentityConfigs": [{"workloadPool": "p.svc.id.goog"}],
-        "addonsConfigs": [
-            {
-                "gcsFuseCsiDriverConfigs": [{"enabled": True}],
-                "rayOperatorConfigs": [{"enabled": True}],
-            }
-        ],
-        "masterAuths": [{"clusterCaCertificate": "Q0E="}],
-        "controlPlaneEndpointsConfigs": [
-            {
-                "dnsEndpointConfigs": [
-                    {"endpoint": "gke-1.us-east5.gke.goog", "allowExternalTraffic": True}
-                ]
-            }
-        ],
-        "nodeConfigs": [{"serviceAccount": SA}],
-    }
-    answer.update(changes)
-    return answer
+    return testing.existing_cluster("team-gke", ZONE, "p", node_service_account=SA, **changes)
 
 
 def _calls(answer: dict[str, Any]):
