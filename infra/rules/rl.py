@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
@@ -20,10 +19,10 @@ from pydantic.alias_generators import to_camel
 
 from infra.resolve import StackPlan, fit_training
 from infra.resolve_rl import ROLLOUT_ENGINE, RlPlan, learner_training, reference_bytes
+from infra.rules.workload_flags import POOL_FLAGS, refused_field
 from infra.rules.workloads import servable_problems, training_refusal
 from infra.spec.errors import ConfigProblem
 from infra.training_fit import GIB, TrainingFit
-from workloads import protocol
 
 KEY = "park:rl"
 # The workload's flags that are not park:rl.<camelCase of the flag>.
@@ -32,14 +31,6 @@ _KEY_OF_FLAG = {
     "temperature": "samplingTemperature",
     "publish_every": "syncEvery",
     "rollout_tensor_parallel_size": "tensorParallelSize",
-}
-_LEARNER_FLAGS = {
-    "accelerator",
-    "num_workers",
-    "tpu_topology",
-    "tpu_accelerator_type",
-    "torch_tpu_topology",
-    "chips_per_host",
 }
 _ROLLOUT_FLAGS = {"rollout_accelerator", "rollout_engines", "rollout_torch_tpu_topology"}
 
@@ -132,10 +123,9 @@ def _workload_problems(rl: RlPlan) -> list[ConfigProblem]:
         validate(RLRunConfig.from_dict(fields))
     except RlError as err:
         message = str(err)
-        match = re.search(r"--([a-z0-9-]+)", message)
-        field = protocol.field_of(match.group(1)) if match else ""
+        field = refused_field(message)
         value: Any = fields.get(field)
-        if field in _LEARNER_FLAGS:
+        if field in POOL_FLAGS:
             key, value = f"{KEY}.learnerPool", rl.spec.learner_pool
         elif field in _ROLLOUT_FLAGS:
             key, value = f"{KEY}.rolloutPool", rl.spec.rollout_pool

@@ -6,18 +6,14 @@ out here: validation and the manifests agree because they read the same numbers.
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 from pydantic.alias_generators import to_camel
 
 from infra import engine, model_facts
 from infra.resolve import ServedModelPlan, StackPlan
-from infra.rules import training_memory
+from infra.rules import training_memory, workload_flags
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import TRAINING_SOURCE, StackConfig
 from infra.versions import ENGINE_VERSIONS, RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
-from workloads import protocol
 from workloads.train import model_rules
 
 # Where the pinned Ray's TPU serving maths disagrees with GKE: (generation, topology) → hosts
@@ -84,54 +80,10 @@ def check_training(plan: StackPlan) -> list[ConfigProblem]:
                 "training and serving must use different pools (a slice runs one of them)",
             )
         )
-    problems += _trainer_problems(plan)
+    problems += workload_flags.trainer_problems(plan)
     problems += _training_model_problems(plan)
     problems += training_memory.fit_problems(plan)
     return problems
-
-
-# The trainer's flags that are not park:training.<camelCase of the flag>.
-_KEY_OF_FLAG = {"lr": "learningRate"}
-# Flags the plan sets from the pool and the catalog (a problem there is the pool's).
-_FROM_POOL = {
-    "accelerator",
-    "num_workers",
-    "tpu_topology",
-    "tpu_accelerator_type",
-    "torch_tpu_topology",
-    "chips_per_host",
-    "num_slices",
-    "peak_tflops_per_device",
-}
-
-
-def _trainer_problems(plan: StackPlan) -> list[ConfigProblem]:
-    """The entrypoint's flags through the trainer's own config rules (workloads/train/
-    config.py, torch-free): a combination it refuses fails here, named by its stack key."""
-    from infra.plan.ray import training_fields
-    from workloads.train.config import ConfigError as TrainerError
-    from workloads.train.config import TrainConfig, validate
-
-    assert plan.training is not None
-    fields = training_fields(plan.training)
-    try:
-        validate(TrainConfig.from_dict(fields))
-    except TrainerError as err:
-        message = str(err)
-        match = re.search(r"--([a-z0-9-]+)", message)
-        field = protocol.field_of(match.group(1)) if match else ""
-        value: Any = None
-        if field in _FROM_POOL:
-            key, value = "park:training.pool", plan.spec.training.pool
-        elif field:
-            key, value = (
-                f"park:training.{_KEY_OF_FLAG.get(field, to_camel(field))}",
-                fields.get(field),
-            )
-        else:
-            key = "park:training"
-        return [ConfigProblem(key, value, f"the trainer refuses it: {message}")]
-    return []
 
 
 def _training_model_problems(plan: StackPlan) -> list[ConfigProblem]:
