@@ -72,6 +72,24 @@ def test_the_readme_snippet_check_can_fail(tmp_path, monkeypatch):
 # ---- a new user's programs ---------------------------------------------------------------------
 
 
+def _bucket_and_workspace(
+    cluster: park_gke.Cluster | park_gke.ExistingCluster,
+) -> tuple[park_gke.Storage, park_gke.Workspace]:
+    """The stack's bucket (its nodes may read it) and namespace on `cluster`, as every program
+    that runs a workload declares them."""
+    storage = park_gke.Storage(
+        "storage",
+        {
+            "project": "p",
+            "region": "us-east5",
+            "node_service_account": cluster.node_service_account,
+            "cluster": cluster,  # type: ignore[typeddict-item]
+        },
+    )
+    space = park_gke.Workspace("space", {"project": "p", "kubeconfig": cluster.kubeconfig})
+    return storage, space
+
+
 def test_an_existing_cluster_with_a_multi_host_training_job_composes():
     from infra.tools.schemas import validate_manifests
 
@@ -83,16 +101,7 @@ def test_an_existing_cluster_with_a_multi_host_training_job_composes():
             "train-pool",
             {"cluster": cluster, "machine_type": "ct6e-standard-4t", "topology": "4x4"},  # type: ignore[typeddict-item]
         )
-        storage = park_gke.Storage(
-            "storage",
-            {
-                "project": "p",
-                "region": "us-east5",
-                "node_service_account": cluster.node_service_account,
-                "cluster": cluster,  # type: ignore[typeddict-item]
-            },
-        )
-        space = park_gke.Workspace("space", {"project": "p", "kubeconfig": cluster.kubeconfig})
+        storage, space = _bucket_and_workspace(cluster)
         park_gke.RayTrainingJob(
             "train",
             {
@@ -137,16 +146,7 @@ def test_a_new_cluster_serving_an_open_model_composes():
             "serve",
             {"cluster": cluster, "machine_type": "ct6e-standard-8t", "topology": "2x4"},  # type: ignore[typeddict-item]
         )
-        storage = park_gke.Storage(
-            "storage",
-            {
-                "project": "p",
-                "region": "us-east5",
-                "node_service_account": cluster.node_service_account,
-                "cluster": cluster,  # type: ignore[typeddict-item]
-            },
-        )
-        space = park_gke.Workspace("space", {"project": "p", "kubeconfig": cluster.kubeconfig})
+        storage, space = _bucket_and_workspace(cluster)
         park_gke.LlmService(
             "chat",
             _service(
