@@ -115,6 +115,17 @@ FAKE_CASES = [
 ]
 
 
+def _step_of(spec: dict[str, Any]) -> dict[str, Any]:
+    """The case's step as the harness measures it (strategy, checkpointing, batch, length)."""
+    return {
+        "strategy": spec["strategy"],
+        "activation_checkpointing": spec["activation_checkpointing"],
+        "micro_batch": spec["micro_batch"],
+        "seq_len": spec["seq_len"],
+        "accumulation_steps": spec.get("accumulation_steps", 1),
+    }
+
+
 @pytest.mark.parametrize("spec", FAKE_CASES)
 def test_estimate_is_within_the_band_of_the_tracker_under_fake_tensors(
     spec: dict[str, Any],
@@ -124,11 +135,7 @@ def test_estimate_is_within_the_band_of_the_tracker_under_fake_tensors(
     world = spec.get("world_size", 8)
     measured = harness.measure(
         config,
-        strategy=spec["strategy"],
-        activation_checkpointing=spec["activation_checkpointing"],
-        micro_batch=spec["micro_batch"],
-        seq_len=spec["seq_len"],
-        accumulation_steps=spec.get("accumulation_steps", 1),
+        **_step_of(spec),
         world_size=world,
         num_slices=spec.get("num_slices", 1),
     )
@@ -173,11 +180,7 @@ def test_estimate_is_within_the_band_of_a_real_cpu_run(spec: dict[str, Any]) -> 
     facts = model_facts.facts_from_config(raw, "tiny llama", params=params)
     measured = harness.measure_real(
         config,
-        strategy=spec["strategy"],
-        activation_checkpointing=spec["activation_checkpointing"],
-        micro_batch=spec["micro_batch"],
-        seq_len=spec["seq_len"],
-        accumulation_steps=spec.get("accumulation_steps", 1),
+        **_step_of(spec),
     )
     fit = estimated(facts, spec, 1)
     ratio = fit.peak_bytes / measured.peak
