@@ -10,6 +10,7 @@ from infra import catalog
 from infra.engine import tensor_parallel_options
 from infra.spec.errors import ConfigError
 from infra.stack import from_values
+from tests.infra.stack_problems import problems_of
 
 BASE = {
     "gcp:project": "p",
@@ -33,12 +34,6 @@ def config_with(**changes):
     for key, value in changes.items():
         values[key.replace("__", ":")] = value
     return values
-
-
-def problems_of(values) -> dict[str, str]:
-    with pytest.raises(ConfigError) as info:
-        from_values(values, "dev")
-    return {p.key: p.message for p in info.value.problems}
 
 
 def pool(**fields):

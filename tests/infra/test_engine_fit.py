@@ -15,10 +15,10 @@ import pytest
 from rich.console import Console
 
 from infra import catalog, engine, model_facts
-from infra.spec.errors import ConfigError
 from infra.stack import from_values
 from infra.tools.report import fit_table
 from tests.conftest import ROOT
+from tests.infra.stack_problems import problems_of
 
 GIB = 1024**3
 HOST = catalog.lookup("ct6e-standard-8t", "2x4")
@@ -45,12 +45,6 @@ def _facts(repo: str) -> model_facts.ModelFacts:
     facts = model_facts.from_catalogue(repo)
     assert facts is not None
     return facts
-
-
-def _problems(values: dict) -> dict[str, str]:
-    with pytest.raises(ConfigError) as info:
-        from_values(values, "dev")
-    return {p.key: p.message for p in info.value.problems}
 
 
 def test_usable_is_the_runtimes_hbm_times_utilization_less_weights_and_reserve():
@@ -140,7 +134,7 @@ def test_expert_params_are_the_experts_transformers_builds():
 
 
 def test_mixtral_at_ep_16_is_refused_and_names_what_is_allowed():
-    found = _problems(
+    found = problems_of(
         _stack(
             "slice",
             source="mistralai/Mixtral-8x7B-Instruct-v0.1",
@@ -175,7 +169,7 @@ def test_a_misfit_names_the_budget_and_a_context_that_fits():
         engineKwargs={"gpu_memory_utilization": 0.7},
     )
     values["park:hfToken"] = "hf_x"
-    message = _problems(values)["park:serving.models[0].maxModelLen"]
+    message = problems_of(values)["park:serving.models[0].maxModelLen"]
     assert "31.25 GiB as the runtime reports it" in message and "engine reserve" in message
     shorter = int(message.split("maxModelLen ")[1].split(" fits")[0])
     facts = _facts("meta-llama/Llama-3.1-70B")
@@ -191,7 +185,7 @@ def test_a_model_too_big_for_the_slice_points_at_a_larger_one():
     values = _stack(
         "slice", source="Qwen/Qwen3-235B-A22B", tensorParallelSize=16, maxModelLen=40960
     )
-    message = _problems(values)["park:serving.models[0].maxModelLen"]
+    message = problems_of(values)["park:serving.models[0].maxModelLen"]
     assert "a larger slice fits it: ct6e-standard-4t 4x8 (TP 32)" in message
     facts = _facts("Qwen/Qwen3-235B-A22B")
     assert engine.fit(facts, catalog.lookup("ct6e-standard-4t", "4x8"), 32, 40960).fits

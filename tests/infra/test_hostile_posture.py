@@ -12,9 +12,9 @@ import pytest
 
 from infra.plan.observability import dashboard_access
 from infra.resolve import resolve
-from infra.spec.errors import ConfigError
 from infra.spec.read import parse_values
 from infra.stack import from_values
+from tests.infra.stack_problems import problems_of
 from tests.infra.test_hostile_config import with_
 
 DASHBOARD = {
@@ -25,12 +25,6 @@ DASHBOARD = {
     "iapOauthSecret": "ray-dashboard-oauth",
 }
 PRIVATE = {"masterAuthorizedNetworks": [{"cidr": "203.0.113.0/24"}]}
-
-
-def problems_of(values: dict, stack: str = "dev") -> dict[str, str]:
-    with pytest.raises(ConfigError) as info:
-        from_values(values, stack)
-    return {p.key: p.message for p in info.value.problems}
 
 
 # ---- 3. values as what they are; CEL built, not pasted ------------------------------------------

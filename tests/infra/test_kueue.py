@@ -12,11 +12,11 @@ from infra import catalog
 from infra.names import QUEUE_NAME_LABEL, QUEUED_TAINT_KEY, local_queue_name
 from infra.plan import kueue, node_pools
 from infra.plan import ray as ray_plan
-from infra.spec.errors import ConfigError
 from infra.spec.read import read_stack_file
 from infra.stack import from_values
 from infra.tools.schemas import validate_manifests
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
+from tests.infra.stack_problems import problems_of
 
 QUEUED = "queued"
 
@@ -33,9 +33,7 @@ def _plan(values: dict | None = None, stack: str = QUEUED):
 
 
 def _problems(values: dict) -> dict[str, str]:
-    with pytest.raises(ConfigError) as err:
-        from_values(values, QUEUED)
-    return {p.key: p.message for p in err.value.problems}
+    return problems_of(values, QUEUED)
 
 
 def _queued_pool(values: dict) -> dict:

@@ -17,11 +17,11 @@ import yaml
 
 from infra import model_facts
 from infra.plan import ray as ray_plan
-from infra.spec.errors import ConfigError
 from infra.spec.read import read_stack_file
 from infra.stack import from_values
 from infra.tools.checks import check_manifests
 from tests.conftest import STACKS_DIR, render_stack
+from tests.infra.stack_problems import problems_of
 from workloads import protocol
 from workloads.train.config import parse_args
 
@@ -31,12 +31,6 @@ def _dev(**training) -> dict:
     values = copy.deepcopy(values)
     values["park:training"] = {**values["park:training"], **training}
     return values
-
-
-def _problems(values: dict) -> dict[str, str]:
-    with pytest.raises(ConfigError) as err:
-        from_values(values, "dev")
-    return {p.key: p.message for p in err.value.problems}
 
 
 def test_training_keys_reach_the_trainer_as_it_parses_them():
@@ -120,7 +114,7 @@ def test_a_gpt_preset_run_renders_no_model_fields():
     ],
 )
 def test_a_training_config_the_trainer_refuses_fails_at_preview(training, key, fragment):
-    problems = _problems(_dev(**training))
+    problems = problems_of(_dev(**training))
     assert key in problems, problems
     assert fragment in problems[key]
 
@@ -154,14 +148,14 @@ def test_the_served_export_is_where_the_run_writes_it():
     ],
 )
 def test_serving_the_training_run_needs_a_run_that_exports(training, fragment):
-    problems = _problems(_dev(**training))
+    problems = problems_of(_dev(**training))
     assert fragment in problems.get("park:serving.models[0].source", ""), problems
 
 
 def test_a_gated_base_model_needs_the_token_for_training_not_for_serving_its_export():
     values = _dev(model="meta-llama/Llama-3.2-1B")
     values["park:serving"]["models"][0]["tensorParallelSize"] = 8
-    problems = _problems(values)
+    problems = problems_of(values)
     assert list(problems) == ["park:hfToken"]  # once: the trainer downloads, serving does not
     assert "park:training.model" in problems["park:hfToken"]
     values["park:hfToken"] = "[secret]"

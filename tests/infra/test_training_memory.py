@@ -23,13 +23,13 @@ from infra import catalog, model_facts
 from infra.plan import ray as ray_plan
 from infra.resolve import resolve
 from infra.rules import training_memory, workloads
-from infra.spec.errors import ConfigError
 from infra.spec.read import parse_values, read_stack_file
 from infra.stack import from_values
 from infra.tools import report
 from infra.tools.cli import app
 from infra.training_fit import GIB, estimate
 from tests.conftest import STACKS_DIR
+from tests.infra.stack_problems import problems_of
 from workloads.train.config import LOSS_CHUNK_TOKENS, parse_args
 
 FIT_KEYS = (
@@ -49,12 +49,6 @@ def _stack(name: str = "dev", **training) -> dict:
     values["park:training"] = {**values["park:training"], **training}
     values["park:serving"] = {"enabled": False}
     return values
-
-
-def _problems(values: dict) -> dict[str, str]:
-    with pytest.raises(ConfigError) as err:
-        from_values(values, "dev")
-    return {p.key: p.message for p in err.value.problems}
 
 
 def _set(values: dict, key: str, value: object) -> None:
@@ -139,7 +133,7 @@ def test_a_run_that_cannot_fit_8_v6e_chips_is_refused_for_memory(model, strategy
     shard = 8 if strategy == "fsdp2" else 1
     # fp32 weights, gradients and AdamW's two moments alone exceed what a v6e chip reports
     assert facts.params * 16 / shard > catalog.GENERATIONS["v6e"].runtime_hbm_bytes_per_chip
-    problems = _problems(_stack(model=model, strategy=strategy))
+    problems = problems_of(_stack(model=model, strategy=strategy))
     message = problems["park:training.model"]
     assert "memory" in message
     for key in FIT_KEYS[1:]:
@@ -166,7 +160,7 @@ def test_what_would_fit_does_fit(training):
     """The refused run's figure is the estimator's at micro-batch 1, and every change the
     message proposes, applied to the stack, passes preview with the fit it promised."""
     values = _stack(**training)
-    message = _problems(values)["park:training.model"]
+    message = problems_of(values)["park:training.model"]
     plan = _refused_plan(values)
     assert f"needs {_direct(plan, 1).total_bytes / GIB:.1f} GiB per chip" in message
     proposals = training_memory.alternatives(plan.training)
@@ -194,12 +188,12 @@ def test_what_would_fit_does_fit(training):
 )
 def test_the_proposals_name_the_change_that_fits(training, key):
     values = _stack(**training)
-    message = _problems(values)["park:training.model"]
+    message = problems_of(values)["park:training.model"]
     assert "would fit: " in message and key in message.split("would fit:")[1]
 
 
 def test_a_pinned_micro_batch_that_does_not_divide_the_chip_s_share_is_refused():
-    problems = _problems(_stack(microBatchSize=3))  # 32 sequences / 8 chips = 4 each
+    problems = problems_of(_stack(microBatchSize=3))  # 32 sequences / 8 chips = 4 each
     assert list(problems) == ["park:training.microBatchSize"]
     assert "1, 2, 4" in problems["park:training.microBatchSize"]
 
@@ -215,7 +209,7 @@ def test_a_pinned_micro_batch_that_does_not_fit_is_refused_under_its_key():
         for s in (1024, 2048, 4096, 8192, 16384)
         if not _direct(plan, share, seq_len=s).fits and _direct(plan, 1, seq_len=s).fits
     )
-    problems = _problems(
+    problems = problems_of(
         _stack(microBatchSize=share, seqLen=seq_len, activationCheckpointing=False)
     )
     message = problems["park:training.microBatchSize"]
