@@ -19,98 +19,14 @@ The model, in words (the same words `park cost` prints):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from infra.resolve import PoolPlan, StackPlan
+from infra.tools.prices import OVERRIDE, Price, PriceSheet, load_prices
 
-PRICES_FILE = Path(__file__).resolve().parents[1] / "data" / "prices.yaml"
 SHOWN_CAPACITY_TYPES = ("on-demand", "spot", "reservation", "flex-start")
 HOURS_PER_MONTH = 730  # Google's billing month
-OVERRIDE = "park:prices"
-
-
-@dataclass(frozen=True)
-class Price:
-    """One figure and where it came from: `park:prices` or a source of prices.yaml."""
-
-    value: float
-    source: str  # "park:prices" or a source key of prices.yaml, e.g. "trillium-ga"
-    basis: str = ""  # how the figure was derived, if it was
-    derived_from: tuple[str, ...] = ()  # further prices.yaml sources the figure relies on
-
-
-@dataclass(frozen=True)
-class PriceSheet:
-    """The prices that apply to one stack (its region, its overrides)."""
-
-    region: str
-    tpu: dict[str, dict[str, Price]]  # generation -> capacity type -> per chip-hour
-    machines: dict[str, Price]  # machine type -> per node-hour
-    cluster: Price
-    sources: dict[str, dict[str, str]]  # source key -> url, date, says
-    override_source: str | None  # park:prices.source, when the stack overrides anything
-    region_matched: dict[str, bool] = field(default_factory=dict)  # generation -> own row?
-
-    def chip_hour(self, generation: str, capacity: str) -> Price | None:
-        return self.tpu.get(generation, {}).get(capacity)
-
-
-@cache
-def _price_file(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
-
-
-def load_prices(plan: StackPlan, path: Path = PRICES_FILE) -> PriceSheet:
-    """The price sheet for a stack: prices.yaml's row for its region, then `park:prices`."""
-    data = _price_file(path)
-    region = plan.spec.region
-    tpu: dict[str, dict[str, Price]] = {}
-    matched: dict[str, bool] = {}
-    for generation, rows in (data.get("tpu") or {}).items():
-        row = rows.get(region) or rows.get("*") or {}
-        matched[generation] = region in rows
-        basis = row.get("basis") or {}
-        derived = row.get("derived_from") or {}
-        tpu[generation] = {
-            cap: Price(float(v), row["source"], basis.get(cap, ""), tuple(derived.get(cap, ())))
-            for cap, v in (row.get("chip_hour") or {}).items()
-        }
-    machine_rows = data.get("machines") or {}
-    machine_row = machine_rows.get(region) or machine_rows.get("*") or {}
-    machines = {
-        name: Price(float(v), machine_row["source"])
-        for name, v in (machine_row.get("hour") or {}).items()
-    }
-    cluster = Price(float(data["cluster"]["hour"]), data["cluster"]["source"])
-
-    own = plan.spec.prices
-    overridden = bool(own.tpu_chip_hour or own.machine_hour or own.cluster_hour is not None)
-    for cap, value in own.tpu_chip_hour.items():
-        for generation in tpu:
-            tpu[generation][cap] = Price(float(value), OVERRIDE)
-    for name, value in own.machine_hour.items():
-        machines[name] = Price(float(value), OVERRIDE)
-    if own.cluster_hour is not None:
-        cluster = Price(float(own.cluster_hour), OVERRIDE)
-    sources = {k: {kk: str(vv) for kk, vv in v.items()} for k, v in data["sources"].items()}
-    return PriceSheet(
-        region=region,
-        tpu=tpu,
-        machines=machines,
-        cluster=cluster,
-        sources=sources,
-        override_source=(own.source or "stack config") if overridden else None,
-        region_matched=matched,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Estimate
 
 
 @dataclass(frozen=True)
