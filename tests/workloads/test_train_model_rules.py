@@ -155,18 +155,23 @@ def _preview_refusals(model: str) -> list[str]:
     ]
 
 
-def _worker_refusal(tmp_path: Path, folder: Path) -> str | None:
-    cfg = TrainConfig(
+def _sft_on_facts(tmp_path: Path, model: Path, **more: Any) -> TrainConfig:
+    """One CPU worker fine-tuning `model` on the built-in facts chats (64 tokens, batch 4)."""
+    return TrainConfig(
         accelerator="cpu",
         num_workers=1,
-        model=str(folder),
-        init="config",
+        model=str(model),
         data="park:facts",
         objective="sft",
         seq_len=64,
         global_batch_size=4,
         storage_path=str(tmp_path / "runs"),
+        **more,
     )
+
+
+def _worker_refusal(tmp_path: Path, folder: Path) -> str | None:
+    cfg = _sft_on_facts(tmp_path, folder, init="config")
     try:
         source = hf.load_source(cfg)
     except hf.ModelError as err:
@@ -282,22 +287,16 @@ def test_the_text_model_of_a_multimodal_checkpoint_trains_and_exports_text_only(
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     source = _tiny_multimodal(tmp_path, tiny_tokenizer, repo)
-    cfg = TrainConfig(
-        accelerator="cpu",
-        num_workers=1,
-        model=str(source),
+    cfg = _sft_on_facts(
+        tmp_path,
+        source,
         init="pretrained",
         strategy=strategy,
-        data="park:facts",
-        objective="sft",
-        seq_len=64,
-        global_batch_size=4,
         lr=1e-9,  # the exported weights stay the source's, to compare
         warmup_steps=0,
         steps=1,
         checkpoint_every=0,
         report_every=1,
-        storage_path=str(tmp_path / "runs"),
         run_name="mm",
     )
     env = LocalEnv(tmp_path / "ckpt")
@@ -328,23 +327,17 @@ def test_the_text_model_of_a_multimodal_config_learns_from_random_weights(
     """``--init config`` under FSDP2: each module's own init on the sharded blocks (Gemma 4's
     blocks hold a buffer of their own), then the loss falls."""
     source = _tiny_multimodal(tmp_path, tiny_tokenizer, repo)
-    cfg = TrainConfig(
-        accelerator="cpu",
-        num_workers=1,
-        model=str(source),
+    cfg = _sft_on_facts(
+        tmp_path,
+        source,
         init="config",
         strategy="fsdp2",
-        data="park:facts",
-        objective="sft",
-        seq_len=64,
-        global_batch_size=4,
         lr=3e-3,
         warmup_steps=1,
         steps=6,
         checkpoint_every=0,
         report_every=1,
         export=False,
-        storage_path=str(tmp_path / "runs"),
         run_name="mm",
     )
     env = LocalEnv(tmp_path / "ckpt")
