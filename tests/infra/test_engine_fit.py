@@ -6,7 +6,6 @@ The KV arithmetic itself is held against vLLM's classes in test_engine_vllm.py.
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import math
@@ -18,27 +17,16 @@ from infra import catalog, engine, model_facts
 from infra.stack import from_values
 from infra.tools.report import fit_table
 from tests.conftest import ROOT
+from tests.infra.serving_stack import serving_values
 from tests.infra.stack_problems import problems_of
 
 GIB = 1024**3
 HOST = catalog.lookup("ct6e-standard-8t", "2x4")
 SLICE = catalog.lookup("ct6e-standard-4t", "4x4")
-BASE = {
-    "gcp:project": "p",
-    "gcp:region": "us-east5",
-    "park:zone": "us-east5-b",
-    "park:tpuPools": [
-        {"name": "host", "machineType": "ct6e-standard-8t", "topology": "2x4", "slices": 2},
-        {"name": "slice", "machineType": "ct6e-standard-4t", "topology": "4x4", "slices": 2},
-    ],
-}
 
 
 def _stack(pool: str, **model) -> dict:
-    values = copy.deepcopy(BASE)
-    model = {"name": "m", **model}
-    values["park:serving"] = {"enabled": True, "pool": pool, "models": [model]}
-    return values
+    return serving_values(pool, {"name": "m", **model})
 
 
 def _facts(repo: str) -> model_facts.ModelFacts:

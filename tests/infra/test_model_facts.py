@@ -8,7 +8,6 @@ and safetensors must give the facts the loader reads).
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from infra.plan import ray as ray_plan
 from infra.spec.errors import ConfigError
 from infra.stack import from_values
 from tests.conftest import ROOT, SHIPPED_STACKS, render_stack
+from tests.infra.serving_stack import serving_values
 
 CONFIGS = json.loads((ROOT / "infra/data/models/configs.json").read_text())["models"]
 CATALOGUE = yaml.safe_load((ROOT / "infra/data/models/catalogue.yaml").read_text())["models"]
@@ -131,22 +131,6 @@ def test_a_uri_is_read_through_pyarrow(tiny_model):
 
 # ---- the rules, on broken combinations -------------------------------------------------------
 
-BASE = {
-    "gcp:project": "p",
-    "gcp:region": "us-east5",
-    "park:zone": "us-east5-b",
-    "park:tpuPools": [
-        {"name": "host", "machineType": "ct6e-standard-8t", "topology": "2x4", "slices": 2},
-        {"name": "slice", "machineType": "ct6e-standard-4t", "topology": "4x4", "slices": 2},
-    ],
-}
-
-
-def _serving(pool: str, *models: dict, **extra) -> dict:
-    values = copy.deepcopy(BASE)
-    values["park:serving"] = {"enabled": True, "pool": pool, "models": list(models), **extra}
-    return values
-
 
 def _model(source: str, **fields) -> dict:
     return {"name": fields.pop("name", "m"), "source": source, **fields}
@@ -155,39 +139,41 @@ def _model(source: str, **fields) -> dict:
 BROKEN = {
     # name: (values, key, text the message must contain)
     "heads: 12 heads, TP 8": (
-        _serving("host", _model("Qwen/Qwen2.5-1.5B-Instruct", tensorParallelSize=8)),
+        serving_values("host", _model("Qwen/Qwen2.5-1.5B-Instruct", tensorParallelSize=8)),
         "park:serving.models[0].tensorParallelSize",
         "12 attention heads are not divisible by TP 8",
     ),
     "TP on a multi-host slice below its chips": (
-        _serving("slice", _model("Qwen/Qwen3-8B", tensorParallelSize=8)),
+        serving_values("slice", _model("Qwen/Qwen3-8B", tensorParallelSize=8)),
         "park:serving.models[0].tensorParallelSize",
         "its Ray executor takes every chip of the slice; allowed: 16",
     ),
     "HBM: a 235B MoE model on 8 chips": (
-        _serving("host", _model("Qwen/Qwen3-235B-A22B", tensorParallelSize=8)),
+        serving_values("host", _model("Qwen/Qwen3-235B-A22B", tensorParallelSize=8)),
         "park:serving.models[0].maxModelLen",
         "needs",
     ),
     "context beyond the model's positions": (
-        _serving("host", _model("Qwen/Qwen3-1.7B", tensorParallelSize=8, maxModelLen=65536)),
+        serving_values("host", _model("Qwen/Qwen3-1.7B", tensorParallelSize=8, maxModelLen=65536)),
         "park:serving.models[0].maxModelLen",
         "has 40960 positions",
     ),
     "expert parallel on a dense model": (
-        _serving(
+        serving_values(
             "host", _model("Qwen/Qwen3-1.7B", tensorParallelSize=8, enableExpertParallel=True)
         ),
         "park:serving.models[0].enableExpertParallel",
         "is dense",
     ),
     "two replicas on multi-host slices under one RayService": (
-        _serving("slice", _model("Qwen/Qwen3-30B-A3B", maxReplicas=2, enableExpertParallel=True)),
+        serving_values(
+            "slice", _model("Qwen/Qwen3-30B-A3B", maxReplicas=2, enableExpertParallel=True)
+        ),
         "park:serving.models[0].maxReplicas",
         "builds its slice from every TPU host of the cluster",
     ),
     "gated model without a token": (
-        _serving("host", _model("meta-llama/Llama-3.1-8B-Instruct", tensorParallelSize=8)),
+        serving_values("host", _model("meta-llama/Llama-3.1-8B-Instruct", tensorParallelSize=8)),
         "park:hfToken",
         "is gated on the Hugging Face hub",
     ),
@@ -212,7 +198,7 @@ def test_kv_heads_that_tp_neither_divides_nor_is_divided_by(tmp_path):
     )
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError) as info:
-        from_values(_serving("host", _model(str(folder), tensorParallelSize=8)), "dev")
+        from_values(serving_values("host", _model(str(folder), tensorParallelSize=8)), "dev")
     (problem,) = [p for p in info.value.problems if p.key.endswith("tensorParallelSize")]
     assert (
         "12 KV heads and TP 8" in problem.message
@@ -223,7 +209,7 @@ def test_kv_heads_that_tp_neither_divides_nor_is_divided_by(tmp_path):
 def test_googles_gemma_4_sample_shape_is_accepted():
     """serve_vllm_torchtpu.py: gemma-4-26B-A4B-it, TP 16 on a v6e 4x4, expert parallel (its
     full-attention layers' 2 KV heads are replicated, TP 16 being a multiple of them)."""
-    values = _serving(
+    values = serving_values(
         "slice",
         _model("google/gemma-4-26B-A4B-it", tensorParallelSize=16, enableExpertParallel=True),
     )
@@ -236,7 +222,7 @@ def test_an_architecture_the_engine_does_not_serve(tmp_path):
     folder.mkdir()
     config = dict(CONFIGS["Qwen/Qwen3-1.7B"]["config"], architectures=["BertForMaskedLM"])
     (folder / "config.json").write_text(json.dumps(config))
-    values = _serving("host", _model(str(folder), tensorParallelSize=8))
+    values = serving_values("host", _model(str(folder), tensorParallelSize=8))
     with pytest.raises(ConfigError) as info:
         from_values(values, "dev")
     (problem,) = [p for p in info.value.problems if p.key == "park:serving.models[0].source"]
@@ -244,7 +230,9 @@ def test_an_architecture_the_engine_does_not_serve(tmp_path):
 
 
 def test_an_unknown_model_offline_is_a_warning_that_says_how_to_supply_facts():
-    plan = from_values(_serving("host", _model("someone/new-model", tensorParallelSize=8)), "dev")
+    plan = from_values(
+        serving_values("host", _model("someone/new-model", tensorParallelSize=8)), "dev"
+    )
     (warning,) = [w for w in plan.warnings if w.key == "park:serving.models[0].source"]
     assert "no model facts here" in warning.message and "catalogue.yaml" in warning.message
     assert plan.serving and plan.serving.models[0].fit is None
@@ -252,7 +240,7 @@ def test_an_unknown_model_offline_is_a_warning_that_says_how_to_supply_facts():
 
 def test_the_cli_prints_the_fit_and_the_unknown_model_warning(tmp_path):
     path = tmp_path / "Pulumi.w.yaml"
-    config = _serving("host", _model("someone/new-model", tensorParallelSize=8))
+    config = serving_values("host", _model("someone/new-model", tensorParallelSize=8))
     path.write_text(yaml.safe_dump({"config": config}))
     done = subprocess.run(
         [sys.executable, "-m", "infra.tools.cli", "cost", "w", "--config-file", str(path)],
