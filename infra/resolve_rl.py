@@ -3,8 +3,8 @@
 The learner is a training run in all but its data: one Ray Train worker per chip of one slice
 of its TPU pool, its batch the step's completions (promptsPerStep x groupSize), its sequences a
 prompt and its completion (maxPromptTokens + maxResponseTokens). Its fit is the training fit
-(infra.resolve.fit_training) of exactly that run, plus, with klCoef > 0, the frozen reference
-policy the learner holds beside it (workloads/rl/loop.py builds it like the policy: fp32
+(infra.resolve_training.fit_training) of exactly that run, plus, with klCoef > 0, the frozen
+reference policy the learner holds beside it (workloads/rl/loop.py builds it like the policy: fp32
 weights, sharded over the slice under FSDP2, whole under DDP); its forward runs without
 gradients, below the step's peak. The micro-batch is then the largest that fits with it.
 
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 from infra import disk, engine, model_facts, names, training_fit
 from infra.model_facts import FactsLookup
+from infra.resolve_training import fit_training
 from infra.spec.models import RlConfig, StackConfig, TrainingConfig
 from infra.training_fit import TrainingFit
 from infra.versions import IMAGE_TAG
@@ -122,8 +123,6 @@ def learner_fit(
 ) -> TrainingFit | None:
     """The learner's step per chip with the reference in it, at the pinned micro-batch or the
     largest that fits (the training fit's own choice when there is no reference)."""
-    from infra.resolve import fit_training
-
     training, tpu = learner_training(spec), learner.slice
     reference = reference_bytes(facts, spec, tpu.chips)
     fit = fit_training(facts, training, tpu, 1)

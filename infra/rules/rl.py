@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic.alias_generators import to_camel
 
-from infra.resolve import StackPlan, fit_training
+from infra.resolve import StackPlan
 from infra.resolve_rl import ROLLOUT_ENGINE, RlPlan, learner_training, reference_bytes
+from infra.resolve_training import fit_training
 from infra.rules.workload_flags import POOL_FLAGS, refused_field
 from infra.rules.workloads import servable_problems, training_refusal
 from infra.spec.errors import ConfigProblem
