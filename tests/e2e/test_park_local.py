@@ -66,7 +66,8 @@ def test_park_local_dev(tmp_path):
     # 1. training: the CPU changes are listed, progress streamed, the job succeeded
     assert "changed for CPU (infra/tools/local/profile.py TRAIN_CPU_PROFILE):" in out
     assert "--accelerator tpu -> cpu" in out
-    assert "--model Qwen/Qwen3-1.7B -> park:tiny-llama" in out
+    # the stack's hub model is read from its copy staged in the bucket (infra/disk.py)
+    assert "--model /data/models/Qwen/Qwen3-1.7B -> park:tiny-llama" in out
     steps = [int(s) for s in re.findall(r"step (\d+)/100  loss \d", out)]
     assert steps and steps[-1] == 100, out
     losses = [float(x) for x in re.findall(r"step \d+/100  loss ([\d.]+)", out)]

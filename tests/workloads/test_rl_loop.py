@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.workloads.train_fixtures import ray_head
 from workloads.rl.config import RLRunConfig
 from workloads.rl.loop import rl_train, summary
 from workloads.rl.toy import write_prompts
@@ -27,20 +28,18 @@ pytestmark = [pytest.mark.serve, pytest.mark.ray, pytest.mark.timeout(1200)]
 
 @pytest.fixture(scope="module")
 def ray_and_gloo() -> Iterator[None]:
-    import ray
     import torch.distributed as dist
 
     from workloads.protocol import free_port
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-    )
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-        ray.shutdown()
+    with ray_head(num_cpus=2):  # not an in-process Ray: see ray_head
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+        )
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
 
 
 def _run(lr: float, root: Path, on_step: Any = None) -> list[dict[str, float]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.workloads.train_fixtures import ray_head
 from workloads.protocol import training_export_path
 from workloads.rl import loop
 from workloads.rl.config import RLRunConfig
@@ -51,22 +52,24 @@ class FakeEngine:
         return out
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture(scope="module")
 def ray_and_gloo() -> Iterator[None]:
-    import ray
     import torch.distributed as dist
 
     from workloads.protocol import free_port
 
-    ray.init(address="local", num_cpus=1, include_dashboard=False)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-    )
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-        ray.shutdown()
+    # not an in-process Ray (see ray_head); FakeEngine is imported from this module by workers
+    with ray_head(num_cpus=1, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}}):
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+        )
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
 
 
 def _data_state(folder: Path) -> dict[str, Any]:

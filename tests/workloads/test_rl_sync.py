@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.workloads.train_fixtures import ray_head
 from workloads.rl.rollout import Rollout, RolloutPool, Sampling
 from workloads.rl.sync import PolicyStore, PolicyVersion, staleness, version_folder
 
@@ -103,18 +105,23 @@ def _publish(store: Any, root: Path, version: int) -> None:
 
 @pytest.fixture(scope="module")
 def ray_cpu() -> Iterator[None]:
+    # FakeEngine lives in this test module: the workers import it from the repository root.
+    with ray_head(runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}}):
+        yield
+
+
+def _restarted_pid(actor: Any, before: int, *, deadline: float) -> int:
+    """The actor's pid once it differs from `before` (its restart has come up)."""
     import ray
 
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
-    )
-    try:
-        yield
-    finally:
-        ray.shutdown()
+    while time.monotonic() < deadline:
+        try:
+            pid = int(ray.get(actor.pid.remote(), timeout=30))
+        except ray.exceptions.RayActorError:
+            continue  # the old process died under the call; Ray retries on the new one
+        if pid != before:
+            return pid
+    raise AssertionError(f"actor still at pid {before} when the deadline passed")
 
 
 @pytest.mark.ray
@@ -150,8 +157,10 @@ def test_engines_follow_versions_and_survive_a_kill(tmp_path: Path) -> None:
     # next round catches it up before sampling, so no rollout of the old weights gets out.
     before = ray.get(engines[0].pid.remote())
     ray.kill(engines[0], no_restart=False)
+    # ray.kill is asynchronous: a call made at once may still reach the dying process. Wait
+    # (bounded) for the restarted one, then it must be at the start weights.
+    assert _restarted_pid(engines[0], before, deadline=time.monotonic() + 120) != before
     assert ray.get(engines[0].get_version.remote()) == 0  # a new process, at the start weights
-    assert ray.get(engines[0].pid.remote()) != before
     rollouts = pool.sample(prompts, sampling)
     assert {r.version for r in rollouts} == {learner_version}
     assert {r.text.split(":")[1] for r in rollouts} == {f"w{learner_version}"}

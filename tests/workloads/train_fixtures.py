@@ -7,6 +7,7 @@ down only the Ray processes it started (never ``ray stop``, which would stop eve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -77,7 +78,18 @@ def _wait_for(url: str, deadline: float) -> None:
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[LocalRay]:
-    """A 2-CPU Ray head with a dashboard (for the Jobs API); this process is connected to it.
+    """A 2-CPU Ray head with a dashboard, this process connected to it (`ray_head`)."""
+    with ray_head() as head:
+        yield head
+
+
+@contextlib.contextmanager
+def ray_head(num_cpus: int = 2, runtime_env: dict[str, Any] | None = None) -> Iterator[LocalRay]:
+    """A Ray head with a dashboard (for the Jobs API); this process is connected to it.
+
+    Tests that need Ray use this, never ``ray.init(address="local")``: a Ray started inside the
+    test process and shut down again leaves state behind that makes a later TorchTrainer's
+    controller actor die before it runs (seen with the RL tests before the Ray Train tests).
 
     Ray 2.60 turns token auth on for a new head when ~/.ray/auth_token exists, but a client
     reads its auth mode once, when Ray is imported, so this process (imported long before)
@@ -117,7 +129,7 @@ def local_ray() -> Iterator[LocalRay]:
         "start",
         "--head",
         "--block",
-        "--num-cpus=2",
+        f"--num-cpus={num_cpus}",
         "--include-dashboard=true",
         "--dashboard-host=127.0.0.1",
         f"--temp-dir={temp_dir}",
@@ -142,7 +154,7 @@ def local_ray() -> Iterator[LocalRay]:
         while not address_file.exists() and time.time() < deadline:
             time.sleep(0.5)
         gcs_address = address_file.read_text().strip()
-        ray.init(address=gcs_address, log_to_driver=True)
+        ray.init(address=gcs_address, log_to_driver=True, runtime_env=runtime_env)
         yield LocalRay(gcs_address=gcs_address, dashboard_url=dashboard_url, temp_dir=temp_dir)
     finally:
         ray.shutdown()
