@@ -10,6 +10,7 @@ its own rules; every count in it is the resolved plan's (infra.resolve_rl).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -21,6 +22,20 @@ from infra.versions import RAY_VERSION
 from workloads.rl.config import rl_entrypoint
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# A Ray custom resource only the rollout group's pods advertise, one per chip (or GPU): the
+# engines ask for it (--rollout-resource), so they never land on the learner's TPU hosts, which
+# advertise `TPU` too.
+ROLLOUT_RESOURCE = "park_rollout"
+
+
+def rollout_start_params(units: int) -> dict[str, str]:
+    """rayStartParams of a rollout pod holding `units` chips or GPUs. KubeRay passes
+    `resources` to `ray start --resources` through a shell: the JSON is quoted as in its own
+    TPU samples (kuberay v1.7.0 samples/ray-job.tpu-v6e-256-multihost.yaml)."""
+    resources = json.dumps({ROLLOUT_RESOURCE: units}).replace('"', '\\"')
+    return {"metrics-export-port": str(METRICS_PORT), "resources": f'"{resources}"'}
+
+
 # A GPU pod's CPU and memory per GPU: what the smallest GPU machine (g2-standard-4, one L4:
 # 4 vCPU, 16 GB) leaves allocatable, so the request schedules on any GPU machine type.
 GPU_POD_CPU_PER_GPU = 3
@@ -44,6 +59,7 @@ def rl_fields(rl: RlPlan) -> dict[str, Any]:
         "rollout_engines": rollout.engines,
         "rollout_tensor_parallel_size": rollout.tensor_parallel,
         "rollout_torch_tpu_topology": rollout.torch_tpu_topology,
+        "rollout_resource": ROLLOUT_RESOURCE,
         "gpu_memory_utilization": spec.gpu_memory_utilization,
         "model": rl.model_path,
         "init": spec.init,
@@ -93,7 +109,7 @@ def gpu_worker_group(
         "replicas": rollout.groups,
         "minReplicas": rollout.groups,
         "maxReplicas": rollout.groups,
-        "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
+        "rayStartParams": rollout_start_params(gpus),
         "template": {
             "metadata": ray._pod_metadata("rl-rollout"),
             "spec": {
@@ -128,7 +144,7 @@ def rollout_group(rl: RlPlan, pods: ray.RayPods, *, hf_token: bool = False) -> d
     if rollout.tpu is None:
         return gpu_worker_group(pods, rollout, rl.image, hf_token=hf_token)
     groups = rollout.groups
-    return ray.tpu_worker_group(
+    group = ray.tpu_worker_group(
         pods,
         rollout.tpu,
         rl.image,
@@ -138,6 +154,8 @@ def rollout_group(rl: RlPlan, pods: ray.RayPods, *, hf_token: bool = False) -> d
         hf_token=hf_token,
         role="rl-rollout",
     )
+    group["rayStartParams"] |= rollout_start_params(rollout.tpu.slice.chips_per_host)
+    return group
 
 
 def rl_rayjob(rl: RlPlan, pods: ray.RayPods, *, hf_token: bool = False) -> dict[str, Any]:

@@ -85,6 +85,7 @@ def _pool_problems(plan: StackPlan) -> list[ConfigProblem]:
                 f"their own slices; allowed: {others}",
             )
         )
+    problems += _same_slice_shape(plan)
     for other, section in (("training", config.training), ("serving", config.serving)):
         if not section.enabled:
             continue
@@ -111,6 +112,30 @@ def _pool_problems(plan: StackPlan) -> list[ConfigProblem]:
                 )
             )
     return problems
+
+
+def _same_slice_shape(plan: StackPlan) -> list[ConfigProblem]:
+    """Two TPU pools of one slice shape: the learner's TorchTrainer reserves its slice by Ray's
+    head resource (`TPU-<pod type>-head`, ray/util/tpu.py), which the rollout slice advertises
+    too, so the learner could take the engines' slice. The engines are pinned to theirs
+    (infra/plan/rl.py ROLLOUT_RESOURCE); the learner has no such pin in Ray 2.60."""
+    spec = plan.spec.rl
+    pools = {p.name: p for p in plan.tpu_pools}
+    learner, rollout = pools.get(spec.learner_pool), pools.get(spec.rollout_pool)
+    if learner is None or rollout is None or learner.name == rollout.name:
+        return []
+    if learner.slice.ray_pod_type != rollout.slice.ray_pod_type:
+        return []
+    return [
+        ConfigProblem(
+            f"{KEY}.rolloutPool",
+            spec.rollout_pool,
+            f"its slices are {rollout.slice.ray_pod_type}, like the learner's: the learner "
+            "reserves a slice by Ray's head resource of that shape and could take the engines' "
+            "slice; allowed: a rollout pool of another slice shape (e.g. a smaller topology) "
+            "or a GPU pool",
+        )
+    ]
 
 
 def _workload_problems(rl: RlPlan) -> list[ConfigProblem]:

@@ -35,6 +35,7 @@ def test_rl_profile_gives_a_cpu_run_the_workload_accepts():
     assert (cfg.accelerator, cfg.num_workers, cfg.rollout_accelerator) == ("cpu", 1, "cpu")
     assert cfg.model == "park:tiny-llama" and cfg.init == "config"
     assert cfg.tpu_topology is None and cfg.rollout_torch_tpu_topology is None
+    assert cfg.rollout_resource is None  # one local node: no rollout pods to pin engines to
     assert cfg.storage_path == "/tmp/run/checkpoints" and cfg.export
     assert cfg.data == str(toy_prompts()) and cfg.rewards == "workloads.rl.toy:vowel_share"
     # what the profile does not name is kept as rendered (the run name, the temperature, ...)

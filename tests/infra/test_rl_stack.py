@@ -160,6 +160,37 @@ def test_rayjob_has_learner_and_rollout_groups_on_distinct_pools(plan):
         assert group["replicas"] <= pool.slices
 
 
+def test_engines_are_pinned_to_the_rollout_pods(plan):
+    """The rollout pods alone advertise ROLLOUT_RESOURCE, quoted for `ray start --resources`
+    as KubeRay's own TPU sample quotes `{"TPU": 4}`; the entrypoint makes the engines ask for
+    it, one per chip of the engine."""
+    import json
+    from pathlib import Path
+
+    from infra.plan.rl import ROLLOUT_RESOURCE
+    from workloads.rl.loop import engine_options
+
+    # KubeRay's own sample (../shared/reference beside the checkout, where there is one)
+    reference = Path(__file__).resolve().parents[3] / "shared" / "reference" / "kuberay-v1.7.0"
+    sample = reference / "samples" / "ray-job.tpu-v6e-256-multihost.yaml"
+    if sample.exists():  # the reference's form: '"{\"TPU\": 4}"' in YAML
+        quoted = sample.read_text().split("resources: '", 1)[1].split("'", 1)[0]
+        assert quoted == '"{\\"TPU\\": 4}"'
+
+    def unquote(value: str) -> dict[str, int]:
+        assert value.startswith('"') and value.endswith('"')
+        return json.loads(value[1:-1].replace('\\"', '"'))
+
+    learner, rollout = _groups(rl_rayjob(plan.rl, ray.ray_pods(plan)))
+    assert "resources" not in learner["rayStartParams"]
+    chips = plan.rl.rollout.tpu.slice.chips_per_host
+    assert unquote(rollout["rayStartParams"]["resources"]) == {ROLLOUT_RESOURCE: chips}
+    cfg = parse_args(shlex.split(rl_rayjob(plan.rl, ray.ray_pods(plan))["spec"]["entrypoint"])[3:])
+    assert cfg.rollout_resource == ROLLOUT_RESOURCE
+    tp = cfg.rollout_tensor_parallel_size
+    assert engine_options(cfg, "tpu")["resources"] == {"TPU": tp, ROLLOUT_RESOURCE: tp}
+
+
 def test_rayjob_is_valid_against_the_crds_the_webhook_rules_and_the_plan(plan):
     manifest = rl_rayjob(plan.rl, ray.ray_pods(plan))
     assert validate_manifests([manifest], KUBERNETES) == []
@@ -239,6 +270,14 @@ def _training_on_learner_pool() -> dict[str, Any]:
     return values
 
 
+def _rollout_of_the_learners_shape() -> dict[str, Any]:
+    values = copy.deepcopy(shipped_values())
+    learner = next(p for p in values["park:tpuPools"] if p["name"] == "learner-v6e-8")
+    values["park:tpuPools"].append({**learner, "name": "rollout-v6e-8"})
+    values["park:rl"]["rolloutPool"] = "rollout-v6e-8"
+    return values
+
+
 def _gpu_learner() -> dict[str, Any]:
     values = with_rl(learnerPool="l4")
     values["park:gpuPools"] = [
@@ -256,6 +295,10 @@ REFUSALS = {
         "park:rl.rolloutPool",
     ),
     "learner pool is training's": (_training_on_learner_pool(), "park:rl.learnerPool"),
+    "rollout slices of the learner's shape": (
+        _rollout_of_the_learners_shape(),
+        "park:rl.rolloutPool",
+    ),
     "queued pool": (_queued(), "park:rl.rolloutPool"),
     "group of one": (with_rl(groupSize=1), "park:rl.groupSize"),
     "reward not a name": (with_rl(rewards=["numeric", "not a reward"]), "park:rl.rewards"),

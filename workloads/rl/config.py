@@ -76,6 +76,11 @@ class RLRunConfig:
     rollout_torch_tpu_topology: str | None = _opt(
         None, "TORCH_TPU_TOPOLOGY of one engine using fewer chips than its host, e.g. 1,1,1"
     )
+    rollout_resource: str | None = _opt(
+        None,
+        "a Ray custom resource only the rollout pods advertise (one per chip or GPU); engines "
+        "ask for it so they never land on the learner's slice (unset: any node)",
+    )
     gpu_memory_utilization: float = _opt(0.9, "share of each chip's memory vLLM keeps", type=float)
     # The policy and the task.
     model: str = _opt("", "Hugging Face causal LM: hub id, gs://bucket/folder or a local folder")

