@@ -27,6 +27,7 @@ from infra.disk import DiskPlan
 from infra.model_facts import FactsLookup
 from infra.resolve_training import fit_training, training_model_facts
 from infra.spec.errors import ConfigProblem
+from infra.spec.models import RL_SOURCE as RL_SOURCE
 from infra.spec.models import TRAINING_SOURCE as TRAINING_SOURCE
 from infra.spec.models import (
     GpuPoolConfig,
@@ -120,6 +121,7 @@ class ServedModelPlan:
     index: int
     spec: ServedModel
     source: str | None  # what the engine loads: spec.source, or the training run's export
+    base_model: str | None  # whose facts stand for it (baseModel, or the run's model)
     tensor_parallel: int  # default: every chip of one slice
     min_slices: int  # one whole slice per replica (module docstring)
     max_slices: int
@@ -134,8 +136,9 @@ class ServedModelPlan:
 
     @property
     def from_training(self) -> bool:
-        """It serves the stack's training run (source: training)."""
-        return self.spec.source == TRAINING_SOURCE
+        """It serves a run of the stack: the training run (source: training) or the RL run's
+        final policy (source: rl)."""
+        return self.spec.source in (TRAINING_SOURCE, RL_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -232,22 +235,42 @@ def export_path(storage_path: str, run_name: str, spec: TrainingConfig) -> str |
     return protocol.training_export_path(storage_path, run_name)
 
 
+@dataclass(frozen=True)
+class RunExport:
+    """What a served model with `source: training` or `source: rl` serves: the run's final
+    export, and the model the run started from (whose facts are the export's)."""
+
+    export_path: str | None
+    base_model: str | None
+    model_key: str  # the stack key naming that model, for messages
+
+
+def _run_export(
+    model: ServedModel, training: TrainingPlan | None, rl: RlPlan | None
+) -> RunExport | None:
+    if model.source == TRAINING_SOURCE and training is not None:
+        return RunExport(training.export_path, training.spec.model, "park:training.model")
+    if model.source == RL_SOURCE and rl is not None:
+        return RunExport(rl.export_path, rl.spec.model or None, "park:rl.model")
+    return None
+
+
 def resolve_served_model(
-    model: ServedModel, index: int, tpu: catalog.TpuSlice, training: TrainingPlan | None
+    model: ServedModel, index: int, tpu: catalog.TpuSlice, run: RunExport | None
 ) -> ServedModelPlan:
     tp = model.tensor_parallel_size or tpu.chips
     source: str | None = model.source
     base = model.base_model
-    if model.source == TRAINING_SOURCE:
+    from_run = model.source in (TRAINING_SOURCE, RL_SOURCE)
+    if from_run:
         # The trained weights have the base model's architecture: its facts are the export's.
-        source = training.export_path if training else None
-        base = base or (training.spec.model if training else None)
+        source = run.export_path if run else None
+        base = base or (run.base_model if run else None)
     if base:
         facts = model_facts.lookup(base)
-    elif model.source == TRAINING_SOURCE:
-        facts = model_facts.FactsLookup(
-            None, (), "the training run has no Hugging Face model (park:training.model)"
-        )
+    elif from_run:
+        named = run.model_key if run else f"the {model.source} run"
+        facts = model_facts.FactsLookup(None, (), f"{named} names no Hugging Face model")
     else:
         facts = model_facts.lookup(model.source)
     kwargs = model.engine_kwargs
@@ -266,6 +289,7 @@ def resolve_served_model(
         index=index,
         spec=model,
         source=source,
+        base_model=base,
         tensor_parallel=tp,
         min_slices=model.min_replicas,
         max_slices=model.max_replicas,
@@ -354,11 +378,16 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             accumulation_steps=fit.accumulation_steps if fit else max(share // max(micro, 1), 1),
         )
 
+    from infra.resolve_rl import resolve_rl
+
+    gpu_by_name = {g.spec.name: g for g in gpus}
+    rl = resolve_rl(spec, by_name, gpu_by_name, stack_names, partial=partial)
+
     serving = None
     if spec.serving.enabled and (spec.serving.pool in by_name or not partial):
         pool = by_name[spec.serving.pool]
         models = tuple(
-            resolve_served_model(m, i, pool.slice, training)
+            resolve_served_model(m, i, pool.slice, _run_export(m, training, rl))
             for i, m in enumerate(spec.serving.models)
         )
         clusters = upgrade_clusters(spec.serving.upgrade_strategy)
@@ -372,11 +401,6 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             slice_budget=pool.slices // clusters,
             upgrade_clusters=clusters,
         )
-
-    from infra.resolve_rl import resolve_rl
-
-    gpu_by_name = {g.spec.name: g for g in gpus}
-    rl = resolve_rl(spec, by_name, gpu_by_name, stack_names, partial=partial)
 
     cluster = spec.cluster
     pinned = cluster.version if gke.parse(cluster.version or "") else None  # rules say why not

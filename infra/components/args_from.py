@@ -246,9 +246,8 @@ def serving(plan: StackPlan, hf_token: bool) -> LlmServiceArgs:
         model = m.spec.model_dump(exclude_none=True)
         if m.from_training:
             # The run's export on the bucket, and the model it was trained from for its facts.
-            assert plan.training is not None and m.source is not None
-            base = m.spec.base_model or plan.training.spec.model
-            model |= {"source": m.source, **({"base_model": base} if base else {})}
+            assert m.source is not None
+            model |= {"source": m.source, **({"base_model": m.base_model} if m.base_model else {})}
         models.append(model)
     return LlmServiceArgs(
         **_workload(plan, service.pool, service.image),  # type: ignore[typeddict-item]

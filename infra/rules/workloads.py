@@ -12,7 +12,7 @@ from infra import engine, model_facts
 from infra.resolve import ServedModelPlan, StackPlan
 from infra.rules import training_memory, workload_flags
 from infra.spec.errors import ConfigProblem
-from infra.spec.models import TRAINING_SOURCE, StackConfig
+from infra.spec.models import RL_SOURCE, TRAINING_SOURCE, StackConfig
 from infra.versions import ENGINE_VERSIONS, RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
 from workloads.train import model_rules
 
@@ -128,8 +128,19 @@ def _needs_token(model: str, downloader: str) -> ConfigProblem:
     )
 
 
-def _training_source_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProblem]:
-    """`source: training` needs a run that writes a Hugging Face export."""
+def _run_source_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProblem]:
+    """`source: training` or `source: rl` needs that run, writing a Hugging Face export."""
+    if model.spec.source == RL_SOURCE:
+        key, rl = f"{model.key}.source", plan.spec.rl
+        if not rl.enabled:
+            return [ConfigProblem(key, RL_SOURCE, "serves the RL run, but park:rl is not enabled")]
+        if not rl.export:
+            return [
+                ConfigProblem(
+                    key, RL_SOURCE, "the RL run does not export (park:rl.export is false)"
+                )
+            ]
+        return []
     key, training = f"{model.key}.source", plan.spec.training
     if not training.enabled:
         return [
@@ -202,7 +213,7 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
             )
         names.add(model_spec.name)
         if model.from_training:
-            problems += _training_source_problems(plan, model)
+            problems += _run_source_problems(plan, model)
         problems += _model_problems(plan, model)
         if model_spec.min_replicas > model_spec.max_replicas:
             problems.append(

@@ -173,12 +173,14 @@ class TrainingConfig(_Model):
 
 # A served model whose source is this serves the training run's final export.
 TRAINING_SOURCE = "training"
+# ... and this, the RL (park:rl) run's final policy.
+RL_SOURCE = "rl"
 
 
 class ServedModel(_Model):
     name: str  # the OpenAI model id clients ask for
-    # Hugging Face id, gs://..., a path under the bucket mount, or "training": the training
-    # run's final export, from the bucket mount.
+    # Hugging Face id, gs://..., a path under the bucket mount, or "training" / "rl": the
+    # training (or RL) run's final export, from the bucket mount.
     source: str
     # The model a fine-tuned source was trained from: its facts (architecture, heads, size)
     # stand in for the source's at preview. Default: the source's own; for source: training,

@@ -305,13 +305,10 @@ def _check_bucket_sources(
                         f"{plan.names.bucket!r} (where the training run writes)",
                     )
             model_id = _get(llm, "model_loading_config", "model_id")
-            trained = (
-                plan is not None
-                and plan.serving is not None
-                and any(sm.from_training and sm.spec.name == model_id for sm in plan.serving.models)
-            )
-            if trained and plan is not None and plan.training is not None:
-                export = plan.training.export_path or ""
+            models = plan.serving.models if plan is not None and plan.serving else ()
+            trained = [sm for sm in models if sm.from_training and sm.spec.name == model_id]
+            if plan is not None and trained and trained[0].source:
+                export = trained[0].source  # the run's export (training or rl), as resolved
                 expected = export.replace(
                     f"gs://{plan.names.bucket}", plan.spec.storage.mount_path, 1
                 )
@@ -319,8 +316,7 @@ def _check_bucket_sources(
                     yield ManifestProblem(
                         name,
                         f"{at}.model_loading_config.model_source",
-                        f"{source!r}: the training run exports to {export} ({expected} "
-                        "through the mount)",
+                        f"{source!r}: the run exports to {export} ({expected} through the mount)",
                     )
 
 

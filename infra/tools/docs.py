@@ -133,7 +133,7 @@ DESCRIPTIONS: dict[str, str] = {
     "park:serving.engine": "`vllm-torchtpu` (default) or `vllm-tpu` (JAX; separate image).",
     "park:serving.models": "Served models.",
     "park:serving.models[].name": "OpenAI model id clients ask for.",
-    "park:serving.models[].source": "HF id, `gs://` (own bucket: mounted), or `training`.",
+    "park:serving.models[].source": "HF id, `gs://` (own bucket: mounted), `training` or `rl`.",
     "park:serving.models[].baseModel": "What a fine-tuned source was trained from (its facts).",
     "park:serving.models[].tensorParallelSize": "Default: every chip of one slice.",
     "park:serving.models[].maxModelLen": "Context length.",

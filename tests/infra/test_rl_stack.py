@@ -372,3 +372,43 @@ def test_learner_fit_grows_with_the_sequence():
     assert (short.micro_batch, longer.micro_batch) == (8, 8)
     assert longer.fit.activations_bytes > short.fit.activations_bytes
     assert longer.fit.total_bytes / GIB < longer.fit.usable_bytes / GIB
+
+
+# ---- serving the RL run's policy (source: rl) -------------------------------------------
+
+
+def _serving_the_policy() -> dict[str, Any]:
+    values = copy.deepcopy(shipped_values())
+    values["park:tpuPools"].append(
+        {"name": "serve-v6e-4", "machineType": "ct6e-standard-4t", "topology": "2x2"}
+    )
+    values["park:serving"] = {
+        "enabled": True,
+        "pool": "serve-v6e-4",
+        "models": [{"name": "policy", "source": "rl", "maxModelLen": 4096}],
+    }
+    return values
+
+
+def test_source_rl_serves_the_runs_final_policy_through_the_mount():
+    plan = plan_of(_serving_the_policy())
+    assert plan.serving is not None and plan.rl is not None
+    (model,) = plan.serving.models
+    assert model.from_training and model.source == plan.rl.export_path
+    assert model.base_model == plan.spec.rl.model  # its facts: the model RL started from
+    assert model.facts.facts is not None and model.fit is not None and model.fit.fits
+    from infra.tools.render import run_program
+
+    values, secrets = _serving_the_policy(), []
+    rendered = run_program(values, "rl", secrets)
+    assert not check_manifests(rendered.manifests(), rendered.plan)
+    mount = plan.spec.storage.mount_path
+    expected = plan.rl.export_path.replace(f"gs://{plan.names.bucket}", mount, 1)
+    service = next(m for m in rendered.manifests() if m["kind"] == "RayService")
+    assert expected in service["spec"]["serveConfigV2"]
+
+
+def test_source_rl_without_an_rl_run_is_refused():
+    values = _serving_the_policy()
+    values["park:rl"] = {**values["park:rl"], "enabled": False}
+    assert "park:serving.models[0].source" in _refused(values)

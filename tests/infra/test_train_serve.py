@@ -200,7 +200,7 @@ def test_validate_finds_a_serving_pod_that_cannot_read_the_export():
     )
     moved["spec"]["serveConfigV2"] = yaml.safe_dump(serve)
     found = [str(p) for p in check_manifests([moved], rendered.plan)]
-    assert any("the training run exports to" in p for p in found)
+    assert any("the run exports to" in p for p in found)
 
 
 def test_the_builtin_tiny_llama_has_the_facts_the_trainer_builds_it_with():
