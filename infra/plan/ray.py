@@ -513,7 +513,7 @@ def _submitter_template(pods: RayPods, image: str) -> dict[str, Any]:
                 }
             ],
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": budget.scratch_limit}}],
-        }
+        },
     }
 
 
