@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from workloads.protocol import field_of, flag, render_entrypoint
+from workloads import flags
+from workloads.flags import from_mapping, opt
+from workloads.protocol import flag, render_entrypoint
 from workloads.rl.rewards import BUILTINS
 from workloads.train.config import (
     ACCELERATORS,
@@ -44,76 +46,71 @@ PROMPT_DATA_KINDS = ("text", "hf", "folder")  # .jsonl/.json/.parquet, hf:, a fo
 __all__ = ["ConfigError", "RLRunConfig", "parse_args", "rl_entrypoint", "to_entrypoint", "validate"]
 
 
-def _opt(default: Any, help: str, *, type: Any = str, choices: Sequence[str] | None = None) -> Any:
-    """A dataclass field that also describes its CLI flag."""
-    return field(default=default, metadata={"help": help, "type": type, "choices": choices})
-
-
 @dataclass(frozen=True)
 class RLRunConfig:
     """Everything a GRPO run on a cluster needs; every field is a ``--flag``."""
 
     # The learner: Ray Train workers, one per chip of the learner slice.
-    accelerator: str = _opt("auto", "learner: tpu, gpu, cpu or auto", choices=ACCELERATORS)
-    num_workers: int | None = _opt(None, "learner workers (TPU: chips of the slice)", type=int)
-    tpu_topology: str | None = _opt(None, "learner slice topology, e.g. 2x4")
-    tpu_accelerator_type: str = _opt("TPU-V6E", "Ray accelerator type of the learner slice")
-    torch_tpu_topology: str | None = _opt(None, "learner TORCH_TPU_TOPOLOGY, e.g. 2,4,1")
-    chips_per_host: int | None = _opt(None, "learner TPU chips per host", type=int)
-    strategy: str = _opt("fsdp2", "learner data parallelism: ddp or fsdp2", choices=STRATEGIES)
-    micro_batch_size: int | None = _opt(
+    accelerator: str = opt("auto", "learner: tpu, gpu, cpu or auto", choices=ACCELERATORS)
+    num_workers: int | None = opt(None, "learner workers (TPU: chips of the slice)", type=int)
+    tpu_topology: str | None = opt(None, "learner slice topology, e.g. 2x4")
+    tpu_accelerator_type: str = opt("TPU-V6E", "Ray accelerator type of the learner slice")
+    torch_tpu_topology: str | None = opt(None, "learner TORCH_TPU_TOPOLOGY, e.g. 2,4,1")
+    chips_per_host: int | None = opt(None, "learner TPU chips per host", type=int)
+    strategy: str = opt("fsdp2", "learner data parallelism: ddp or fsdp2", choices=STRATEGIES)
+    micro_batch_size: int | None = opt(
         None,
         "sequences per learner forward/backward per worker (default: its whole share)",
         type=int,
     )
-    activation_checkpointing: bool = _opt(False, "recompute activations in backward", type=bool)
+    activation_checkpointing: bool = opt(False, "recompute activations in backward", type=bool)
     # The rollout engines: vLLM as Ray actors on the rollout slice(s).
-    rollout_accelerator: str = _opt(
+    rollout_accelerator: str = opt(
         "auto", "rollout engines: tpu, gpu, cpu or auto", choices=ROLLOUT_ACCELERATORS
     )
-    rollout_engines: int = _opt(1, "vLLM engines (Ray actors)", type=int)
-    rollout_tensor_parallel_size: int = _opt(1, "chips (or GPUs) per engine", type=int)
-    rollout_torch_tpu_topology: str | None = _opt(
+    rollout_engines: int = opt(1, "vLLM engines (Ray actors)", type=int)
+    rollout_tensor_parallel_size: int = opt(1, "chips (or GPUs) per engine", type=int)
+    rollout_torch_tpu_topology: str | None = opt(
         None, "TORCH_TPU_TOPOLOGY of one engine using fewer chips than its host, e.g. 1,1,1"
     )
-    rollout_resource: str | None = _opt(
+    rollout_resource: str | None = opt(
         None,
         "a Ray custom resource only the rollout pods advertise (one per chip or GPU); engines "
         "ask for it so they never land on the learner's slice (unset: any node)",
     )
-    gpu_memory_utilization: float = _opt(0.9, "share of each chip's memory vLLM keeps", type=float)
+    gpu_memory_utilization: float = opt(0.9, "share of each chip's memory vLLM keeps", type=float)
     # The policy and the task.
-    model: str = _opt("", "Hugging Face causal LM: hub id, gs://bucket/folder or a local folder")
-    init: str = _opt("pretrained", "pretrained weights, or config (random)", choices=INITS)
-    data: str = _opt("", "prompts with answers: .jsonl/.json/.parquet (file, folder, gs://) or hf:")
-    data_split: str = _opt("train", "split of an hf: data set")
-    prompt_field: str = _opt("prompt", "record field of the prompt")
-    answer_field: str = _opt("answer", "record field of the reference answer")
-    rewards: str = _opt(
+    model: str = opt("", "Hugging Face causal LM: hub id, gs://bucket/folder or a local folder")
+    init: str = opt("pretrained", "pretrained weights, or config (random)", choices=INITS)
+    data: str = opt("", "prompts with answers: .jsonl/.json/.parquet (file, folder, gs://) or hf:")
+    data_split: str = opt("train", "split of an hf: data set")
+    prompt_field: str = opt("prompt", "record field of the prompt")
+    answer_field: str = opt("answer", "record field of the reference answer")
+    rewards: str = opt(
         "numeric", f"comma-separated rewards: {', '.join(BUILTINS)} or module:function"
     )
-    reward_weights: str | None = _opt(None, "comma-separated weights, one per reward (default 1)")
+    reward_weights: str | None = opt(None, "comma-separated weights, one per reward (default 1)")
     # GRPO.
-    group_size: int = _opt(8, "completions sampled per prompt", type=int)
-    prompts_per_step: int = _opt(32, "prompts per learner step", type=int)
-    temperature: float = _opt(1.0, "sampling temperature", type=float)
-    max_prompt_tokens: int = _opt(512, "prompts longer than this are left out", type=int)
-    max_response_tokens: int = _opt(1024, "tokens sampled per completion at most", type=int)
-    kl_coef: float = _opt(0.0, "weight of the k3 KL to the frozen reference (0: none)", type=float)
-    clip_low: float = _opt(0.2, "policy-ratio clip below 1", type=float)
-    clip_high: float = _opt(0.28, "policy-ratio clip above 1", type=float)
-    max_staleness: int = _opt(1, "policy versions a rollout may lag the learner", type=int)
-    publish_every: int = _opt(1, "publish the policy to the engines every N steps", type=int)
-    steps: int = _opt(200, "learner steps in total (a resumed run continues to this)", type=int)
-    lr: float = _opt(1e-6, "learning rate (AdamW)", type=float)
-    seed: int = _opt(0, "seed for the prompt order and sampling", type=int)
+    group_size: int = opt(8, "completions sampled per prompt", type=int)
+    prompts_per_step: int = opt(32, "prompts per learner step", type=int)
+    temperature: float = opt(1.0, "sampling temperature", type=float)
+    max_prompt_tokens: int = opt(512, "prompts longer than this are left out", type=int)
+    max_response_tokens: int = opt(1024, "tokens sampled per completion at most", type=int)
+    kl_coef: float = opt(0.0, "weight of the k3 KL to the frozen reference (0: none)", type=float)
+    clip_low: float = opt(0.2, "policy-ratio clip below 1", type=float)
+    clip_high: float = opt(0.28, "policy-ratio clip above 1", type=float)
+    max_staleness: int = opt(1, "policy versions a rollout may lag the learner", type=int)
+    publish_every: int = opt(1, "publish the policy to the engines every N steps", type=int)
+    steps: int = opt(200, "learner steps in total (a resumed run continues to this)", type=int)
+    lr: float = opt(1e-6, "learning rate (AdamW)", type=float)
+    seed: int = opt(0, "seed for the prompt order and sampling", type=int)
     # Checkpoints, export, reporting.
-    checkpoint_every: int = _opt(50, "checkpoint every N steps and at the end", type=int)
-    storage_path: str = _opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
-    run_name: str = _opt("park-rl", "run name; rerunning a name resumes its last checkpoint")
-    export: bool = _opt(True, "the final policy as a Hugging Face folder", type=bool)
-    max_failures: int = _opt(3, "learner worker failures to recover from (-1: forever)", type=int)
-    report_every: int = _opt(1, "print metrics every N steps", type=int)
+    checkpoint_every: int = opt(50, "checkpoint every N steps and at the end", type=int)
+    storage_path: str = opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
+    run_name: str = opt("park-rl", "run name; rerunning a name resumes its last checkpoint")
+    export: bool = opt(True, "the final policy as a Hugging Face folder", type=bool)
+    max_failures: int = opt(3, "learner worker failures to recover from (-1: forever)", type=int)
+    report_every: int = opt(1, "print metrics every N steps", type=int)
 
     @property
     def reward_names(self) -> list[str]:
@@ -141,64 +138,21 @@ class RLRunConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> RLRunConfig:
         """From a mapping of field names (dashes or underscores); values coerced to types."""
-        normalized = {field_of(str(k)): v for k, v in values.items()}
-        unknown = sorted(set(normalized) - set(_FIELDS))
-        if unknown:
-            raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
-        return cls(**{k: _coerce(k, v) for k, v in normalized.items()})
-
-
-_FIELDS = {f.name: f for f in fields(RLRunConfig)}
-
-
-def _coerce(name: str, value: Any) -> Any:
-    if value is None:
-        return None
-    kind = _FIELDS[name].metadata["type"]
-    if kind is str and isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)  # rewards / weights given as a YAML list
-    try:
-        if kind is bool:
-            if isinstance(value, str):
-                return value.strip().lower() in ("1", "true", "yes", "on")
-            return bool(value)
-        return kind(value)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{flag(name)}: cannot read {value!r} as {kind.__name__}") from err
+        return from_mapping(cls, values, ConfigError)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Every default None, so that only given flags override the config file."""
-    parser = argparse.ArgumentParser(
-        prog=" ".join(RL_COMMAND), description="GRPO: vLLM rollouts and a Ray Train learner."
+    return flags.build_parser(
+        RLRunConfig,
+        prog=" ".join(RL_COMMAND),
+        description="GRPO: vLLM rollouts and a Ray Train learner.",
     )
-    parser.add_argument("--config", help="YAML or JSON file whose keys are flag names")
-    for f in fields(RLRunConfig):
-        meta = f.metadata
-        default = f.default if f.default is not MISSING else None
-        text = meta["help"] if default is None else f"{meta['help']} (default: {default})"
-        text = text.replace("%", "%%")
-        if meta["type"] is bool:
-            parser.add_argument(
-                flag(f.name), dest=f.name, default=None, help=text,
-                action=argparse.BooleanOptionalAction,
-            )  # fmt: skip
-        else:
-            parser.add_argument(
-                flag(f.name), dest=f.name, default=None, help=text, type=meta["type"],
-                choices=meta["choices"],
-            )  # fmt: skip
-    return parser
 
 
 def parse_args(argv: Sequence[str] | None = None) -> RLRunConfig:
     """CLI flags over the config file over the defaults; validated."""
-    args = vars(build_parser().parse_args(argv))
-    path = args.pop("config")
-    merged: dict[str, Any] = load_config_file(path) if path else {}
-    merged = {str(k).replace("-", "_"): v for k, v in merged.items()}
-    merged.update({k: v for k, v in args.items() if v is not None})
-    cfg = RLRunConfig.from_dict(merged)
+    cfg = RLRunConfig.from_dict(flags.merge_args(build_parser(), argv, load_config_file))
     validate(cfg)
     return cfg
 

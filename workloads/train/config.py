@@ -15,11 +15,13 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from workloads.protocol import TRAIN_COMMAND, field_of, flag, render_entrypoint
+from workloads import flags
+from workloads.flags import from_mapping, opt
+from workloads.protocol import TRAIN_COMMAND, flag, render_entrypoint
 
 ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
 STRATEGIES = ("ddp", "fsdp2")
@@ -56,137 +58,132 @@ class ConfigError(ValueError):
     """A flag combination that cannot run; the message says which flag to change."""
 
 
-def _opt(default: Any, help: str, *, type: Any = str, choices: Sequence[str] | None = None) -> Any:
-    """A dataclass field that also describes its CLI flag."""
-    return field(default=default, metadata={"help": help, "type": type, "choices": choices})
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything a training run needs; every field is a ``--flag`` of the entrypoint."""
 
     # Where and how wide.
-    accelerator: str = _opt(
+    accelerator: str = opt(
         "auto", "tpu, gpu, cpu, or auto (detect from the Ray cluster)", choices=ACCELERATORS
     )
-    num_workers: int | None = _opt(
+    num_workers: int | None = opt(
         None,
         "training workers; TPU: chips across all slices "
         "(default: all chips; GPU: all GPUs; CPU: 2)",
         type=int,
     )
-    tpu_topology: str | None = _opt(None, "slice topology, e.g. 4x4 (required on TPU)")
-    tpu_accelerator_type: str = _opt("TPU-V6E", "Ray accelerator type of the TPU slice")
-    torch_tpu_topology: str | None = _opt(
+    tpu_topology: str | None = opt(None, "slice topology, e.g. 4x4 (required on TPU)")
+    tpu_accelerator_type: str = opt("TPU-V6E", "Ray accelerator type of the TPU slice")
+    torch_tpu_topology: str | None = opt(
         None,
         "TORCH_TPU_TOPOLOGY, e.g. 4,4,1 (from the "
         "catalog; default: --tpu-topology padded to 3 dims)",
     )
-    chips_per_host: int | None = _opt(None, "TPU chips per host (checks --num-workers)", type=int)
-    num_slices: int = _opt(1, "TPU slices (multi-slice: HSDP across slices)", type=int)
-    peak_tflops_per_device: float | None = _opt(
+    chips_per_host: int | None = opt(None, "TPU chips per host (checks --num-workers)", type=int)
+    num_slices: int = opt(1, "TPU slices (multi-slice: HSDP across slices)", type=int)
+    peak_tflops_per_device: float | None = opt(
         None, "peak bf16 TFLOP/s of one device, for MFU (default: built-in table)", type=float
     )
     # What to train.
-    strategy: str = _opt("ddp", "data parallelism: ddp or fsdp2", choices=STRATEGIES)
-    model: str | None = _opt(
+    strategy: str = opt("ddp", "data parallelism: ddp or fsdp2", choices=STRATEGIES)
+    model: str | None = opt(
         None,
         "Hugging Face causal LM: a hub id (e.g. Qwen/Qwen2.5-0.5B), gs://bucket/folder, a local "
         "folder, or park:tiny-llama (built here); default: the GPT preset of --model-size",
     )
-    tokenizer: str | None = _opt(None, "tokenizer source like --model (default: the model's)")
-    init: str = _opt(
+    tokenizer: str | None = opt(None, "tokenizer source like --model (default: the model's)")
+    init: str = opt(
         "auto",
         "pretrained (the source's weights) or config (random weights, pretraining from "
         "scratch); auto: config for park: models, pretrained otherwise",
         choices=INITS,
     )
-    model_size: str = _opt(
+    model_size: str = opt(
         "tiny", "GPT preset when no --model (synthetic or token-file runs)", choices=MODEL_SIZES
     )
-    vocab_size: int | None = _opt(None, "override the preset's vocabulary size", type=int)
-    precision: str = _opt("auto", "bf16 on TPU/GPU, fp32 on CPU when auto", choices=PRECISIONS)
-    compile: bool = _opt(False, "torch.compile each block (backend 'tpu' on TPU)", type=bool)
-    activation_checkpointing: bool = _opt(
+    vocab_size: int | None = opt(None, "override the preset's vocabulary size", type=int)
+    precision: str = opt("auto", "bf16 on TPU/GPU, fp32 on CPU when auto", choices=PRECISIONS)
+    compile: bool = opt(False, "torch.compile each block (backend 'tpu' on TPU)", type=bool)
+    activation_checkpointing: bool = opt(
         False, "recompute each block's activations in backward (non-reentrant)", type=bool
     )
     # How long and how fast.
-    steps: int = _opt(100, "optimizer steps in total (a resumed run continues to this)", type=int)
-    global_batch_size: int | None = _opt(
+    steps: int = opt(100, "optimizer steps in total (a resumed run continues to this)", type=int)
+    global_batch_size: int | None = opt(
         None, "sequences per step across all workers (default: 4 per worker)", type=int
     )
-    micro_batch_size: int | None = _opt(
+    micro_batch_size: int | None = opt(
         None,
         "sequences per forward/backward on each worker; a step accumulates gradients over "
         "global-batch-size / num-workers / micro-batch-size of them (default: the worker's "
         "whole share in one pass)",
         type=int,
     )
-    seq_len: int | None = _opt(
+    seq_len: int | None = opt(
         None,
         f"tokens per sequence (default: the preset's context; {DEFAULT_HF_SEQ_LEN} for --model, "
         "at most its max_position_embeddings)",
         type=int,
     )
-    lr: float = _opt(3e-4, "peak learning rate (AdamW)", type=float)
-    warmup_steps: int = _opt(10, "linear warmup steps, then --lr-schedule", type=int)
-    lr_schedule: str = _opt(
+    lr: float = opt(3e-4, "peak learning rate (AdamW)", type=float)
+    warmup_steps: int = opt(10, "linear warmup steps, then --lr-schedule", type=int)
+    lr_schedule: str = opt(
         "cosine",
         "after warmup: cosine or linear decay to --min-lr-ratio, or constant",
         choices=LR_SCHEDULES,
     )
-    min_lr_ratio: float = _opt(0.1, "final learning rate as a fraction of --lr", type=float)
-    weight_decay: float = _opt(0.1, "AdamW weight decay on matrices", type=float)
-    grad_clip: float = _opt(1.0, "max global gradient norm (0: off)", type=float)
-    seed: int = _opt(0, "seed for weights and data order", type=int)
+    min_lr_ratio: float = opt(0.1, "final learning rate as a fraction of --lr", type=float)
+    weight_decay: float = opt(0.1, "AdamW weight decay on matrices", type=float)
+    grad_clip: float = opt(1.0, "max global gradient norm (0: off)", type=float)
+    seed: int = opt(0, "seed for weights and data order", type=int)
     # Data.
-    data: str = _opt(
+    data: str = opt(
         "synthetic",
         "synthetic; token files .bin/.npy; text .jsonl/.json/.parquet/.txt (a file, a folder "
         "or gs://...); hf:NAME[:CONFIG] (a hub data set, needs `datasets`); park:facts",
     )
-    objective: str = _opt(
+    objective: str = opt(
         "clm",
         "clm: next-token loss on packed text; sft: chat template, loss on the responses only",
         choices=OBJECTIVES,
     )
-    data_split: str = _opt("train", "split of an hf: data set")
-    text_field: str = _opt("text", "record field holding the text (--objective clm)")
-    messages_field: str = _opt(
+    data_split: str = opt("train", "split of an hf: data set")
+    text_field: str = opt("text", "record field holding the text (--objective clm)")
+    messages_field: str = opt(
         "messages", "record field holding a chat, [{role, content}, ...] (--objective sft)"
     )
-    prompt_field: str = _opt(
+    prompt_field: str = opt(
         "prompt",
         "record field(s) of the prompt when a record has no chat, comma-separated fields are "
         "joined by a blank line (e.g. instruction,input)",
     )
-    response_field: str = _opt("completion", "record field of the response (with --prompt-field)")
+    response_field: str = opt("completion", "record field of the response (with --prompt-field)")
     # Checkpoints, exports, fault tolerance, reporting.
-    checkpoint_every: int = _opt(
+    checkpoint_every: int = opt(
         50, "checkpoint every N steps and at the end (0: only at the end)", type=int
     )
-    keep_checkpoints: int = _opt(2, "checkpoints kept in storage", type=int)
-    storage_path: str = _opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
-    run_name: str = _opt("park-train", "run name; rerunning a name resumes its last checkpoint")
-    export: bool = _opt(
+    keep_checkpoints: int = opt(2, "checkpoints kept in storage", type=int)
+    storage_path: str = opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
+    run_name: str = opt("park-train", "run name; rerunning a name resumes its last checkpoint")
+    export: bool = opt(
         True, "write a Hugging Face folder at the end of the run (--model only)", type=bool
     )
-    export_every: int = _opt(
+    export_every: int = opt(
         0, "also export at every Nth checkpoint, into step_NNNNNNNN/ (0: only at the end)", type=int
     )
-    export_path: str | None = _opt(
+    export_path: str | None = opt(
         None, "where exports go (default: <storage-path>/<run-name>/export); final/ at the end"
     )
-    export_dtype: str = _opt(
+    export_dtype: str = opt(
         "auto",
         "weights' dtype in the export; auto: bfloat16 if trained in bf16, else float32",
         choices=EXPORT_DTYPES,
     )
-    export_max_shard_size: str = _opt(
+    export_max_shard_size: str = opt(
         "5GB", "largest safetensors file of an export (e.g. 500MB, 5GB, 2GiB); more get an index"
     )
-    max_failures: int = _opt(3, "worker failures to recover from (-1: forever)", type=int)
-    report_every: int = _opt(10, "print metrics every N steps", type=int)
+    max_failures: int = opt(3, "worker failures to recover from (-1: forever)", type=int)
+    report_every: int = opt(10, "print metrics every N steps", type=int)
 
     # ---- derived values -------------------------------------------------------------------
 
@@ -228,30 +225,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
         """Build from a mapping whose keys are field names, with dashes or underscores."""
-        known = {f.name for f in fields(cls)}
-        normalized = {field_of(str(k)): v for k, v in values.items()}
-        unknown = sorted(set(normalized) - known)
-        if unknown:
-            raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
-        return cls(**{k: _coerce(k, v) for k, v in normalized.items()})
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Convert a config-file value to the field's type (YAML may give '1e-3' or 4 for 4.0)."""
-    if value is None:
-        return None
-    kind = _FIELDS[name].metadata["type"]
-    try:
-        if kind is bool:
-            if isinstance(value, str):
-                return value.strip().lower() in ("1", "true", "yes", "on")
-            return bool(value)
-        return kind(value)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{flag(name)}: cannot read {value!r} as {kind.__name__}") from err
-
-
-_FIELDS = {f.name: f for f in fields(TrainConfig)}
+        return from_mapping(cls, values, ConfigError)
 
 
 # ---- CLI and config file ----------------------------------------------------------------
@@ -259,34 +233,11 @@ _FIELDS = {f.name: f for f in fields(TrainConfig)}
 
 def build_parser() -> argparse.ArgumentParser:
     """The entrypoint's parser; every default is None so that only given flags override."""
-    parser = argparse.ArgumentParser(
+    return flags.build_parser(
+        TrainConfig,
         prog=ENTRYPOINT,
         description="Train a decoder-only LM with Ray Train (TPU, GPU or CPU).",
     )
-    parser.add_argument("--config", help="YAML or JSON file whose keys are flag names")
-    for f in fields(TrainConfig):
-        meta = f.metadata
-        default = f.default if f.default is not MISSING else None
-        help_text = meta["help"] if default is None else f"{meta['help']} (default: {default})"
-        help_text = help_text.replace("%", "%%")  # argparse formats help with %
-        if meta["type"] is bool:
-            parser.add_argument(
-                flag(f.name),
-                dest=f.name,
-                default=None,
-                help=help_text,
-                action=argparse.BooleanOptionalAction,
-            )
-        else:
-            parser.add_argument(
-                flag(f.name),
-                dest=f.name,
-                default=None,
-                help=help_text,
-                type=meta["type"],
-                choices=meta["choices"],
-            )
-    return parser
 
 
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -307,12 +258,7 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """CLI flags over the config file over the defaults; checks what needs no cluster."""
-    args = vars(build_parser().parse_args(argv))
-    config_path = args.pop("config")
-    merged: dict[str, Any] = load_config_file(config_path) if config_path else {}
-    merged = {str(k).replace("-", "_"): v for k, v in merged.items()}
-    merged.update({k: v for k, v in args.items() if v is not None})
-    cfg = TrainConfig.from_dict(merged)
+    cfg = TrainConfig.from_dict(flags.merge_args(build_parser(), argv, load_config_file))
     validate(cfg)
     return cfg
 
