@@ -12,10 +12,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from workloads import protocol
 from workloads.protocol import free_port
 
 # The local Ray: what the RayJob's cluster would have had as TPU hosts, CPU here.
@@ -154,3 +157,48 @@ def _pids_mentioning(text: str) -> list[int]:
             if text in cmdline and int(entry.name) != os.getpid():
                 pids.append(int(entry.name))
     return pids
+
+
+def follow_job(
+    client: Any,
+    job_id: str,
+    log_path: Path,
+    *,
+    timeout_s: float,
+    label: str,
+    on_record: Callable[[str, dict[str, Any]], None],
+) -> Any:
+    """Poll a Ray job until it ends and return its status. Every protocol line it prints
+    (workloads/protocol.py: metrics, result) reaches `on_record` once, in order; its whole log
+    is kept at `log_path`; it is stopped on a timeout or Ctrl-C."""
+    from ray.job_submission import JobStatus
+
+    started = time.monotonic()
+    status, seen = None, 0
+    try:
+        while True:
+            status = client.get_job_status(job_id)
+            lines = client.get_job_logs(job_id).splitlines()
+            for line in lines[seen:]:
+                parsed = protocol.parse_line(line)
+                if parsed:
+                    on_record(*parsed)
+            seen = len(lines)
+            if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+                return status
+            if time.monotonic() - started > timeout_s:
+                client.stop_job(job_id)
+                raise LocalRunError(f"{label} did not finish in {timeout_s:.0f}s")
+            time.sleep(1)  # the Jobs API has no push: poll once a second
+    except KeyboardInterrupt:
+        with suppress(Exception):
+            client.stop_job(job_id)
+        raise
+    finally:
+        with suppress(Exception):
+            log_path.write_text(client.get_job_logs(job_id))
+
+
+def log_tail(log_path: Path, lines: int = 30) -> str:
+    """The end of a job's kept log, to show with its failure."""
+    return "\n".join(log_path.read_text().splitlines()[-lines:]) if log_path.exists() else ""

@@ -27,7 +27,7 @@ from rich.markup import escape
 
 from infra.tools.local import console as console_out
 from infra.tools.local.profile import ProfileError, cpu_entrypoint, runtime_env_of
-from infra.tools.local.ray_head import LocalRay, LocalRunError, ray_auth_env
+from infra.tools.local.ray_head import LocalRay, LocalRunError, follow_job, log_tail, ray_auth_env
 from workloads import protocol
 
 RL_MODULE = "workloads.rl"
@@ -134,39 +134,22 @@ def run_rl(
     outcome.train_job = job_id
     console.print(f"submitted job {job_id}; waiting for its progress...", highlight=False)
     log_path = run_dir / "rl.log"
-    status, seen, last_step = None, 0, None
-    try:
-        while True:
-            status = client.get_job_status(job_id)
-            lines = client.get_job_logs(job_id).splitlines()
-            for line in lines[seen:]:
-                parsed = protocol.parse_line(line)
-                if parsed and parsed[0] == protocol.METRICS and "reward_mean" in parsed[1]:
-                    if parsed[1].get("step") != last_step:  # Ray may forward a line twice
-                        last_step = parsed[1].get("step")
-                        outcome.last_metrics = parsed[1]
-                        console.print(f"  {step_line(parsed[1])}", highlight=False)
-                elif parsed and parsed[0] == protocol.RESULT:
-                    outcome.trained = parsed[1]
-            seen = len(lines)
-            if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
-                break
-            if time.monotonic() - started > RL_TIMEOUT_S:
-                client.stop_job(job_id)
-                raise LocalRunError(f"the RL job did not finish in {RL_TIMEOUT_S:.0f}s")
-            time.sleep(1)
-    except KeyboardInterrupt:
-        with suppress(Exception):
-            client.stop_job(job_id)
-        raise
-    finally:
-        with suppress(Exception):
-            log_path.write_text(client.get_job_logs(job_id))
+
+    def on_record(kind: str, record: dict[str, Any]) -> None:
+        if kind == protocol.METRICS and "reward_mean" in record:
+            if record.get("step") != (outcome.last_metrics or {}).get("step"):  # sent twice?
+                outcome.last_metrics = record
+                console.print(f"  {step_line(record)}", highlight=False)
+        elif kind == protocol.RESULT:
+            outcome.trained = record
+
+    status = follow_job(
+        client, job_id, log_path, timeout_s=RL_TIMEOUT_S, label="the RL job", on_record=on_record
+    )
     outcome.train_seconds = time.monotonic() - started
     result = outcome.trained or {}
     if status != JobStatus.SUCCEEDED or result.get("status") != "succeeded":
-        tail = "\n".join(log_path.read_text().splitlines()[-30:]) if log_path.exists() else ""
-        console.print(escape(tail), highlight=False)
+        console.print(escape(log_tail(log_path)), highlight=False)
         raise LocalRunError(f"RL job {job_id} ended {status}; full log: {log_path}")
     first, last = result.get("reward_first"), result.get("reward_last")
     version = console_out.fmt(result.get("policy_version"), ".0f")

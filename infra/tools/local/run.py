@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,14 @@ from infra.tools.local.profile import (
     runtime_env_of,
     total_steps,
 )
-from infra.tools.local.ray_head import RAY_NUM_CPUS, LocalRay, LocalRunError, ray_auth_env
+from infra.tools.local.ray_head import (
+    RAY_NUM_CPUS,
+    LocalRay,
+    LocalRunError,
+    follow_job,
+    log_tail,
+    ray_auth_env,
+)
 from infra.tools.local.rl import run_rl, runs_rl
 from workloads import protocol
 
@@ -205,43 +212,23 @@ def _train(
     job_id = _submit(client, entrypoint, runtime_env)
     outcome.train_job = job_id
     console.print(f"submitted job {job_id}; waiting for its progress...", highlight=False)
-    seen = 0
     log_path = run_dir / "train.log"
-    status = None
-    try:
-        while True:
-            status = client.get_job_status(job_id)
-            logs = client.get_job_logs(job_id)
-            lines = logs.splitlines()
-            for line in lines[seen:]:
-                parsed = protocol.parse_line(line)
-                if parsed and parsed[0] == protocol.METRICS:
-                    last = (outcome.last_metrics or {}).get("step")
-                    outcome.last_metrics = parsed[1]
-                    if parsed[1].get("step") != last:  # Ray may forward a line twice
-                        console.print(
-                            f"  {console_out.metrics_line(parsed[1], total)}", highlight=False
-                        )
-                elif parsed:
-                    outcome.trained = parsed[1]
-            seen = len(lines)
-            if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
-                break
-            if time.monotonic() - started > TRAIN_TIMEOUT_S:
-                client.stop_job(job_id)
-                raise LocalRunError(f"training did not finish in {TRAIN_TIMEOUT_S:.0f}s")
-            time.sleep(1)
-    except KeyboardInterrupt:
-        with suppress(Exception):
-            client.stop_job(job_id)
-        raise
-    finally:
-        with suppress(Exception):
-            log_path.write_text(client.get_job_logs(job_id))
+
+    def on_record(kind: str, record: dict[str, Any]) -> None:
+        if kind == protocol.METRICS:
+            last = (outcome.last_metrics or {}).get("step")
+            outcome.last_metrics = record
+            if record.get("step") != last:  # Ray may forward a line twice
+                console.print(f"  {console_out.metrics_line(record, total)}", highlight=False)
+        else:
+            outcome.trained = record
+
+    status = follow_job(
+        client, job_id, log_path, timeout_s=TRAIN_TIMEOUT_S, label="training", on_record=on_record
+    )
     outcome.train_seconds = time.monotonic() - started
     if status != JobStatus.SUCCEEDED or not outcome.trained:
-        tail = "\n".join(log_path.read_text().splitlines()[-30:]) if log_path.exists() else ""
-        console.print(escape(tail), highlight=False)
+        console.print(escape(log_tail(log_path)), highlight=False)
         raise LocalRunError(f"training job {job_id} ended {status}; full log: {log_path}")
     result = outcome.trained
     console.print(
