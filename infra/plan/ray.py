@@ -390,7 +390,8 @@ def training_fields(training: TrainingPlan) -> dict[str, Any]:
         fields["activation_checkpointing"] = spec.activation_checkpointing
     else:
         fields["model_size"] = spec.model_size
-        # Set on a preset run, these reach the trainer, whose rules refuse them without a model.
+        # Set on a preset run, these reach the trainer: it refuses a tokenizer or an init without
+        # a model, and checkpoints a preset's blocks as it does a model's.
         fields |= {
             "tokenizer": spec.tokenizer,
             "init": spec.init if spec.init != "auto" else None,
