@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from infra import catalog, disk, engine, gke, model_facts, names
+from infra import catalog, disk, engine, gke, model_lookup, names
 from infra.disk import DiskPlan
 from infra.model_facts import FactsLookup
 from infra.resolve_training import fit_training, training_model_facts
@@ -267,12 +267,12 @@ def resolve_served_model(
         source = run.export_path if run else None
         base = base or (run.base_model if run else None)
     if base:
-        facts = model_facts.lookup(base)
+        facts = model_lookup.lookup(base)
     elif from_run:
         named = run.model_key if run else f"the {model.source} run"
-        facts = model_facts.FactsLookup(None, (), f"{named} names no Hugging Face model")
+        facts = FactsLookup(None, (), f"{named} names no Hugging Face model")
     else:
-        facts = model_facts.lookup(model.source)
+        facts = model_lookup.lookup(model.source)
     kwargs = model.engine_kwargs
     utilization = float(kwargs.get("gpu_memory_utilization", engine.DEFAULT_MEMORY_UTILIZATION))
     fit = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from infra import disk, engine, model_facts, names, training_fit
+from infra import disk, engine, model_facts, model_lookup, names, training_fit
 from infra.model_facts import FactsLookup
 from infra.resolve_training import fit_training
 from infra.spec.models import RlConfig, StackConfig, TrainingConfig
@@ -220,7 +220,7 @@ def resolve_rl(
             return None
         raise KeyError(f"park:rl: no pool {rl.learner_pool!r} or {rl.rollout_pool!r}")
     facts = (
-        model_facts.lookup(rl.model)
+        model_lookup.lookup(rl.model)
         if rl.model
         else FactsLookup(None, (), "park:rl.model is not set")
     )

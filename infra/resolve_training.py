@@ -7,7 +7,7 @@ The plan (infra.resolve), the training rules' "what would fit" answers and the R
 
 from __future__ import annotations
 
-from infra import catalog, model_facts, training_fit
+from infra import catalog, model_facts, model_lookup, training_fit
 from infra.model_facts import FactsLookup
 from infra.spec.models import TrainingConfig
 from infra.training_fit import TrainingFit
@@ -16,10 +16,10 @@ from workloads.train.config import LOSS_CHUNK_TOKENS
 
 def training_model_facts(spec: TrainingConfig) -> FactsLookup:
     """The facts of the model a run trains, looked up once for the rules, the fit and the
-    reports: a Hugging Face model's as model_facts finds them; a GPT preset has none here (its
+    reports: a Hugging Face model's as model_lookup finds them; a GPT preset has none here (its
     shapes live in the torch side of the trainer, which infra does not import)."""
     if spec.model:
-        return model_facts.lookup(spec.model)
+        return model_lookup.lookup(spec.model)
     return FactsLookup(
         None,
         (),

@@ -241,7 +241,7 @@ def test_a_remote_model_lookup_is_bounded_in_time(monkeypatch):
     a one-line FactsError after PARK_REMOTE_TIMEOUT_S; a bare gs:// is one line at once."""
     import threading
 
-    from infra import model_facts
+    from infra import model_facts, model_lookup
 
     released = threading.Event()
 
@@ -251,14 +251,14 @@ def test_a_remote_model_lookup_is_bounded_in_time(monkeypatch):
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("PARK_OFFLINE", raising=False)
-    monkeypatch.setattr(model_facts, "REMOTE_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(model_facts, "_from_uri", hangs)
+    monkeypatch.setattr(model_lookup, "REMOTE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(model_lookup, "_from_uri", hangs)
     started = time.perf_counter()
     try:
         with pytest.raises(model_facts.FactsError, match="no answer in") as info:
-            model_facts.from_uri("gs://my-bucket/models/x")
+            model_lookup.from_uri("gs://my-bucket/models/x")
         assert time.perf_counter() - started < 2.0 and "\n" not in str(info.value)
     finally:
         released.set()
     with pytest.raises(model_facts.FactsError, match="not a bucket path"):
-        model_facts.from_uri("gs://")
+        model_lookup.from_uri("gs://")

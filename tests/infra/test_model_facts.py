@@ -16,7 +16,7 @@ import warnings
 import pytest
 import yaml
 
-from infra import catalog, engine, model_facts
+from infra import catalog, engine, model_facts, model_lookup
 from infra.plan import ray as ray_plan
 from infra.spec.errors import ConfigError
 from infra.stack import from_values
@@ -98,7 +98,7 @@ def tiny_model(tmp_path_factory):
 def test_a_local_folders_facts_match_transformers(tiny_model):
     import transformers
 
-    facts = model_facts.from_folder(tiny_model)
+    facts = model_lookup.from_folder(tiny_model)
     config = transformers.AutoConfig.from_pretrained(tiny_model)
     assert facts.architecture == config.architectures[0]
     assert (facts.layers, facts.attention_heads, facts.kv_heads) == (
@@ -116,17 +116,17 @@ def test_a_local_folders_facts_match_transformers(tiny_model):
 
 
 def test_a_folder_without_config_json_or_with_bad_json_is_an_error(tmp_path):
-    lookup = model_facts.lookup(str(tmp_path))
+    lookup = model_lookup.lookup(str(tmp_path))
     assert lookup.facts is None and "no config.json" in (lookup.error or "")
     (tmp_path / "config.json").write_text('{"hidden_size": 8,\n  oops}')
-    lookup = model_facts.lookup(str(tmp_path))
+    lookup = model_lookup.lookup(str(tmp_path))
     assert "config.json: not JSON (line 2" in (lookup.error or "")
 
 
 def test_a_uri_is_read_through_pyarrow(tiny_model):
     pytest.importorskip("pyarrow")
-    facts = model_facts.from_uri(f"file://{tiny_model}")  # the gs:// path, on a local filesystem
-    assert facts.params == model_facts.from_folder(tiny_model).params
+    facts = model_lookup.from_uri(f"file://{tiny_model}")  # the gs:// path, on a local filesystem
+    assert facts.params == model_lookup.from_folder(tiny_model).params
 
 
 # ---- the rules, on broken combinations -------------------------------------------------------

@@ -15,7 +15,7 @@ import shlex
 import pytest
 import yaml
 
-from infra import model_facts
+from infra import model_lookup
 from infra.plan import ray as ray_plan
 from infra.spec.read import read_stack_file
 from infra.stack import from_values
@@ -127,7 +127,7 @@ def test_the_served_export_is_where_the_run_writes_it():
     assert model.source == export == plan.training.export_path
     assert export == f"gs://{plan.names.bucket}/checkpoints/dev-park-train/export/final"
     # its facts are the base model's, so the engine's rules and the fit table apply
-    assert model.facts.facts == model_facts.lookup("Qwen/Qwen3-1.7B").facts
+    assert model.facts.facts == model_lookup.lookup("Qwen/Qwen3-1.7B").facts
     assert model.fit is not None
     rendered = render_stack("dev")
     (service,) = [m for m in rendered.manifests() if m["kind"] == "RayService"]
@@ -206,7 +206,7 @@ def test_validate_finds_a_serving_pod_that_cannot_read_the_export():
 def test_the_builtin_tiny_llama_has_the_facts_the_trainer_builds_it_with():
     from workloads.train import tiny_llama
 
-    facts = model_facts.lookup("park:tiny-llama").facts
+    facts = model_lookup.lookup("park:tiny-llama").facts
     assert facts is not None and facts.architecture == "LlamaForCausalLM"
     assert facts.attention_heads == tiny_llama.SPEC["num_attention_heads"]
     assert facts.kv_heads == tiny_llama.SPEC["num_key_value_heads"]

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from infra import catalog, model_facts, training_fit
+from infra import catalog, model_facts, model_lookup, training_fit
 from infra.training_fit import GIB, best_micro_batch, describe, estimate, shapes
 
 V6E = catalog.GENERATIONS["v6e"].runtime_hbm_bytes_per_chip  # 31.25 GiB
 
 
 def facts(repo: str) -> model_facts.ModelFacts:
-    found = model_facts.lookup(repo).facts
+    found = model_lookup.lookup(repo).facts
     assert found is not None, repo
     return found
 

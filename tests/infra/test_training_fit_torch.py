@@ -34,7 +34,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
 
-from infra import model_facts  # noqa: E402
+from infra import model_facts, model_lookup  # noqa: E402
 from infra.training_fit import TrainingFit, estimate  # noqa: E402
 from tests.infra import training_fit_harness as harness  # noqa: E402
 
@@ -46,7 +46,7 @@ def reduced_facts(repo: str, config: Any) -> model_facts.ModelFacts:
     """The catalogue's facts with the tested config's layer count and parameter count."""
     from workloads.train import hf
 
-    found = model_facts.lookup(repo).facts
+    found = model_lookup.lookup(repo).facts
     assert found is not None
     params = sum(p.numel() for p in hf.meta_model(config).parameters())
     return dataclasses.replace(found, layers=int(config.num_hidden_layers), params=params)

@@ -19,7 +19,7 @@ import shlex
 import pytest
 from typer.testing import CliRunner
 
-from infra import catalog, model_facts
+from infra import catalog, model_lookup
 from infra.plan import ray as ray_plan
 from infra.resolve import resolve
 from infra.rules import training_memory, workloads
@@ -128,7 +128,7 @@ def test_the_plan_s_micro_batch_reaches_the_trainer_as_it_parses_it():
     [("Qwen/Qwen3-8B", "ddp"), ("Qwen/Qwen3-32B", "fsdp2")],
 )
 def test_a_run_that_cannot_fit_8_v6e_chips_is_refused_for_memory(model, strategy):
-    facts = model_facts.lookup(model).facts
+    facts = model_lookup.lookup(model).facts
     assert facts is not None and facts.params is not None
     shard = 8 if strategy == "fsdp2" else 1
     # fp32 weights, gradients and AdamW's two moments alone exceed what a v6e chip reports
@@ -224,7 +224,7 @@ def test_the_rules_read_the_facts_the_plan_holds():
     """The training rules ask the plan's facts, not the network or the catalogue again: facts
     of an MoE model put on the plan of a dense one are refused as the trainer would."""
     plan = from_values(_stack(), "dev")
-    moe = model_facts.lookup("Qwen/Qwen3-30B-A3B")
+    moe = model_lookup.lookup("Qwen/Qwen3-30B-A3B")
     assert moe.facts is not None and moe.facts.moe
     swapped = dataclasses.replace(plan, training=dataclasses.replace(plan.training, facts=moe))
     problems = {p.key: p.message for p in workloads.check_training(swapped)}

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from infra import model_facts, rules
+from infra import model_lookup, rules
 from infra.spec.read import parse_values, read_stack_file
 from tests.conftest import STACKS_DIR
 from tests.workloads.train_fixtures import (  # noqa: F401  (fixtures)
@@ -204,7 +204,7 @@ def test_preview_and_the_worker_refuse_the_same_models_with_the_same_words(
         else:
             (said,) = preview
             assert worker == hf.refusal_message(str(folder), said), (worker, said)
-    facts = model_facts.lookup(repo).facts
+    facts = model_lookup.lookup(repo).facts
     assert facts is not None and facts.model_type == CONFIGS[repo]["config"]["model_type"]
 
 

@@ -300,10 +300,10 @@ def _compare(outcome: Outcome, console: Console) -> None:
 def _check_local_model(folder: str, console: Console) -> None:
     """The served models' checks that hold on any hardware, run on the folder served here:
     its config.json read as `park validate` reads a model's, and the engine's architectures."""
-    from infra import model_facts
+    from infra import model_lookup
     from infra.rules.workloads import servable_problems
 
-    found = model_facts.lookup(folder)
+    found = model_lookup.lookup(folder)
     if found.facts is None:
         raise LocalRunError(f"the model to serve, {folder}: {found.error or found.reason}")
     problems = servable_problems(found.facts)
