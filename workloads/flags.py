@@ -4,20 +4,30 @@ and the RL entrypoints alike (workloads/train/config.py, workloads/rl/config.py)
 A field made with :func:`opt` carries its help text, type and choices; :func:`from_mapping`
 reads a config file's or a plan's values into the dataclass (names with dashes or
 underscores, values coerced to the field's type), :func:`build_parser` turns the fields into
-flags, and :func:`merge_args` applies the precedence defaults < ``--config FILE`` < flags.
-Torch-free: the infra side reads these configs to check a run before it exists.
+flags, and :func:`merge_args` applies the precedence defaults < ``--config FILE`` < flags;
+:func:`parse_config`, :func:`changed_values` and :func:`run_main` are the steps both entrypoints
+take. Torch-free: the infra side reads these configs to check a run before it exists.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, field, fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 from workloads.protocol import field_of, flag
 
 T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A flag combination that cannot run; the message says which flag to change."""
 
 
 def opt(default: Any, help: str, *, type: Any = str, choices: Sequence[str] | None = None) -> Any:
@@ -94,3 +104,55 @@ def merge_args(
     merged = {str(k).replace("-", "_"): v for k, v in merged.items()}
     merged.update({k: v for k, v in args.items() if v is not None})
     return merged
+
+
+def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML or JSON mapping (JSON is YAML, but JSON needs no PyYAML)."""
+    text = Path(path).read_text()
+    if str(path).endswith(".json"):
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of flag names to values")
+    return data
+
+
+def parse_config(
+    cls: Callable[..., T],
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    validate: Callable[[T], None],
+) -> T:
+    """CLI flags over the config file over the defaults, read into `cls` and validated."""
+    cfg = from_mapping(cls, merge_args(parser, argv, load_config_file), ConfigError)
+    validate(cfg)
+    return cfg
+
+
+def changed_values(cfg: Any) -> dict[str, Any]:
+    """The fields of a config dataclass whose values differ from their defaults: what an
+    entrypoint renders (the rest the workload's own defaults give)."""
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg) if getattr(cfg, f.name) != f.default}
+
+
+def run_main(
+    prog: str,
+    argv: Sequence[str] | None,
+    parse: Callable[[Sequence[str] | None], Any],
+    launcher: str,
+) -> int:
+    """An entrypoint's ``main``: parse the flags, then ``run(cfg)`` of the `launcher` module,
+    imported only once the flags are valid (it imports Ray and torch). 2 when the config is
+    refused (before or at launch), 1 when the run did not succeed."""
+    try:
+        cfg = parse(argv)
+        summary = importlib.import_module(launcher).run(cfg)
+    except ConfigError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    return 0 if summary["status"] == "succeeded" else 1

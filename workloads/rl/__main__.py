@@ -5,23 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from workloads.rl.config import ConfigError, parse_args
+from workloads.flags import run_main
+from workloads.rl.config import parse_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        cfg = parse_args(argv)
-    except ConfigError as err:
-        print(f"workloads.rl: {err}", file=sys.stderr)
-        return 2
-    from workloads.rl.launcher import run  # imports Ray and torch: after the flags are valid
-
-    try:
-        summary = run(cfg)
-    except ConfigError as err:
-        print(f"workloads.rl: {err}", file=sys.stderr)
-        return 2
-    return 0 if summary["status"] == "succeeded" else 1
+    return run_main("workloads.rl", argv, parse_args, "workloads.rl.launcher")
 
 
 if __name__ == "__main__":

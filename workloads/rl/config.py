@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from workloads import flags
@@ -30,7 +30,6 @@ from workloads.train.config import (
     STRATEGIES,
     ConfigError,
     data_kind,
-    load_config_file,
     topology_chips,
 )
 
@@ -152,9 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: Sequence[str] | None = None) -> RLRunConfig:
     """CLI flags over the config file over the defaults; validated."""
-    cfg = RLRunConfig.from_dict(flags.merge_args(build_parser(), argv, load_config_file))
-    validate(cfg)
-    return cfg
+    return flags.parse_config(RLRunConfig, build_parser(), argv, validate)
 
 
 def to_entrypoint(cfg: RLRunConfig | Mapping[str, Any]) -> str:
@@ -162,9 +159,7 @@ def to_entrypoint(cfg: RLRunConfig | Mapping[str, Any]) -> str:
     if not isinstance(cfg, RLRunConfig):
         cfg = RLRunConfig.from_dict(cfg)
     validate(cfg)
-    values = cfg.to_dict()
-    changed = {f.name: values[f.name] for f in fields(RLRunConfig) if values[f.name] != f.default}
-    return render_entrypoint(changed, RL_COMMAND)
+    return render_entrypoint(flags.changed_values(cfg), RL_COMMAND)
 
 
 def rl_entrypoint(values: Mapping[str, Any]) -> str:

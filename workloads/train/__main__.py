@@ -5,23 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from workloads.train.config import ConfigError, parse_args
+from workloads.flags import run_main
+from workloads.train.config import parse_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        cfg = parse_args(argv)
-    except ConfigError as err:
-        print(f"workloads.train: {err}", file=sys.stderr)
-        return 2
-    from workloads.train.launcher import run  # imports Ray and torch: after the flags are valid
-
-    try:
-        summary = run(cfg)
-    except ConfigError as err:
-        print(f"workloads.train: {err}", file=sys.stderr)
-        return 2
-    return 0 if summary["status"] == "succeeded" else 1
+    return run_main("workloads.train", argv, parse_args, "workloads.train.launcher")
 
 
 if __name__ == "__main__":
