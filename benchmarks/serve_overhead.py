@@ -3,8 +3,9 @@
 Servers run one at a time (CPU and memory are shared), same tiny model, same CPU engine knobs:
 
 - ``vllm``: vLLM's own OpenAI server, ``python -m vllm.entrypoints.openai.api_server``;
-- ``ray_serve_llm``: the dev stack's rendered ``serveConfigV2`` (``infra/plan/ray.py:serve_config``,
-  so with the keys of ``infra/plan/serve_tuning.py``), deployed by ``python -m
+- ``ray_serve_llm``: the dev stack's rendered ``serveConfigV2``
+  (``infra/plan/ray/service.py:serve_config``, so with the keys of ``infra/plan/serve_tuning.py``),
+  deployed by ``python -m
   workloads.serve.local --keep`` through ``cpu_profile.to_cpu``, in a Ray whose processes get the
   environment the stack gives the RayService pods (``serve_tuning.ray_env()``);
 - ``ray_defaults``: the same deployment with Ray 2.60's defaults (no serve_tuning keys, no env).
@@ -873,7 +874,8 @@ def main(argv: list[str] | None = None) -> int:
         "client_nice": client_nice,
         "sides": {s: {"note": known[s].note, "env": known[s].env} for s in sides},
         "ray_side": {
-            "serve_config": "stacks/Pulumi.dev.yaml rendered by infra/plan/ray.py:serve_config, "
+            "serve_config": "stacks/Pulumi.dev.yaml rendered by "
+            "infra/plan/ray/service.py:serve_config, "
             "then workloads.serve.cpu_profile.to_cpu, deployed by workloads.serve.local",
             "llm_config_options": serve_tuning.llm_config_options(),
             "deployment_options": serve_tuning.deployment_options(),

@@ -15,7 +15,7 @@ Where bytes go (issue 19 item 3, what the plan renders):
 Every figure below is either derived from the plan (weights from the model's facts, the gcsfuse
 file cache, the per-host share of a checkpoint) or a named allowance with its reason; the pod's
 ephemeral-storage request and limit, the emptyDirs' sizeLimits and the node pools' boot disks
-are derived from them (infra/plan/ray.py, infra/plan/node_pools.py), never constants.
+are derived from them (infra/plan/ray/pods.py, infra/plan/node_pools.py), never constants.
 Pure: no torch, no Pulumi; `build(plan)` runs at the end of infra.resolve.resolve.
 """
 
@@ -42,7 +42,8 @@ MODELS_PREFIX = "models"  # staged hub models: gs://<bucket>/models/<org>/<name>
 # ---- allowances: what no source sizes; each says why it is this big --------------------------
 # Ray's own logs: Ray rotates each log file at RAY_ROTATION_MAX_BYTES with RAY_ROTATION_BACKUP_
 # COUNT backups (defaults 512 MiB and 5, ray/_common/ray_constants.py: 3 GiB per file). The pods
-# get the smaller values below (infra/plan/ray.py `_env`), so a file holds at most 128 MiB.
+# get the smaller values below (infra/plan/ray/pods.py `container_env`), so a file holds at
+# most 128 MiB.
 RAY_LOG_ROTATE_BYTES = 64 * MIB
 RAY_LOG_BACKUPS = 1
 # Log files of one Ray node besides its workers' (raylet, gcs, dashboard and its agents, log
@@ -286,7 +287,7 @@ def serving_file_cache_bytes(serving: ServingPlan) -> int:
 
 def serving_pod(serving: ServingPlan, bucket: str) -> PodDisk:
     """A serving worker: Ray's scratch and the compilers' (the engines' compile caches live on
-    the bucket, infra/plan/ray.py), the file cache, and any model of another bucket, which
+    the bucket, infra/plan/ray/pods.py), the file cache, and any model of another bucket, which
     Serve LLM mirrors into the pod's scratch (`bucket_uri`)."""
     tpu = serving.pool.slice
     scratch = [

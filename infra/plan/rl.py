@@ -1,7 +1,7 @@
 """The RL RayJob (`park:rl`) as a plain dict: one Ray cluster, a CPU head and two accelerator
 worker groups, the learner on its TPU pool and the vLLM rollout engines on theirs.
 
-The groups are the training RayJob's (infra/plan/ray.py: one Ray pod per TPU host, one replica
+The groups are the training RayJob's (infra/plan/ray/pods.py: one Ray pod per TPU host, one replica
 per slice, the pool's own label in the nodeSelector so two pools of one shape never take each
 other's nodes). A GPU rollout pool gets a worker group of one pod per node holding every GPU of
 it. The entrypoint is ``python -m workloads.rl ...`` rendered from workloads/rl/config.py after
@@ -99,7 +99,7 @@ def gpu_worker_group(
     pool = rollout.gpu.spec
     budget = pods.budget("rl-rollout")
     gpus = pool.accelerator_count
-    resources = ray._resources(
+    resources = ray.container_resources(
         GPU_POD_CPU_PER_GPU * gpus, f"{GPU_POD_MEMORY_GIB_PER_GPU * gpus}Gi", budget
     )
     for side in ("requests", "limits"):
@@ -111,11 +111,11 @@ def gpu_worker_group(
         "maxReplicas": rollout.groups,
         "rayStartParams": rollout_start_params(gpus),
         "template": {
-            "metadata": ray._pod_metadata("rl-rollout"),
+            "metadata": ray.pod_metadata("rl-rollout"),
             "spec": {
                 "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": False,
-                "securityContext": ray._pod_security_context(),
+                "securityContext": ray.pod_security_context(),
                 "nodeSelector": {POOL_LABEL: pool.name},
                 "tolerations": [
                     {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
@@ -127,12 +127,12 @@ def gpu_worker_group(
                         "imagePullPolicy": "Always",
                         "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT}],
                         "resources": resources,
-                        "env": ray._env(pods, hf_token),
-                        "volumeMounts": ray._volume_mounts(pods, hf_token=hf_token),
-                        "securityContext": ray._security_context(),
+                        "env": ray.container_env(pods, hf_token),
+                        "volumeMounts": ray.volume_mounts(pods, hf_token=hf_token),
+                        "securityContext": ray.container_security_context(),
                     }
                 ],
-                "volumes": ray._volumes(pods, budget, hf_token=hf_token),
+                "volumes": ray.pod_volumes(pods, budget, hf_token=hf_token),
             },
         },
     }
@@ -178,21 +178,21 @@ def rl_rayjob(rl: RlPlan, pods: ray.RayPods, *, hf_token: bool = False) -> dict[
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
         "activeDeadlineSeconds": spec.active_deadline_seconds,
         "backoffLimit": spec.backoff_limit,
-        "submitterPodTemplate": ray._submitter_template(pods, image),
+        "submitterPodTemplate": ray.submitter_template(pods, image),
         "rayClusterSpec": {
             "rayVersion": RAY_VERSION,
             "headGroupSpec": ray.head_group(pods, image, hf_token=hf_token, role="rl-head"),
             "workerGroupSpecs": [learner, rollout_group(rl, pods, hf_token=hf_token)],
         },
     }
-    ray._label_pods(body["rayClusterSpec"], RL_JOB_NAME)
+    ray.label_pods(body["rayClusterSpec"], RL_JOB_NAME)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {
             "name": RL_JOB_NAME,
             "namespace": pods.namespace,
-            "labels": ray._labels(RL_JOB_NAME),
+            "labels": ray.app_labels(RL_JOB_NAME),
         },
         "spec": body,
     }

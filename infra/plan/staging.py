@@ -64,7 +64,7 @@ def staging_job(plan: StackPlan, model: disk.StagedModel) -> dict[str, Any]:
                     "restartPolicy": "Never",
                     "serviceAccountName": pods.service_account,
                     "automountServiceAccountToken": False,
-                    "securityContext": ray._pod_security_context(),
+                    "securityContext": ray.pod_security_context(),
                     "nodeSelector": {ROLE_LABEL: "system"},
                     "containers": [
                         {
@@ -89,8 +89,8 @@ def staging_job(plan: StackPlan, model: disk.StagedModel) -> dict[str, Any]:
                                     "value": f"{HF_TOKEN_DIR}/{HF_SECRET_KEY}",
                                 },
                             ],
-                            "resources": ray._resources(1, "2Gi", budget),
-                            "securityContext": ray._security_context(),
+                            "resources": ray.container_resources(1, "2Gi", budget),
+                            "securityContext": ray.container_security_context(),
                             "volumeMounts": [
                                 {"name": "tmp", "mountPath": ray.SCRATCH},
                                 {

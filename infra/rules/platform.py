@@ -16,7 +16,7 @@ _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _CLUSTER_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
 _REPOSITORY_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-# Where every Ray pod already mounts something (infra/plan/ray.py): not for the bucket.
+# Where every Ray pod already mounts something (infra/plan/ray/pods.py): not for the bucket.
 _RESERVED_MOUNTS = ("/", "/tmp", "/dev/shm", HF_TOKEN_DIR)
 
 

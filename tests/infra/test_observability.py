@@ -11,7 +11,9 @@ import re
 import pytest
 
 from infra import names
-from infra.plan import observability as obs
+from infra.plan import dashboard_access as access
+from infra.plan import grafana
+from infra.plan import metrics as metric_plan
 from infra.plan import ray as ray_plan
 from infra.spec.errors import ConfigError
 from infra.spec.read import read_stack_file
@@ -66,7 +68,7 @@ def test_pod_monitorings_scrape_the_port_ray_exports_on():
     """The PodMonitoring's port name must be a container port of every Ray pod it selects, on the
     port Ray's metrics agent listens on (metrics-export-port)."""
     config = _config("dev")
-    monitorings = {m["metadata"]["name"]: m for m in obs.pod_monitorings(config)}
+    monitorings = {m["metadata"]["name"]: m for m in metric_plan.pod_monitorings(config)}
     assert set(monitorings) == {"ray-head", "ray-worker"}
     workloads = [_rayjob(config), _rayservice(config)]
     for manifest in workloads:
@@ -101,23 +103,23 @@ def test_tpu_metrics_come_from_the_device_plugin_or_are_dropped():
     assert env["TPU_DEVICE_PLUGIN_HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
     names = [e["name"] for e in worker["template"]["spec"]["containers"][0]["env"]]
     assert names.index("TPU_DEVICE_PLUGIN_HOST_IP") < names.index("TPU_DEVICE_PLUGIN_ADDR")
-    assert all("metricRelabeling" not in m["spec"]["endpoints"][0] for m in obs.pod_monitorings(on))
+    assert all("metricRelabeling" not in m["spec"]["endpoints"][0] for m in metric_plan.pod_monitorings(on))
 
     off = _config("dev", tpuMetrics=False)
     worker = _rayjob(off)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     assert "TPU_DEVICE_PLUGIN_ADDR" not in {
         e["name"] for e in worker["template"]["spec"]["containers"][0]["env"]
     }
-    for monitoring in obs.pod_monitorings(off):
+    for monitoring in metric_plan.pod_monitorings(off):
         (rule,) = monitoring["spec"]["endpoints"][0]["metricRelabeling"]
         assert rule["action"] == "drop"
         assert re.fullmatch(rule["regex"], "ray_tpu_duty_cycle")
         assert not re.fullmatch(rule["regex"], "ray_serve_num_http_requests_total")
-    assert validate_manifests(obs.pod_monitorings(off)) == []
+    assert validate_manifests(metric_plan.pod_monitorings(off)) == []
 
 
 def test_pod_monitoring_can_be_turned_off():
-    assert obs.pod_monitorings(_config("dev", podMonitoring=False)) == []
+    assert metric_plan.pod_monitorings(_config("dev", podMonitoring=False)) == []
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
@@ -156,17 +158,17 @@ def test_rendered_pod_monitorings(stack):
 
 def test_log_metrics_extract_loss_and_tokens_per_second():
     config = _config("dev")
-    metrics = {m.field: m for m in obs.training_log_metrics(config)}
+    metrics = {m.field: m for m in metric_plan.training_log_metrics(config)}
     assert set(metrics) == {"loss", "tokens_per_s"}
     # A line as the training loop prints it (json.dumps with sorted keys).
     line = protocol.METRICS_PREFIX + json.dumps(
         {"loss": 2.5e-1, "mfu": 0.41, "step": 20, "tokens_per_s": 123456.7}, sort_keys=True
     )
     for field, expected in (("loss", 0.25), ("tokens_per_s", 123456.7)):
-        extractor = obs.value_extractor(field)
+        extractor = metric_plan.value_extractor(field)
         pattern = json.loads(re.search(r", (\".*\")\)$", extractor).group(1))
         assert float(re.search(pattern, line).group(1)) == expected
-    log_filter = obs.training_log_filter(config)
+    log_filter = metric_plan.training_log_filter(config)
     assert f'resource.labels.cluster_name="{config.spec.cluster.name}"' in log_filter
     assert f'textPayload:"{protocol.METRICS}"' in log_filter
 
@@ -180,7 +182,7 @@ def test_no_log_metrics_without_training():
     values = _values("dev")
     values["park:training"]["enabled"] = False
     values["park:serving"]["enabled"] = False  # dev serves its training run's export
-    assert obs.training_log_metrics(from_values(values, "dev")) == []
+    assert metric_plan.training_log_metrics(from_values(values, "dev")) == []
 
 
 def test_rendered_log_metrics():
@@ -198,12 +200,12 @@ def test_rendered_log_metrics():
 
 def test_grafana_dashboard_answers_the_readme_questions():
     config = _config(EXPOSED)
-    configmap = obs.grafana_configmap(config)
+    configmap = grafana.grafana_configmap(config)
     assert configmap is not None
-    assert configmap["metadata"]["labels"][obs.GRAFANA_LABEL] == "1"
+    assert configmap["metadata"]["labels"][grafana.GRAFANA_LABEL] == "1"
     dashboard = json.loads(configmap["data"]["park-gke.json"])
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
-    for metric in obs.training_log_metrics(config):
+    for metric in metric_plan.training_log_metrics(config):
         assert metric.promql + "_sum" in exprs
     for series in (
         "ray_tpu_tensorcore_utilization",
@@ -211,10 +213,10 @@ def test_grafana_dashboard_answers_the_readme_questions():
         "ray_serve_http_request_latency_ms_bucket",
     ):
         assert series in exprs
-    assert f'workload="{ray_plan.SERVICE_NAME}"' in exprs
+    assert f'workload="{names.SERVICE_NAME}"' in exprs
     positions = [(p["gridPos"]["x"], p["gridPos"]["y"]) for p in dashboard["panels"]]
     assert len(positions) == len(set(positions)), "panels overlap"
-    assert obs.grafana_configmap(_config("dev")) is None
+    assert grafana.grafana_configmap(_config("dev")) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +268,7 @@ def test_expose_dashboard_needs_a_rayservice():
 
 def test_iap_dashboard_objects_fit_together():
     config = _config(EXPOSED)
-    access = obs.dashboard_access(config)
+    access = access.dashboard_access(config)
     assert access is not None
     objects = {m["kind"]: m for m in access.manifests}
     service, gateway, route, policy = (
@@ -302,7 +304,7 @@ def test_iap_dashboard_objects_fit_together():
         listener["name"],
     )
     assert listener["protocol"] == "HTTPS" and listener["port"] == 443
-    assert listener["tls"]["options"][obs.PRE_SHARED_CERT_OPTION] == access.certificate_name
+    assert listener["tls"]["options"][access.PRE_SHARED_CERT_OPTION] == access.certificate_name
     assert gateway["spec"]["addresses"] == [{"type": "NamedAddress", "value": access.address_name}]
     assert route["spec"]["hostnames"] == [config.spec.observability.dashboard_domain]
     for manifest in (service, gateway, route):
@@ -312,7 +314,7 @@ def test_iap_dashboard_objects_fit_together():
 
 def test_rendered_iap_dashboard():
     rendered = render_stack(EXPOSED)
-    access = obs.dashboard_access(rendered.plan)
+    access = access.dashboard_access(rendered.plan)
     assert access is not None
     (address,) = rendered.of_type("gcp:compute/globalAddress:GlobalAddress")
     assert address.parent == "dashboard" and address.inputs["name"] == access.address_name
@@ -322,7 +324,7 @@ def test_rendered_iap_dashboard():
     members = {r.inputs["member"] for r in rendered.of_type("gcp:iap/webIamMember:WebIamMember")}
     assert members == set(rendered.config.observability.iap_members)
     roles = {r.inputs["role"] for r in rendered.of_type("gcp:iap/webIamMember:WebIamMember")}
-    assert roles == {obs.IAP_ROLE}
+    assert roles == {access.IAP_ROLE}
     cluster = rendered.one("gcp:container/cluster:Cluster", "gke").inputs
     assert cluster["gatewayApiConfig"] == {"channel": "CHANNEL_STANDARD"}
     assert rendered.outputs["dashboard_url"] == f"https://{access.domain}"

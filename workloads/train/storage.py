@@ -102,7 +102,7 @@ def mirror(uri: str, keep: Callable[[str], bool] | None = None) -> Path:
     return target
 
 
-# The stack's bucket as the pods see it (infra/plan/ray.py `scratch_env`): gs://BUCKET and the
+# The stack's bucket as the pods see it (infra/plan/ray/pods.py `scratch_env`): gs://BUCKET and the
 # folder its GCS FUSE mount shows it at.
 BUCKET_URI_ENV = "PARK_BUCKET_URI"
 BUCKET_MOUNT_ENV = "PARK_BUCKET_MOUNT"

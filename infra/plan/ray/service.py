@@ -1,0 +1,203 @@
+"""The serving RayService: Ray Serve LLM's serveConfigV2 (one LLMConfig per served model,
+each engine's environment from its record in infra.engines) around the shared Ray pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from infra import disk, engine
+from infra.names import EXPOSE_SERVE_ANNOTATION, OPENAI_SERVICE_NAME, SERVE_PORT, SERVICE_NAME
+from infra.plan import serve_tuning
+from infra.plan.ray.pods import RayPods, app_labels, head_group, label_pods, tpu_worker_group
+from infra.resolve import ServingPlan
+from infra.versions import ENGINE_VERSIONS, IMAGE_TAG, RAY_VERSION
+
+
+def model_source(pods: RayPods, source: str) -> str | dict[str, str]:
+    """What the engine loads: a hub id's copy staged once in our bucket (`park stage-model`,
+    infra.disk), and our own bucket's folders, through the FUSE mount and its sized file cache
+    (never a per-host hub download into scratch); other buckets mirrored by Serve LLM."""
+    if disk.needs_staging(source):
+        return disk.staged_path(pods.mount_path, source)
+    own = f"gs://{pods.bucket}/"
+    if source.startswith(own):
+        return f"{pods.mount_path}/{source[len(own) :]}"
+    if source.startswith("gs://"):
+        return {"bucket_uri": source}
+    return source
+
+
+# How long Serve waits on a replica's health check (Ray 2.60's default: 10 s, RAY_SERVE_LLM_
+# DEFAULT_HEALTH_CHECK_TIMEOUT_S in ray/llm/_internal/serve/constants.py:36). A TPU engine
+# compiling a new shape bucket with XLA answers late; Google's TorchTPU serving sample
+# (serve_vllm_torchtpu.py) uses 900 s.
+HEALTH_CHECK_TIMEOUT_S = 900
+COMPILE_CACHE_DIR = "cache"  # under the bucket mount: <mount>/cache/{torch-tpu,vllm}/<key>
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-." else "-" for c in text.lower()).strip("-")
+
+
+def compile_cache_key(serving: ServingPlan, model_name: str, tensor_parallel: int) -> str:
+    """Entries only a replica of the same model, slice shape, TP and engine may reuse."""
+    tpu, engine_name = serving.pool.slice, serving.spec.engine
+    return (
+        f"{_slug(model_name)}-{tpu.machine_type}-{tpu.topology}-tp{tensor_parallel}-"
+        f"{engine_name}-{ENGINE_VERSIONS[engine_name]}-{IMAGE_TAG}"
+    )
+
+
+def _engine_env(serving: ServingPlan, pods: RayPods, model_name: str, tp: int) -> dict[str, str]:
+    """The engine's environment: its executor on multi-host, the topology torch_tpu must use,
+    and a compile cache on the bucket so a restarted replica starts warm."""
+    tpu = serving.pool.slice
+    env: dict[str, str] = {}
+    if tpu.multi_host:
+        env["TPU_MULTIHOST_BACKEND"] = "ray"  # else vLLM silently runs on one host
+    topology = engine.torch_tpu_topology(tpu, tp)
+    if topology:
+        # The TPU webhook injects the whole host's TORCH_TPU_TOPOLOGY, which torch_tpu keeps
+        # (vllm_torchtpu/platforms/tpu_platform.py:540): a TP-4 engine on 8 chips needs 2,2,1.
+        env["TORCH_TPU_TOPOLOGY"] = topology
+    if serving.spec.engine == "vllm-torchtpu":
+        # Not VLLM_DISABLE_COMPILE_CACHE=1 (the engine's CI setting: every replica start would
+        # recompile). TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT is torch_tpu 0.2.0's persistent
+        # executable cache (off unless set; read by its C++ runtime and vllm_torchtpu/envs.py:980);
+        # VLLM_CACHE_ROOT holds vLLM's own compiled-graph cache (vllm/compilation/backends.py:1058).
+        # The key keeps models, slice shapes, TPs and versions apart; the engine hashes its
+        # own config (max_model_len, memory utilization...) inside.
+        key = compile_cache_key(serving, model_name, tp)
+        root = f"{pods.mount_path}/{COMPILE_CACHE_DIR}"
+        env["TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"] = f"{root}/torch-tpu/{key}"
+        env["VLLM_CACHE_ROOT"] = f"{root}/vllm/{key}"
+    return env
+
+
+def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
+    """serveConfigV2: Ray Serve LLM's OpenAI app, one LLMConfig per served model.
+
+    Aligned with Google's TorchTPU serving sample (kubernetes-engine-samples ai-ml/gke-ray/
+    rayserve/llm/torchtpu/serve_vllm_torchtpu.py): one TPU per engine worker's placement bundle,
+    a health-check timeout that covers XLA compilation, the Ray executor across hosts.
+    Deliberately not taken from it: `language_model_only` and `disable_hybrid_kv_cache_manager`
+    (Gemma 4 choices: the latter makes sliding-window layers hold full context, a stack sets it
+    in engineKwargs when it wants it), `max_num_batched_tokens` (the engine's default), and
+    `USE_MOE_SPARSE_CORE=0` (routes Gemma 4's experts; other MoE models keep the default).
+    """
+    tpu = serving.pool.slice
+    llm_configs = []
+    for model in serving.models:
+        spec = model.spec
+        kwargs: dict[str, Any] = {
+            **spec.engine_kwargs,
+            "tensor_parallel_size": model.tensor_parallel,
+            "max_model_len": spec.max_model_len,
+            "enable_expert_parallel": spec.enable_expert_parallel,
+        }
+        if tpu.multi_host:
+            # What Serve LLM forces anyway for an accelerator (vllm_models.py:147-162); the
+            # plugin then picks its Ray executor from TPU_MULTIHOST_BACKEND.
+            kwargs["distributed_executor_backend"] = "ray"
+        llm_configs.append(
+            {
+                "model_loading_config": {
+                    "model_id": spec.name,
+                    # source: training is the run's export on the bucket, through the mount.
+                    "model_source": model_source(pods, model.source or spec.source),
+                },
+                "accelerator_type": tpu.ray_accelerator_type,
+                "accelerator_config": {"kind": "tpu", "topology": tpu.topology},
+                # One engine worker per chip, as vllm-torchtpu's workers take one TPU each
+                # (ray_distributed_executor_v2.py:181-188); the slice placement group then holds
+                # every chip of the topology as such bundles.
+                "placement_group_config": {"bundle_per_worker": {"TPU": 1}},
+                "engine_kwargs": kwargs,
+                "deployment_config": {
+                    "autoscaling_config": {
+                        "min_replicas": spec.min_replicas,
+                        "max_replicas": spec.max_replicas,
+                    },
+                    "health_check_timeout_s": HEALTH_CHECK_TIMEOUT_S,
+                    **serve_tuning.deployment_options(),
+                },
+                "runtime_env": {
+                    "env_vars": _engine_env(serving, pods, spec.name, model.tensor_parallel)
+                },
+                **serve_tuning.llm_config_options(),
+            }
+        )
+    return {
+        "applications": [
+            {
+                "name": "llm",
+                "route_prefix": "/",
+                "import_path": "ray.serve.llm:build_openai_app",
+                "args": {"llm_configs": llm_configs, **serve_tuning.app_args()},
+            }
+        ]
+    }
+
+
+def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[str, Any]:
+    """The serving RayService. Each replica holds a whole slice (infra.resolve), so the TPU
+    worker group starts at the slices of the models' minReplicas and Serve autoscaling grows it
+    up to those of their maxReplicas. Upgrade strategy "NewCluster" (blue/green) holds a second
+    cluster of the same size while it runs; the default "None" updates the serve config in
+    place and needs no spare slice."""
+    spec, image = serving.spec, serving.image
+    ray_env = serve_tuning.ray_env()  # Ray Serve settings read from the process environment
+    service_type = "LoadBalancer" if spec.expose_publicly else "ClusterIP"
+    metadata: dict[str, Any] = {
+        "name": SERVICE_NAME,
+        "namespace": pods.namespace,
+        "labels": app_labels(SERVICE_NAME),
+    }
+    if spec.expose_publicly:
+        # park:serving.exposePublicly, made visible to review and to the policy pack
+        metadata["annotations"] = {EXPOSE_SERVE_ANNOTATION: "true"}
+    manifest: dict[str, Any] = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": metadata,
+        "spec": {
+            "upgradeStrategy": {"type": spec.upgrade_strategy},
+            "serveConfigV2": yaml.safe_dump(serve_config(serving, pods), sort_keys=False),
+            "serveService": {
+                "metadata": {"name": OPENAI_SERVICE_NAME},
+                "spec": {
+                    "type": service_type,
+                    "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT}],
+                },
+            },
+            "rayClusterConfig": {
+                "rayVersion": RAY_VERSION,
+                "enableInTreeAutoscaling": True,
+                "headGroupSpec": head_group(
+                    pods,
+                    image,
+                    hf_token=hf_token,
+                    autoscaler=True,
+                    extra_env=ray_env,
+                    role="serving-head",
+                ),
+                "workerGroupSpecs": [
+                    tpu_worker_group(
+                        pods,
+                        serving.pool,
+                        image,
+                        replicas=serving.min_slices,
+                        min_replicas=0,
+                        max_replicas=serving.max_slices,
+                        hf_token=hf_token,
+                        extra_env=ray_env,
+                        role="serving-worker",
+                    )
+                ],
+            },
+        },
+    }
+    label_pods(manifest["spec"]["rayClusterConfig"], SERVICE_NAME)
+    return manifest
