@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat
-from pydantic.alias_generators import to_camel
+from pydantic import Field, NonNegativeFloat
 
+from infra.spec._model import _Model
+from infra.spec.jobs import RlConfig as RlConfig
+from infra.spec.jobs import TrainingConfig as TrainingConfig
 from infra.versions import KUBERAY_VERSION, KUEUE_VERSION
 
 Capacity = Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
@@ -20,155 +22,150 @@ CAPACITY_TYPES: tuple[str, ...] = get_args(Capacity)
 SECRET_PLACEHOLDER = "[secret]"
 
 
-class _Model(BaseModel):
-    """camelCase keys in YAML, snake_case in Python; unknown keys are errors, not silence."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
 class AuthorizedNetwork(_Model):
     cidr: str
+    """A range allowed to reach the control plane, e.g. `203.0.113.0/24` (never `0.0.0.0/0`)."""
     name: str = "authorized"
+    """A label for it."""
 
 
 class NetworkConfig(_Model):
     """A new VPC (default) or an existing network and subnetwork by name."""
 
     existing_network: str | None = None
+    """Use this network instead of creating a VPC."""
     existing_subnetwork: str | None = None
+    """Its subnet, carrying the pods/services ranges."""
     subnet_cidr: str = "10.10.0.0/20"
+    """Node range of the new subnet."""
     pods_cidr: str = "10.16.0.0/14"
+    """Secondary range for pods."""
     services_cidr: str = "10.20.0.0/20"
+    """Secondary range for services."""
     master_cidr: str = "172.16.0.0/28"
+    """/28 of the private control plane."""
     pods_range_name: str = "pods"
+    """Name of the pods secondary range."""
     services_range_name: str = "services"
+    """Name of the services secondary range."""
 
 
 class ClusterConfig(_Model):
-    name: str | None = None  # default: park-<stack>
+    name: str | None = None
+    """GKE cluster name (default `park-<stack>`)."""
     release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    """RAPID, REGULAR, STABLE or EXTENDED; upgrades the cluster."""
     # None: the channel's default version. A pin is GKE's initial version (a minor such as
     # "1.35" takes its newest patch); the channel upgrades the cluster from there.
     version: str | None = None
-    dns_endpoint: bool = True  # the DNS-based control-plane endpoint (IAM-authorized)
+    """Unset: the channel's default. A pin (`1.35`) is the initial version."""
+    dns_endpoint: bool = True
+    """DNS-based control-plane endpoint (IAM); the kubeconfig uses it."""
     private_nodes: bool = True
+    """Nodes without public IPs (egress through Cloud NAT)."""
     private_endpoint: bool = False
+    """Control plane reachable only from the VPC."""
     master_authorized_networks: list[AuthorizedNetwork] = []
+    """`[{cidr, name}]` allowed to reach the control plane."""
     deletion_protection: bool = True
+    """Refuse `pulumi destroy` of the cluster."""
 
 
 class CpuPoolConfig(_Model):
     machine_type: str = "e2-standard-8"
+    """Machine type."""
     min_nodes: int = Field(1, ge=0)
+    """Autoscaling minimum."""
     max_nodes: int = Field(3, ge=1)
+    """Autoscaling maximum."""
     # Boot disk, GB (GKE: 15 GB at least from 1.36.3-gke.1480000). Unset: what the pods
     # scheduled there need (infra.disk); set below that, validation refuses it.
     disk_size_gb: int | None = Field(None, ge=15)
+    """Boot disk, GB; unset: what its pods need (`park validate`)."""
 
 
 class KubeRayConfig(_Model):
     install: Literal["addon", "helm"] = "addon"
+    """`addon` (GKE Ray Operator add-on, with the TPU webhook) or `helm`."""
     version: str = KUBERAY_VERSION
-    logging: bool = False  # GKE Ray add-on: Ray logs to Cloud Logging
-    monitoring: bool = False  # GKE Ray add-on: Ray metrics to Managed Prometheus
-    tpu_webhook_chart: str | None = None  # helm only: path of ai-on-gke's kuberay-tpu-webhook chart
+    """kuberay-operator chart version (helm)."""
+    logging: bool = False
+    """Ray add-on: Ray logs to Cloud Logging."""
+    monitoring: bool = False
+    """Ray add-on: Ray metrics to Managed Prometheus."""
+    tpu_webhook_chart: str | None = None
+    """helm, multi-host: path of the kuberay-tpu-webhook chart."""
 
 
 class KueueConfig(_Model):
     """Kueue, installed by Helm only when a TPU pool has `capacity: queued` (DWS)."""
 
     version: str = KUEUE_VERSION
+    """Kueue Helm chart version (OCI, registry.k8s.io)."""
 
 
 class TpuPoolConfig(_Model):
     name: str
+    """Pool name (node pools are `<name>-s<i>`)."""
     machine_type: str
+    """ct6e-standard-1t, -4t or -8t."""
     topology: str
+    """Slice topology the machine type offers (e.g. 2x4, 4x4)."""
     slices: int = 1
+    """Number of slices (node pools)."""
     capacity: Capacity = "on-demand"
+    """on-demand, spot, reservation, flex-start or queued."""
     reservation: str | None = None
+    """Reservation name (capacity `reservation` only)."""
     autoscaling: bool = True
-    max_run_duration: str | None = None  # flex-start only, e.g. "86400s"
+    """Scale each slice between 0 and its hosts."""
+    max_run_duration: str | None = None
+    """flex-start: longest a node lives, e.g. `86400s`."""
     # Boot disk, GB (GKE: 15 GB at least from 1.36.3-gke.1480000). Unset: what the pods
     # scheduled there need (infra.disk); set below that, validation refuses it.
     disk_size_gb: int | None = Field(None, ge=15)
+    """Boot disk, GB; unset: what its pods need (`park validate`)."""
 
 
 class GpuPoolConfig(_Model):
     name: str
-    machine_type: str  # e.g. a3-highgpu-8g
-    accelerator_type: str  # e.g. nvidia-h100-80gb
+    """Pool name."""
+    machine_type: str
+    """e.g. a3-highgpu-8g."""
+    accelerator_type: str
+    """e.g. nvidia-h100-80gb."""
     accelerator_count: int = Field(8, ge=1)
-    nodes: int = Field(1, ge=1)  # max nodes; the pool scales to 0 while idle
+    """GPUs per node."""
+    nodes: int = Field(1, ge=1)
+    """Maximum nodes (0 while idle)."""
     capacity: Capacity = "on-demand"
+    """on-demand, spot, reservation or flex-start."""
     reservation: str | None = None
+    """Reservation name (capacity `reservation` only)."""
     autoscaling: bool = True
-    disk_size_gb: int = Field(200, ge=15)  # GKE: 15 GB from 1.36.3-gke.1480000
+    """Scale between 0 and `nodes`."""
+    disk_size_gb: int = Field(200, ge=15)
+    """Boot disk size."""
 
 
 class StorageConfig(_Model):
-    bucket: str | None = None  # default: <project>-<stack>-park
-    location: str | None = None  # default: the region
+    bucket: str | None = None
+    """Bucket name (default `<project>-<stack>-park`)."""
+    location: str | None = None
+    """Bucket location (default: the region)."""
     versioning: bool = True
+    """Object versioning."""
     force_destroy: bool = False
-    mount_path: str = "/data"  # where pods see the bucket (GCS FUSE)
+    """Let `pulumi destroy` delete a non-empty bucket."""
+    mount_path: str = "/data"
+    """Where Ray pods see the bucket (GCS FUSE)."""
 
 
 class RegistryConfig(_Model):
-    repository: str | None = None  # default: park-<stack>
-    create: bool = True  # false: use an existing repository (e.g. one several stacks share)
-
-
-class TrainingConfig(_Model):
-    """The training RayJob: a Hugging Face causal LM (or a GPT preset) on the stack's data.
-
-    Each key is a flag of `python -m workloads.train` (workloads/train/config.py), rendered into
-    the RayJob's entrypoint and checked by that config's own rules at preview time."""
-
-    enabled: bool = False
-    pool: str = ""
-    image: str | None = None  # default: <registry>/park-workloads:<version>
-    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
-    # A Hugging Face causal LM: hub id, gs://..., a path under the bucket mount, or
-    # park:tiny-llama (built on the worker). Unset: the GPT preset of model_size.
-    model: str | None = None
-    tokenizer: str | None = None  # default: the model's
-    init: Literal["auto", "pretrained", "config"] = "auto"  # auto: pretrained, config for park:
-    model_size: Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"] = "gpt2-small"
-    steps: int = Field(1000, ge=1)
-    global_batch_size: int = Field(64, ge=1)
-    # Sequences per chip per forward/backward (gradient accumulation over the rest of the
-    # chip's share of the global batch). Unset: the largest that fits (infra.training_fit).
-    micro_batch_size: int | None = Field(None, ge=1)
-    seq_len: int = Field(1024, ge=8)
-    learning_rate: float = Field(3e-4, gt=0)
-    warmup_steps: int = Field(10, ge=0)
-    lr_schedule: Literal["cosine", "linear", "constant"] = "cosine"
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    # "synthetic", token files (.bin/.npy), text (.jsonl/.json/.parquet/.txt: a file or a
-    # folder, under the bucket mount or gs://...), hf:NAME[:CONFIG], or park:facts.
-    data: str = "synthetic"
-    objective: Literal["clm", "sft"] = "clm"  # sft: chat template, loss on responses only
-    data_split: str = "train"
-    text_field: str = "text"
-    messages_field: str = "messages"
-    prompt_field: str = "prompt"
-    response_field: str = "completion"
-    checkpoint_every: int = Field(100, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
-    export: bool = True  # a Hugging Face folder at the end of the run (model runs only)
-    export_every: int = Field(0, ge=0)  # also every Nth checkpoint
-    export_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    export_max_shard_size: str = Field("5GB", pattern=r"^[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)$")
-    activation_checkpointing: bool = False
-    num_slices: int = Field(1, ge=1)
-    max_failures: int = Field(3, ge=0)
-    ttl_seconds_after_finished: int = Field(600, ge=0)
-    active_deadline_seconds: int = Field(86400, ge=60)
-    backoff_limit: int = Field(0, ge=0)
-    estimated_step_seconds: float = Field(1.0, gt=0)  # for `park cost`'s run estimate
+    repository: str | None = None
+    """Repository id (default `park-<stack>`)."""
+    create: bool = True
+    """`false`: use an existing repository, e.g. one stacks share."""
 
 
 # A served model whose source is this serves the training run's final export.
@@ -178,101 +175,86 @@ RL_SOURCE = "rl"
 
 
 class ServedModel(_Model):
-    name: str  # the OpenAI model id clients ask for
+    name: str
+    """OpenAI model id clients ask for."""
     # Hugging Face id, gs://..., a path under the bucket mount, or "training" / "rl": the
     # training (or RL) run's final export, from the bucket mount.
     source: str
+    """HF id, `gs://` (own bucket: mounted), `training` or `rl`."""
     # The model a fine-tuned source was trained from: its facts (architecture, heads, size)
     # stand in for the source's at preview. Default: the source's own; for source: training,
     # park:training.model.
     base_model: str | None = None
-    tensor_parallel_size: int | None = None  # default: every chip of one slice
+    """What a fine-tuned source was trained from (its facts)."""
+    tensor_parallel_size: int | None = None
+    """Default: every chip of one slice."""
     max_model_len: int = Field(8192, ge=16)
+    """Context length."""
     enable_expert_parallel: bool = False
+    """For MoE models."""
     min_replicas: int = Field(1, ge=0)
+    """Serve autoscaling minimum."""
     max_replicas: int = Field(1, ge=1)
+    """Serve autoscaling maximum."""
     engine_kwargs: dict[str, Any] = {}
+    """Other vLLM engine arguments."""
 
 
 class ServingConfig(_Model):
     enabled: bool = False
+    """Create the RayService."""
     pool: str = ""
+    """TPU pool it runs on (not training's)."""
     image: str | None = None
+    """Image (default by engine)."""
     engine: Literal["vllm-torchtpu", "vllm-tpu"] = "vllm-torchtpu"
+    """`vllm-torchtpu` (default) or `vllm-tpu` (JAX; separate image)."""
     models: list[ServedModel] = []
+    """Served models."""
     upgrade_strategy: Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"] = "None"
+    """`None` (in place), `NewCluster` (blue/green: 2x TPUs), ..."""
     expose_publicly: bool = False
-
-
-class RlConfig(_Model):
-    """`park:rl`: a GRPO job (workloads/rl) on two pools of one Ray cluster: a learner (Ray
-    Train, one worker per chip, FSDP2) and vLLM rollout engines exchanging weights. Each key is
-    a flag of `python -m workloads.rl` (workloads/rl/config.py); infra/rules/rl.py checks both
-    sides' fit."""
-
-    enabled: bool = False
-    learner_pool: str = ""  # a TPU pool of park:tpuPools
-    rollout_pool: str = ""  # a TPU pool of park:tpuPools, or a GPU pool of park:gpuPools
-    image: str | None = None  # default: <registry>/park-workloads:<version>
-    model: str = ""  # HF id, gs://..., or a path under the bucket mount
-    init: Literal["pretrained", "config"] = "pretrained"
-    # Prompts with reference answers: .jsonl/.json/.parquet (under the bucket mount or
-    # gs://...), or hf:NAME[:CONFIG].
-    data: str = ""
-    data_split: str = "train"
-    prompt_field: str = "prompt"
-    answer_field: str = "answer"
-    group_size: int = Field(8, ge=1)  # completions per prompt (the rules ask for 2 or more)
-    prompts_per_step: int = Field(32, ge=1)
-    sampling_temperature: float = Field(1.0, gt=0)
-    max_prompt_tokens: int = Field(512, ge=1)
-    max_response_tokens: int = Field(1024, ge=1)
-    # Built-ins (exact_match, numeric, format) or module:function importable on the cluster.
-    rewards: list[str] = ["numeric"]
-    reward_weights: list[float] | None = None
-    kl_coef: float = Field(0.0, ge=0)
-    max_staleness: int = Field(1, ge=0)  # policy versions a rollout may lag the learner
-    sync_every: int = Field(1, ge=1)  # publish the policy every N learner steps
-    steps: int = Field(200, ge=1)
-    learning_rate: float = Field(1e-6, ge=0)
-    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
-    micro_batch_size: int | None = Field(None, ge=1)  # unset: the most that fit
-    activation_checkpointing: bool = False
-    tensor_parallel_size: int | None = Field(None, ge=1)  # per engine; default: the most allowed
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    checkpoint_every: int = Field(50, ge=1)
-    export: bool = True  # the final policy as a Hugging Face folder (servable)
-    max_failures: int = Field(3, ge=0)
-    ttl_seconds_after_finished: int = Field(600, ge=0)
-    active_deadline_seconds: int = Field(86400, ge=60)
-    backoff_limit: int = Field(0, ge=0)
-    estimated_step_seconds: float = Field(30.0, gt=0)  # for `park cost`'s run estimate
+    """LoadBalancer for the OpenAI endpoint (default ClusterIP)."""
 
 
 class PricesConfig(_Model):
     """`park:prices`: your own rates over infra/data/prices.yaml (negotiated, regional, newer)."""
 
-    source: str | None = None  # where these figures come from; `park cost` prints it
-    tpu_chip_hour: dict[Capacity, NonNegativeFloat] = {}  # USD / chip-hour by capacity type
-    machine_hour: dict[str, NonNegativeFloat] = {}  # USD / node-hour by machine type (CPU, GPU)
-    cluster_hour: float | None = Field(None, ge=0)  # GKE cluster management fee
+    source: str | None = None
+    """Where your prices come from, shown by `park cost`."""
+    tpu_chip_hour: dict[Capacity, NonNegativeFloat] = {}
+    """$/chip-hour by capacity type, e.g. `{on-demand: 2.5, spot: 0.95}`."""
+    machine_hour: dict[str, NonNegativeFloat] = {}
+    """$/hour by machine type of the CPU and GPU pools."""
+    cluster_hour: float | None = Field(None, ge=0)
+    """GKE cluster management fee, $/hour."""
 
 
 class ObservabilityConfig(_Model):
     """Metrics to Managed Prometheus and how people reach the dashboards (private by default)."""
 
-    pod_monitoring: bool = True  # PodMonitoring for Ray head and worker metrics
-    tpu_metrics: bool = True  # TPU chip metrics where the webhook exposes the device plugin
-    expose_dashboard: bool = False  # opt-in: the Ray dashboard behind IAP
-    iap_members: list[str] = []  # who IAP lets in, e.g. "group:ml@example.com"
-    dashboard_domain: str | None = None  # host name for the IAP ingress certificate
+    pod_monitoring: bool = True
+    """PodMonitoring for Ray head and workers."""
+    tpu_metrics: bool = True
+    """TPU chip metrics (`ray_tpu_*`, from the TPU device plugin)."""
+    expose_dashboard: bool = False
+    """Opt-in: the RayService's Ray dashboard behind IAP."""
+    iap_members: list[str] = []
+    """Who IAP lets in, e.g. `group:ml@example.com`."""
+    dashboard_domain: str | None = None
+    """Host name of the IAP-protected dashboard (certificate)."""
     # IAP's OAuth client: its id, and the name of a Secret in the workload namespace whose key
     # "key" holds the client secret (created out of band: the secret never enters the stack).
     iap_oauth_client_id: str | None = None
+    """OAuth client id IAP signs users in with."""
     iap_oauth_secret: str | None = None
-    grafana: bool = False  # Grafana dashboards for Ray as ConfigMaps
-    training_metrics: bool = True  # loss and tokens/s from the training logs (log-based metrics)
+    """Secret (key `key`) holding that client's secret."""
+    grafana: bool = False
+    """A Grafana dashboard ConfigMap (`grafana_dashboard: "1"`)."""
+    training_metrics: bool = True
+    """Loss and tokens/s as log-based metrics."""
     scrape_interval: str = Field("30s", pattern=r"^[0-9]+(ms|s|m|h)$")
+    """Managed Prometheus scrape interval of Ray pods."""
 
 
 # The policy pack's rules (policy/rules.py asserts it has exactly these, in this order): a typo
@@ -306,11 +288,15 @@ class PolicyConfig(_Model):
     """Per-stack policy settings: rule name → mandatory | advisory | disabled."""
 
     enforcement: dict[PolicyRule, Literal["mandatory", "advisory", "disabled"]] = {}
-    prod_like: bool | None = None  # default: the stack name starts with "prod"
+    """Rule name → mandatory, advisory or disabled."""
+    prod_like: bool | None = None
+    """Treat as production (default: stack name starts with `prod`)."""
     # What a production stack may expose on purpose (infra/rules/security.py): a control plane
     # reachable from the internet, nodes with public IPs, a public serving endpoint. Without
     # it these are refused on production stacks and warned about elsewhere.
     acknowledge_public: list[Literal["control-plane", "nodes", "serving"]] = []
+    """What a production stack exposes on purpose (control-plane, nodes, serving); otherwise
+    refused there, warned elsewhere."""
 
     def is_prod_like(self, stack: str) -> bool:
         """Prod-like stacks keep deletion protection (config rules and the policy pack)."""
@@ -324,27 +310,49 @@ class StackConfig(_Model):
     """Everything one stack declares, validated."""
 
     project: str
+    """GCP project id (placeholder in the shipped stacks: `pulumi config set`)."""
     region: str
+    """Region of the network, registry and bucket."""
     stack: str = "dev"
+    """The Pulumi stack's name (from the stack file's name, not a key)."""
     zone: str
+    """Zone of the cluster and every pool; must offer TPU v6e."""
     extra_tpu_zones: list[str] = []
+    """Zones to accept beyond the catalog's known v6e zones."""
     namespace: str = "park"
+    """Kubernetes namespace of the Ray workloads."""
     # park:hfToken, a Pulumi secret (or an ESC environment's pulumiConfig): one Hugging Face
     # token for the training RayJob and the RayService. The spec holds SECRET_PLACEHOLDER when
     # one is set, never the token: the program reads it itself, as a secret Output.
     hf_token: Literal["[secret]"] | None = None
+    """Secret: `pulumi config set --secret park:hfToken` (or ESC); gated models."""
     network: NetworkConfig = NetworkConfig()
+    """New VPC (default) or an existing network."""
     cluster: ClusterConfig = ClusterConfig()
+    """The GKE Standard cluster."""
     cpu_pool: CpuPoolConfig = CpuPoolConfig()
+    """The CPU pool for Ray heads and system pods."""
     kuberay: KubeRayConfig = KubeRayConfig()
+    """How KubeRay gets onto the cluster."""
     kueue: KueueConfig = KueueConfig()
+    """Kueue, installed only when a TPU pool is `queued`."""
     tpu_pools: list[TpuPoolConfig] = []
+    """TPU pools: one GKE node pool per slice."""
     gpu_pools: list[GpuPoolConfig] = []
+    """Optional GPU pools beside the TPU pools."""
     storage: StorageConfig = StorageConfig()
+    """The bucket for checkpoints and models."""
     registry: RegistryConfig = RegistryConfig()
+    """The Artifact Registry repository for workload images."""
     training: TrainingConfig = TrainingConfig()
+    """The training RayJob."""
     serving: ServingConfig = ServingConfig()
+    """The serving RayService."""
     rl: RlConfig = RlConfig()
+    """A GRPO RayJob: learner and vLLM rollout engines on their own pools."""
     prices: PricesConfig = PricesConfig()
+    """Override list prices for `park cost` (the output names the source)."""
     observability: ObservabilityConfig = ObservabilityConfig()
+    """Metrics and dashboards."""
     policy: PolicyConfig = PolicyConfig()
+    """Policy pack settings for this stack."""

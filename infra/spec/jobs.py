@@ -1,0 +1,175 @@
+"""The job sections of the stack spec: `park:training` and `park:rl` (each key a flag of the
+job's entrypoint; see infra.spec.models for the rest)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from infra.spec._model import _Model
+
+
+class TrainingConfig(_Model):
+    """The training RayJob: a Hugging Face causal LM (or a GPT preset) on the stack's data.
+
+    Each key is a flag of `python -m workloads.train` (workloads/train/config.py), rendered into
+    the RayJob's entrypoint and checked by that config's own rules at preview time."""
+
+    enabled: bool = False
+    """Create the RayJob."""
+    pool: str = ""
+    """TPU pool it runs on."""
+    image: str | None = None
+    """Image (default: park-workloads in the stack's registry)."""
+    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
+    """`ddp` or `fsdp2`."""
+    # A Hugging Face causal LM: hub id, gs://..., a path under the bucket mount, or
+    # park:tiny-llama (built on the worker). Unset: the GPT preset of model_size.
+    model: str | None = None
+    """HF causal LM: hub id, `gs://`, a bucket-mount path, `park:tiny-llama`."""
+    tokenizer: str | None = None
+    """Tokenizer source like `model` (default: the model's)."""
+    init: Literal["auto", "pretrained", "config"] = "auto"
+    """`pretrained` weights or `config` (from scratch); `auto`: by source."""
+    model_size: Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"] = "gpt2-small"
+    """GPT preset when no `model`: tiny, small, gpt2-small/-medium, 1b."""
+    steps: int = Field(1000, ge=1)
+    """Optimizer steps in total (a resumed run continues to it)."""
+    global_batch_size: int = Field(64, ge=1)
+    """Sequences per step, a multiple of the workers (chips)."""
+    # Sequences per chip per forward/backward (gradient accumulation over the rest of the
+    # chip's share of the global batch). Unset: the largest that fits (infra.training_fit).
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Sequences per chip per pass; unset: the most that fit."""
+    seq_len: int = Field(1024, ge=8)
+    """Tokens per sequence (at most the model's context)."""
+    learning_rate: float = Field(3e-4, gt=0)
+    """Peak learning rate (AdamW)."""
+    warmup_steps: int = Field(10, ge=0)
+    """Linear warmup steps, then `lrSchedule`."""
+    lr_schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    """`cosine`, `linear` (to `minLrRatio`) or `constant`."""
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    """Final learning rate as a fraction of the peak."""
+    # "synthetic", token files (.bin/.npy), text (.jsonl/.json/.parquet/.txt: a file or a
+    # folder, under the bucket mount or gs://...), hf:NAME[:CONFIG], or park:facts.
+    data: str = "synthetic"
+    """`synthetic`, tokens, jsonl/json/parquet/txt, `hf:NAME`, `park:facts`."""
+    objective: Literal["clm", "sft"] = "clm"
+    """`clm` (packed text) or `sft` (chat template, loss on responses)."""
+    data_split: str = "train"
+    """Split of an `hf:` data set."""
+    text_field: str = "text"
+    """Record field with the text (`clm`)."""
+    messages_field: str = "messages"
+    """Record field with a chat, `[{role, content}]` (`sft`)."""
+    prompt_field: str = "prompt"
+    """Prompt field(s) of records without a chat (`sft`)."""
+    response_field: str = "completion"
+    """Response field of records without a chat (`sft`)."""
+    checkpoint_every: int = Field(100, ge=1)
+    """Steps between checkpoints (sharded DCP, for resume)."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """Checkpoints kept in the bucket."""
+    export: bool = True
+    """An HF folder at `.../<run>/export/final` when the run ends."""
+    export_every: int = Field(0, ge=0)
+    """Also export at every Nth checkpoint (0: only at the end)."""
+    export_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """`auto` (bf16 when trained in bf16), `float32`, `bfloat16`."""
+    export_max_shard_size: str = Field("5GB", pattern=r"^[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)$")
+    """Largest safetensors file, e.g. `5GB`; more get an index."""
+    activation_checkpointing: bool = False
+    """Recompute activations in backward (`model` only)."""
+    num_slices: int = Field(1, ge=1)
+    """Slices to train across (≤ the pool's slices)."""
+    max_failures: int = Field(3, ge=0)
+    """Restarts from the last checkpoint after a lost worker."""
+    ttl_seconds_after_finished: int = Field(600, ge=0)
+    """Keep the finished cluster this long, then free TPUs."""
+    active_deadline_seconds: int = Field(86400, ge=60)
+    """Kill the job after this long."""
+    backoff_limit: int = Field(0, ge=0)
+    """Retries (each a new Ray cluster)."""
+    estimated_step_seconds: float = Field(1.0, gt=0)
+    """Step time used by `park cost` for the run estimate."""
+
+
+class RlConfig(_Model):
+    """`park:rl`: a GRPO job (workloads/rl) on two pools of one Ray cluster: a learner (Ray
+    Train, one worker per chip, FSDP2) and vLLM rollout engines exchanging weights. Each key is
+    a flag of `python -m workloads.rl` (workloads/rl/config.py); infra/rules/rl.py checks both
+    sides' fit."""
+
+    enabled: bool = False
+    """Create the RL RayJob."""
+    learner_pool: str = ""
+    """TPU pool of the learner (one Ray Train worker per chip, one slice)."""
+    rollout_pool: str = ""
+    """TPU or GPU pool of the rollout engines (not the learner's)."""
+    image: str | None = None
+    """Image (default: park-workloads in the stack's registry)."""
+    model: str = ""
+    """The policy: HF hub id, `gs://`, or a bucket-mount path."""
+    init: Literal["pretrained", "config"] = "pretrained"
+    """`pretrained` weights or `config` (random)."""
+    # Prompts with reference answers: .jsonl/.json/.parquet (under the bucket mount or
+    # gs://...), or hf:NAME[:CONFIG].
+    data: str = ""
+    """Prompts with answers: jsonl/json/parquet or `hf:NAME[:CONFIG]`."""
+    data_split: str = "train"
+    """Split of an `hf:` data set."""
+    prompt_field: str = "prompt"
+    """Record field of the prompt."""
+    answer_field: str = "answer"
+    """Record field of the reference answer."""
+    group_size: int = Field(8, ge=1)
+    """Completions sampled per prompt (≥ 2: advantages are within a group)."""
+    prompts_per_step: int = Field(32, ge=1)
+    """Prompts per learner step (x groupSize: a multiple of the chips)."""
+    sampling_temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of the rollouts."""
+    max_prompt_tokens: int = Field(512, ge=1)
+    """Longest prompt; with maxResponseTokens the engines' context."""
+    max_response_tokens: int = Field(1024, ge=1)
+    """Tokens sampled per completion at most."""
+    # Built-ins (exact_match, numeric, format) or module:function importable on the cluster.
+    rewards: list[str] = ["numeric"]
+    """`exact_match`, `numeric`, `format`, or `module:function`; summed."""
+    reward_weights: list[float] | None = None
+    """One weight per reward (default 1 each)."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the KL to the frozen reference policy (0: none)."""
+    max_staleness: int = Field(1, ge=0)
+    """Policy versions a rollout may lag the learner."""
+    sync_every: int = Field(1, ge=1)
+    """Publish the policy to the engines every N learner steps."""
+    steps: int = Field(200, ge=1)
+    """Learner steps in total."""
+    learning_rate: float = Field(1e-6, ge=0)
+    """Learning rate (AdamW)."""
+    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
+    """Learner: `ddp` or `fsdp2`."""
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Completions per chip per pass; unset: the most that fit."""
+    activation_checkpointing: bool = False
+    """Learner: recompute activations in backward."""
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    """Chips per rollout engine; unset: the smallest that fits."""
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    """Share of each chip's memory a vLLM engine keeps."""
+    checkpoint_every: int = Field(50, ge=1)
+    """Learner steps between checkpoints."""
+    export: bool = True
+    """The final policy as an HF folder at `.../<run>/export/final`."""
+    max_failures: int = Field(3, ge=0)
+    """Restarts from the last checkpoint after a lost learner worker."""
+    ttl_seconds_after_finished: int = Field(600, ge=0)
+    """Keep the finished cluster this long, then free the TPUs."""
+    active_deadline_seconds: int = Field(86400, ge=60)
+    """Kill the job after this long."""
+    backoff_limit: int = Field(0, ge=0)
+    """Retries (each a new Ray cluster)."""
+    estimated_step_seconds: float = Field(30.0, gt=0)
+    """Step time (rollout + learner + sync) for `park cost`."""
