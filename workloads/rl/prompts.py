@@ -30,7 +30,7 @@ def read_prompts(
 ) -> list[Prompt]:
     """Every record of ``spec`` as a prompt (prompt sets are small: read whole)."""
     from workloads.train.data import DataError
-    from workloads.train.text import parse_item, plan_units, read_unit
+    from workloads.train.text_units import parse_item, plan_units, read_unit
 
     prompts = []
     for unit in plan_units(spec, split=split):
