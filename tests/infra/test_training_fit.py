@@ -26,21 +26,19 @@ def facts(repo: str) -> model_facts.ModelFacts:
     return found
 
 
+def on_v6e(chips: int, strategy: str = "fsdp2", ac: bool = False, **kw: Any) -> dict[str, Any]:
+    """The fit's arguments for ``chips`` v6e chips of one slice, sharded over all of them."""
+    sharded = dict(strategy=strategy, world_size=chips, shard_size=chips, usable_bytes=V6E)
+    return sharded | {"activation_checkpointing": ac} | kw
+
+
 def fsdp(
     repo: str, *, chips: int, per_chip: int, seq_len: int, ac: bool = False, **kw: Any
 ) -> training_fit.TrainingFit:
     """The best micro-batch of ``repo`` on ``chips`` v6e chips (FSDP2 unless ``strategy=``)."""
-    return best_micro_batch(
-        facts(repo),
-        per_chip_batch=per_chip,
-        strategy=kw.pop("strategy", "fsdp2"),
-        world_size=chips,
-        shard_size=chips,
-        seq_len=seq_len,
-        activation_checkpointing=ac,
-        usable_bytes=V6E,
-        **kw,
-    )
+    strategy = kw.pop("strategy", "fsdp2")
+    settings = on_v6e(chips, strategy, ac, seq_len=seq_len, **kw)
+    return best_micro_batch(facts(repo), per_chip_batch=per_chip, **settings)
 
 
 @pytest.mark.parametrize(
@@ -109,18 +107,9 @@ def test_best_micro_batch_is_the_largest_divisor_that_fits_or_the_pin() -> None:
     assert (pinned.micro_batch, pinned.accumulation_steps) == (3, 4)
 
 
-def _one(**overrides: object) -> training_fit.TrainingFit:
-    settings: dict[str, object] = dict(
-        strategy="fsdp2",
-        world_size=8,
-        shard_size=8,
-        micro_batch=2,
-        accumulation_steps=1,
-        seq_len=2048,
-        activation_checkpointing=False,
-        usable_bytes=V6E,
-    )
-    return estimate(facts("Qwen/Qwen3-1.7B"), **{**settings, **overrides})  # type: ignore[arg-type]
+def _one(**overrides: Any) -> training_fit.TrainingFit:
+    settings = on_v6e(8, micro_batch=2, accumulation_steps=1, seq_len=2048) | overrides
+    return estimate(facts("Qwen/Qwen3-1.7B"), **settings)
 
 
 def test_what_each_setting_changes() -> None:
@@ -151,11 +140,11 @@ def test_gpu_memory_section_measures_each_shipped_stack_as_planned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pytest.importorskip("torch")
-    from benchmarks import train_overhead
+    from benchmarks import train_memory, train_overhead
     from infra.stack import from_file
     from tests.conftest import ROOT
 
-    dev = train_overhead.gpu_memory_settings("dev")
+    dev = train_memory.gpu_memory_settings("dev")
     run = from_file(ROOT / "stacks" / "Pulumi.dev.yaml").training
     assert run is not None and run.fit is not None
     assert (dev["model"], dev["strategy"]) == (run.spec.model, run.spec.strategy)
@@ -163,10 +152,10 @@ def test_gpu_memory_section_measures_each_shipped_stack_as_planned(
     assert dev["accumulation_steps"] == run.accumulation_steps
     assert dev["activation_checkpointing"] == run.spec.activation_checkpointing
     assert dev["estimate_peak_gib"] == round(run.fit.peak_bytes / GIB, 2)
-    prod = train_overhead.gpu_memory_settings("prod")
+    prod = train_memory.gpu_memory_settings("prod")
     assert (prod["world_size"], prod["seq_len"]) == (16, 4096)
-    record = train_overhead.gpu_memory_record(dev, int(dev["estimate_peak_gib"] * GIB / 2))
+    record = train_memory.gpu_memory_record(dev, int(dev["estimate_peak_gib"] * GIB / 2))
     assert record["estimate_over_measured"] == pytest.approx(2.0, abs=0.01)
     # without CUDA the section says so and runs nothing (no Ray either)
-    monkeypatch.setattr(train_overhead.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(train_memory.torch.cuda, "is_available", lambda: False)
     assert train_overhead.main(["--gpu-memory"]) == {"gpu_memory": "no GPU on this machine"}
