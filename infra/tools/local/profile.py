@@ -14,17 +14,28 @@ import yaml
 from workloads import protocol
 
 # field -> (new value, or None to drop it; why). "{storage}" is this run's local folder.
-# The loop the stack runs on TPU, small enough for two CPU cores: a tiny Llama built on the
-# worker (random weights from a config, a tokenizer trained there), supervised fine-tuning on
-# the shipped made-up facts, an export the serving half then loads. The stack's strategy
-# (DDP or FSDP2), schedule shape and export settings are kept.
-TRAIN_CPU_PROFILE: dict[str, tuple[str | None, str]] = {
-    "accelerator": ("cpu", "no TPU here: torch on CPU, gloo process group"),
-    "num_workers": ("2", "two Ray Train workers on this machine"),
+ProfileTable = dict[str, tuple[str | None, str]]
+# What both CPU profiles (this training one, rl.py's RL one) change alike: CPU, no TPU slice.
+ON_CPU = ("cpu", "no TPU here: torch on CPU, gloo process group")
+NO_TPU_SLICE: ProfileTable = {
     "tpu_topology": (None, "no TPU slice"),
     "tpu_accelerator_type": (None, "no TPU slice"),
     "torch_tpu_topology": (None, "no TPU slice"),
     "chips_per_host": (None, "no TPU slice"),
+}
+# ... and what both do to run once, here: no retries, checkpoints in this run's folder.
+LOCAL_RUN: ProfileTable = {
+    "max_failures": ("0", "fail fast instead of retrying"),
+    "storage_path": ("{storage}", "a local folder instead of the bucket"),
+}
+# The loop the stack runs on TPU, small enough for two CPU cores: a tiny Llama built on the
+# worker (random weights from a config, a tokenizer trained there), supervised fine-tuning on
+# the shipped made-up facts, an export the serving half then loads. The stack's strategy
+# (DDP or FSDP2), schedule shape and export settings are kept.
+TRAIN_CPU_PROFILE: ProfileTable = {
+    "accelerator": ON_CPU,
+    "num_workers": ("2", "two Ray Train workers on this machine"),
+    **NO_TPU_SLICE,
     "num_slices": (None, "no TPU slice"),
     "peak_tflops_per_device": (None, "a TPU peak; MFU on CPU is not meaningful"),
     "model": ("park:tiny-llama", "a 0.6M-parameter Llama built here, no download"),
@@ -42,8 +53,7 @@ TRAIN_CPU_PROFILE: dict[str, tuple[str | None, str]] = {
     "warmup_steps": ("10", "a tenth of the run"),
     "checkpoint_every": ("50", "two checkpoints in 100 steps"),
     "report_every": ("10", "progress every 10 steps"),
-    "max_failures": ("0", "fail fast instead of retrying"),
-    "storage_path": ("{storage}", "a local folder instead of the bucket"),
+    **LOCAL_RUN,
     "no_export": (None, "serving loads the export"),
 }
 # A question from the training data the served export is asked (and its learned answer).
@@ -57,7 +67,7 @@ class ProfileError(ValueError):
 def cpu_entrypoint(
     entrypoint: str,
     storage: str,
-    profile: dict[str, tuple[str | None, str]] | None = None,
+    profile: ProfileTable | None = None,
     module: str = protocol.TRAIN_MODULE,
 ) -> tuple[str, list[str]]:
     """Apply a CPU profile (TRAIN_CPU_PROFILE unless given; the RL job's is in rl.py) to a

@@ -14,8 +14,6 @@ prompts.
 from __future__ import annotations
 
 import json
-import os
-import time
 from contextlib import suppress
 from importlib import resources
 from pathlib import Path
@@ -23,11 +21,11 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from rich.markup import escape
 
 from infra.tools.local import console as console_out
-from infra.tools.local.profile import ProfileError, cpu_entrypoint, runtime_env_of
-from infra.tools.local.ray_head import LocalRay, LocalRunError, follow_job, log_tail, ray_auth_env
+from infra.tools.local.profile import LOCAL_RUN, NO_TPU_SLICE, ON_CPU, ProfileTable, cpu_entrypoint
+from infra.tools.local.ray_head import LocalRay, LocalRunError
+from infra.tools.local.submit import LocalJob, run_job
 from workloads import protocol
 
 RL_MODULE = "workloads.rl"
@@ -38,13 +36,10 @@ TOY_REWARD = "workloads.rl.toy:vowel_share"
 SERVED_ID = "rl-policy"
 
 # field -> (new value, or None to drop it; why). "{storage}" is this run's local folder.
-RL_CPU_PROFILE: dict[str, tuple[str | None, str]] = {
-    "accelerator": ("cpu", "no TPU here: torch on CPU, gloo process group"),
+RL_CPU_PROFILE: ProfileTable = {
+    "accelerator": ON_CPU,
     "num_workers": ("1", "one Ray Train learner worker: the other core runs the vLLM engine"),
-    "tpu_topology": (None, "no TPU slice"),
-    "tpu_accelerator_type": (None, "no TPU slice"),
-    "torch_tpu_topology": (None, "no TPU slice"),
-    "chips_per_host": (None, "no TPU slice"),
+    **NO_TPU_SLICE,
     "strategy": ("ddp", "one worker: nothing to shard"),
     "micro_batch_size": (None, "the plan's is sized for a TPU chip; the whole share here"),
     "rollout_accelerator": ("cpu", "vLLM for CPU"),
@@ -70,8 +65,7 @@ RL_CPU_PROFILE: dict[str, tuple[str | None, str]] = {
     "lr": ("0.01", "a tiny model learns fast"),
     "checkpoint_every": ("8", "two checkpoints in 16 steps"),
     "report_every": ("1", "a line per step"),
-    "max_failures": ("0", "fail fast instead of retrying"),
-    "storage_path": ("{storage}", "a local folder instead of the bucket"),
+    **LOCAL_RUN,
 }
 
 
@@ -98,6 +92,18 @@ def cpu_rl_entrypoint(entrypoint: str, storage: str) -> tuple[str, list[str]]:
     return cpu_entrypoint(entrypoint, storage, table, RL_MODULE)
 
 
+RL_JOB = LocalJob(
+    profile=cpu_rl_entrypoint,
+    kind="rl",
+    title="1. RL: the RayJob's entrypoint (GRPO) through the Ray Jobs API",
+    table="infra/tools/local/rl.py RL_CPU_PROFILE",
+    log_name="rl.log",
+    timeout_s=RL_TIMEOUT_S,
+    label="the RL job",
+    failed_as="RL job",
+)
+
+
 def run_rl(
     rayjob: dict[str, Any],
     ray: LocalRay,
@@ -110,30 +116,6 @@ def run_rl(
 ) -> None:
     """Run the RL job, print the reward line, then serve the exported policy and ask it one
     prompt (``serve``: run.py's serving step). Raises LocalRunError on failure."""
-    os.environ.update(ray_auth_env())
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
-    from infra.tools.local.run import _submit
-
-    storage = str(run_dir / "checkpoints")
-    try:
-        entrypoint, changes = cpu_rl_entrypoint(rayjob["spec"]["entrypoint"], storage)
-        runtime_env = runtime_env_of(rayjob)
-    except ProfileError as err:
-        raise LocalRunError(str(err)) from None
-    outcome.changes += [f"rl: {c}" for c in changes]
-    console.rule("1. RL: the RayJob's entrypoint (GRPO) through the Ray Jobs API")
-    console_out.changes(
-        console, "changed for CPU (infra/tools/local/rl.py RL_CPU_PROFILE):", changes
-    )
-    console.print(f"runtime_env (runtimeEnvYAML, unchanged): {json.dumps(runtime_env)}")
-    console.print(f"entrypoint: {escape(entrypoint)}", highlight=False, soft_wrap=True)
-    client = JobSubmissionClient(ray.dashboard_url)
-    started = time.monotonic()
-    job_id = _submit(client, entrypoint, runtime_env)
-    outcome.train_job = job_id
-    console.print(f"submitted job {job_id}; waiting for its progress...", highlight=False)
-    log_path = run_dir / "rl.log"
 
     def on_record(kind: str, record: dict[str, Any]) -> None:
         if kind == protocol.METRICS and "reward_mean" in record:
@@ -143,14 +125,17 @@ def run_rl(
         elif kind == protocol.RESULT:
             outcome.trained = record
 
-    status = follow_job(
-        client, job_id, log_path, timeout_s=RL_TIMEOUT_S, label="the RL job", on_record=on_record
+    run_job(
+        RL_JOB,
+        rayjob,
+        ray,
+        run_dir,
+        console,
+        outcome,
+        on_record=on_record,
+        succeeded=lambda result: (result or {}).get("status") == "succeeded",
     )
-    outcome.train_seconds = time.monotonic() - started
     result = outcome.trained or {}
-    if status != JobStatus.SUCCEEDED or result.get("status") != "succeeded":
-        console.print(escape(log_tail(log_path)), highlight=False)
-        raise LocalRunError(f"RL job {job_id} ended {status}; full log: {log_path}")
     first, last = result.get("reward_first"), result.get("reward_last")
     version = console_out.fmt(result.get("policy_version"), ".0f")
     console.print(

@@ -40,23 +40,19 @@ from rich.markup import escape
 from infra.tools.local import console as console_out
 from infra.tools.local.profile import (
     FACT_QUESTION_INDEX,
-    ProfileError,
-    cpu_entrypoint,
-    runtime_env_of,
     total_steps,
 )
 from infra.tools.local.ray_head import (
     RAY_NUM_CPUS,
     LocalRay,
     LocalRunError,
-    follow_job,
-    log_tail,
     ray_auth_env,
 )
 from infra.tools.local.rl import run_rl, runs_rl
+from infra.tools.local.submit import LocalJob, run_job
 from workloads import protocol
 
-TRAIN_TIMEOUT_S = 1800.0
+TRAIN_JOB = LocalJob()  # its defaults: the CPU profile of profile.py, train.log, 30 minutes
 SERVE_TIMEOUT_S = 1800.0
 
 
@@ -190,29 +186,7 @@ def _train(
     rayjob: dict[str, Any], ray: LocalRay, run_dir: Path, console: Console, outcome: Outcome
 ) -> None:
     """Submit the RayJob's entrypoint + runtime env through the Jobs API; stream progress."""
-    os.environ.update(ray_auth_env())  # before Ray reads it: the client sends our token
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
-    storage = str(run_dir / "checkpoints")
-    try:
-        entrypoint, changes = cpu_entrypoint(rayjob["spec"]["entrypoint"], storage)
-        runtime_env = runtime_env_of(rayjob)
-    except ProfileError as err:
-        raise LocalRunError(str(err)) from None
-    outcome.changes += [f"training: {c}" for c in changes]
-    console.rule("1. training: the RayJob's entrypoint through the Ray Jobs API")
-    console_out.changes(
-        console, "changed for CPU (infra/tools/local/profile.py TRAIN_CPU_PROFILE):", changes
-    )
-    console.print(f"runtime_env (runtimeEnvYAML, unchanged): {json.dumps(runtime_env)}")
-    console.print(f"entrypoint: {escape(entrypoint)}", highlight=False, soft_wrap=True)
     total = total_steps()
-    client = JobSubmissionClient(ray.dashboard_url)
-    started = time.monotonic()
-    job_id = _submit(client, entrypoint, runtime_env)
-    outcome.train_job = job_id
-    console.print(f"submitted job {job_id}; waiting for its progress...", highlight=False)
-    log_path = run_dir / "train.log"
 
     def on_record(kind: str, record: dict[str, Any]) -> None:
         if kind == protocol.METRICS:
@@ -223,14 +197,8 @@ def _train(
         else:
             outcome.trained = record
 
-    status = follow_job(
-        client, job_id, log_path, timeout_s=TRAIN_TIMEOUT_S, label="training", on_record=on_record
-    )
-    outcome.train_seconds = time.monotonic() - started
-    if status != JobStatus.SUCCEEDED or not outcome.trained:
-        console.print(escape(log_tail(log_path)), highlight=False)
-        raise LocalRunError(f"training job {job_id} ended {status}; full log: {log_path}")
-    result = outcome.trained
+    run_job(TRAIN_JOB, rayjob, ray, run_dir, console, outcome, on_record=on_record, succeeded=bool)
+    result = outcome.trained or {}
     console.print(
         f"training {result.get('status')} in {outcome.train_seconds:.0f}s: step "
         f"{result.get('final_step')}, loss {console_out.fmt(result.get('final_loss'), '.4f')}, "
@@ -317,18 +285,6 @@ def _check_local_model(folder: str, console: Console) -> None:
         highlight=False,
         soft_wrap=True,
     )
-
-
-def _submit(client: Any, entrypoint: str, runtime_env: dict[str, Any]) -> str:
-    """Submit, retrying while the head's job agent comes up (it may lag the dashboard)."""
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            return str(client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env))
-        except RuntimeError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(3)
 
 
 def _serve(

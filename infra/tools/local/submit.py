@@ -1,0 +1,101 @@
+"""Running a rendered RayJob on the local Ray as KubeRay's submitter does (`ray job submit
+--runtime-env-json ... -- <entrypoint>`), after its CPU profile, printed, and following it to
+its end: one path for the training job (run.py) and the RL job (rl.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from infra.tools.local import console as console_out
+from infra.tools.local.profile import ProfileError, cpu_entrypoint, runtime_env_of
+from infra.tools.local.ray_head import (
+    LocalRay,
+    LocalRunError,
+    follow_job,
+    log_tail,
+    ray_auth_env,
+)
+
+# (rendered entrypoint, local storage folder) -> (the CPU entrypoint, what changed)
+Profile = Callable[[str, str], tuple[str, list[str]]]
+
+
+@dataclass(frozen=True)
+class LocalJob:
+    """How one kind of RayJob runs here: its CPU profile and what is printed. The defaults
+    are the training job's (run.py); the RL job (rl.py) names its own."""
+
+    profile: Profile = cpu_entrypoint
+    kind: str = "training"  # prefixes its changes in the summary
+    title: str = "1. training: the RayJob's entrypoint through the Ray Jobs API"  # the rule
+    table: str = "infra/tools/local/profile.py TRAIN_CPU_PROFILE"  # where the profile is
+    log_name: str = "train.log"  # its kept log, in the run's folder
+    timeout_s: float = 1800.0
+    label: str = "training"  # in the timeout message
+    failed_as: str = "training job"  # in the failure message
+
+
+def run_job(
+    job: LocalJob,
+    rayjob: dict[str, Any],
+    ray: LocalRay,
+    run_dir: Path,
+    console: Console,
+    outcome: Any,
+    *,
+    on_record: Callable[[str, dict[str, Any]], None],
+    succeeded: Callable[[dict[str, Any] | None], bool],
+) -> None:
+    """Apply the job's profile to the RayJob's entrypoint (checkpoints under run_dir), print
+    the changes, the runtime env and the entrypoint, submit them through the Jobs API and
+    follow the job to its end (protocol lines to `on_record`). The changes, the job id and
+    its time go on `outcome`; a status other than SUCCEEDED, or a result (`outcome.trained`)
+    `succeeded` refuses, raises LocalRunError with the log's tail printed."""
+    os.environ.update(ray_auth_env())  # before Ray reads it: the client sends our token
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    storage = str(run_dir / "checkpoints")
+    try:
+        entrypoint, changes = job.profile(rayjob["spec"]["entrypoint"], storage)
+        runtime_env = runtime_env_of(rayjob)
+    except ProfileError as err:
+        raise LocalRunError(str(err)) from None
+    outcome.changes += [f"{job.kind}: {c}" for c in changes]
+    console.rule(job.title)
+    console_out.changes(console, f"changed for CPU ({job.table}):", changes)
+    console.print(f"runtime_env (runtimeEnvYAML, unchanged): {json.dumps(runtime_env)}")
+    console.print(f"entrypoint: {escape(entrypoint)}", highlight=False, soft_wrap=True)
+    client = JobSubmissionClient(ray.dashboard_url)
+    started = time.monotonic()
+    job_id = submit_job(client, entrypoint, runtime_env)
+    outcome.train_job = job_id
+    console.print(f"submitted job {job_id}; waiting for its progress...", highlight=False)
+    log_path = run_dir / job.log_name
+    status = follow_job(
+        client, job_id, log_path, timeout_s=job.timeout_s, label=job.label, on_record=on_record
+    )
+    outcome.train_seconds = time.monotonic() - started
+    if status != JobStatus.SUCCEEDED or not succeeded(outcome.trained):
+        console.print(escape(log_tail(log_path)), highlight=False)
+        raise LocalRunError(f"{job.failed_as} {job_id} ended {status}; full log: {log_path}")
+
+
+def submit_job(client: Any, entrypoint: str, runtime_env: dict[str, Any]) -> str:
+    """Submit, retrying while the head's job agent comes up (it may lag the dashboard)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return str(client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env))
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(3)
