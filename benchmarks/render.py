@@ -25,7 +25,6 @@ import gc
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -65,15 +64,12 @@ print(json.dumps({"seconds": t1 - t0}))
 
 
 def _run(code: str, stdin: str = "") -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from infra.tools.pychild import run_python
+
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    done = run_python(code, stdin, check=True, cwd=ROOT, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -372,18 +372,13 @@ def ray_serve_check(serve_config_v2: str, timeout_s: float = 600) -> tuple[list[
     plus vLLM take ~10 s to import, which only this check should pay.
     """
     import subprocess
-    import sys
+
+    from infra.tools.pychild import run_python
 
     if not serve_check_available():
         return [], "the workloads package is not installed (pip install -e '.[serve]')"
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", _SERVE_CHECK],
-            input=serve_config_v2,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
+        done = run_python(_SERVE_CHECK, serve_config_v2, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return [f"Ray's serve config check did not finish in {timeout_s:.0f}s"], None
     for line in reversed(done.stdout.splitlines()):
