@@ -136,7 +136,17 @@ def checked_plan(
     """The StackPlan of the stack-config `values` a component's arguments make, or a
     ComponentArgsError whose problems name the argument (`fields`: (config-key prefix,
     argument prefix) pairs, longest first) instead of the stack key. `rules` False: types only,
-    for a component that plans a part of a stack whose other parts it does not know."""
+    for a component that plans a part of a stack whose other parts it does not know.
+
+    Inside the stack program (infra.program) it is the program's own StackPlan, resolved and
+    checked once for the whole stack: the component takes its piece of it (its pool by name,
+    the serving plan...), and `values` are not read. Used on its own, a component resolves
+    its arguments here, once."""
+    from infra.components._naming import program_plan
+
+    whole = program_plan()
+    if whole is not None:
+        return whole
     from infra.resolve import resolve
     from infra.spec.read import parse_values
     from infra.stack import from_values
@@ -163,9 +173,11 @@ def checked_plan(
         if not rules:
             plan = resolve(parse_values(values, stack), partial=True)
         else:
-            # Exposure is the stack's call (park:policy.acknowledgePublic), judged by the stack
-            # program and the policy pack, not by a component that sees one part of it.
-            plan = from_values(values, stack, posture=False)
+            # Exposure is judged on the component's own arguments only (its part of a stack):
+            # infra.components._posture.
+            from infra.components._posture import with_posture
+
+            plan = with_posture(from_values(values, stack, posture=False), argument)
     except ConfigError as err:
         raise ComponentArgsError(component, name, [told(p) for p in err.problems]) from None
     from infra.components._naming import in_stack_program

@@ -150,16 +150,21 @@ def mapping_problems(args: Mapping[str, Any], typed: Any, prefix: str = "") -> l
 
 
 def handed_on(args: Mapping[str, Any]) -> dict[str, Any]:
-    """`args` with each component given in an argument's place replaced by what it hands on
-    there (its `as_argument(field)`), e.g. a TpuSlicePool for `pool`."""
+    """`args` with each component given in an argument's place, or as an item of a list
+    argument, replaced by what it hands on there (its `as_argument(field)`), e.g. a
+    TpuSlicePool for `pool`, LlmServices among `services`."""
     out = dict(args)
     for key, value in args.items():
-        # (an Output answers every getattr with an Output: look at components only)
-        as_argument = (
-            getattr(value, "as_argument", None) if isinstance(value, pulumi.Resource) else None
-        )
-        if callable(as_argument):
-            handed = as_argument(key)
-            if handed is not None:
-                out[key] = handed
+        if isinstance(value, list | tuple):
+            out[key] = [_handed(key, item) for item in value]
+        else:
+            out[key] = _handed(key, value)
     return out
+
+
+def _handed(field: str, value: Any) -> Any:
+    # (an Output answers every getattr with an Output: look at components only)
+    component = isinstance(value, pulumi.Resource)
+    as_argument = getattr(value, "as_argument", None) if component else None
+    handed = as_argument(field) if callable(as_argument) else None
+    return value if handed is None else handed

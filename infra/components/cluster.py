@@ -19,6 +19,8 @@ from infra.components._base import (
     stack_of,
 )
 from infra.components._naming import claim
+from infra.components._posture import ACKNOWLEDGE_FIELD
+from infra.components._types import ReleaseChannelArg
 from infra.plan.cluster import cluster, kubeconfig
 
 
@@ -26,9 +28,9 @@ class AuthorizedNetworkArgs(TypedDict):
     """A range allowed to reach the control plane's IP endpoint."""
 
     cidr: str
-    """An IPv4 CIDR range, e.g. 203.0.113.0/24 (never 0.0.0.0/0)."""
+    """A range allowed to reach the control plane, e.g. `203.0.113.0/24` (never `0.0.0.0/0`)."""
     name: NotRequired[str]
-    """A label for it."""
+    """A label for it. Default: authorized."""
 
 
 class ClusterArgs(TypedDict):
@@ -46,35 +48,39 @@ class ClusterArgs(TypedDict):
     stack: NotRequired[str]
     """Names derive from it (park-<stack>-nodes, ...); default: the Pulumi stack's name."""
     name: NotRequired[str]
-    """The GKE cluster's name (default park-<stack>)."""
-    release_channel: NotRequired[str]
-    """RAPID, REGULAR (default), STABLE or EXTENDED."""
+    """GKE cluster name (default `park-<stack>`)."""
+    release_channel: NotRequired[ReleaseChannelArg]
+    """RAPID, REGULAR, STABLE or EXTENDED; upgrades the cluster. Default: REGULAR."""
     version: NotRequired[str]
-    """A pinned initial version (a minor such as 1.35); unset: the channel's default."""
+    """Unset: the channel's default. A pin (`1.35`) is the initial version."""
     dns_endpoint: NotRequired[bool]
-    """The DNS-based control-plane endpoint, IAM-guarded (default true); the kubeconfig uses it."""
+    """DNS-based control-plane endpoint (IAM); the kubeconfig uses it. Default: true."""
     private_nodes: NotRequired[bool]
-    """Nodes without public IPs (default true)."""
+    """Nodes without public IPs (egress through Cloud NAT). Default: true."""
     private_endpoint: NotRequired[bool]
-    """The control plane's IP endpoint reachable only from the VPC (default false)."""
+    """Control plane reachable only from the VPC. Default: false."""
     master_authorized_networks: NotRequired[list[AuthorizedNetworkArgs]]
-    """Ranges allowed to reach the IP endpoint."""
+    """`[{cidr, name}]` allowed to reach the control plane."""
     master_cidr: NotRequired[str]
-    """The control plane's /28 (default 172.16.0.0/28)."""
+    """/28 of the private control plane. Default: 172.16.0.0/28."""
     pods_range_name: NotRequired[str]
-    """The subnet's pods range (default pods)."""
+    """Name of the pods secondary range. Default: pods."""
     services_range_name: NotRequired[str]
-    """The subnet's services range (default services)."""
+    """Name of the services secondary range. Default: services."""
     deletion_protection: NotRequired[bool]
-    """Refuse `pulumi destroy` of the cluster (default true)."""
+    """Refuse `pulumi destroy` of the cluster. Default: true."""
     ray_operator_addon: NotRequired[bool]
     """Enable GKE's Ray Operator add-on (KubeRay and its TPU webhook; default true)."""
     ray_logging: NotRequired[bool]
-    """Ray add-on: Ray logs to Cloud Logging."""
+    """Ray add-on: Ray logs to Cloud Logging. Default: false."""
     ray_monitoring: NotRequired[bool]
-    """Ray add-on: Ray metrics to Managed Prometheus."""
+    """Ray add-on: Ray metrics to Managed Prometheus. Default: false."""
     gateway_api: NotRequired[bool]
     """Enable the Gateway API (for the IAP dashboard)."""
+    acknowledge_public: NotRequired[list[str]]
+    """Exposures meant to be public (control-plane, nodes), as park:policy.acknowledgePublic: a
+    production cluster (a prod* stack, or deletion_protection given) with its control plane open
+    to the internet or public nodes is refused unless named here; elsewhere a warning."""
 
 
 class Cluster(pulumi.ComponentResource):
@@ -129,9 +135,13 @@ class Cluster(pulumi.ComponentResource):
                 **({"monitoring": args["ray_monitoring"]} if "ray_monitoring" in args else {}),
             },
             # deletion_protection is the caller's choice here, whatever the stack is called
-            "park:policy": {"enforcement": {"deletion-protection-prod": "advisory"}},
+            "park:policy": {
+                "enforcement": {"deletion-protection-prod": "advisory"},
+                **plain(args, "acknowledge_public"),
+            },
         }
         fields = [
+            ACKNOWLEDGE_FIELD,  # posture: infra.components._posture
             ("park:cluster.", ""),
             ("park:network.", ""),
             ("park:kuberay.", "ray_"),

@@ -1,6 +1,7 @@
 """Metrics (PodMonitorings, training log metrics, a Grafana dashboard) and the opt-in IAP access
 to the Ray dashboard. Provider submodules load only when a stack uses them."""
 
+from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 import pulumi
@@ -8,6 +9,7 @@ import pulumi
 from infra.components._base import (
     TYPE_PREFIX,
     ComponentArgsError,
+    bad_value,
     checked_args,
     checked_plan,
     child_options,
@@ -17,8 +19,10 @@ from infra.components._base import (
 )
 from infra.components._naming import child_name, claim, kubernetes_claims, renamed
 from infra.components.kubernetes import custom_resource
-from infra.names import WORKLOAD_LABEL
-from infra.plan.observability import IAP_ROLE, dashboard_access, metrics, value_extractor
+from infra.names import RFC1035_NAME, SERVICE_NAME
+from infra.plan.dashboard_access import IAP_ROLE, dashboard_access
+from infra.plan.metrics import STACK_PROGRAM, Watched, value_extractor
+from infra.plan.observability import metrics
 from infra.rules.platform import check_observability
 
 
@@ -33,19 +37,28 @@ class RayMetricsArgs(TypedDict):
     stack: NotRequired[str]
     """Metric names derive from it (park_<stack>_train_*); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
-    """The Ray pods' namespace (default park)."""
+    """Kubernetes namespace of the Ray workloads. Default: park."""
+    training_jobs: NotRequired[list[str]]
+    """The training jobs it watches: the workload label of their pods (a RayTrainingJob's
+    name); in Python, the RayTrainingJobs themselves. With `services` or this set, the
+    PodMonitorings scrape these workloads' pods only and the dashboard is about them; with
+    neither, every Ray pod of the namespace and the stack program's park-train/park-serve."""
+    services: NotRequired[list[str]]
+    """The serving endpoints it watches: the workload label of their pods (an LlmService's
+    name); in Python, the LlmServices themselves."""
     training: NotRequired[bool]
-    """A training RayJob runs there: create its log-based metrics (default true)."""
+    """A training RayJob runs there: create its log-based metrics (default: true, or whether
+    `training_jobs` names any when the workloads are given)."""
     pod_monitoring: NotRequired[bool]
-    """PodMonitorings for Ray heads and workers (default true)."""
+    """PodMonitoring for Ray head and workers. Default: true."""
     tpu_metrics: NotRequired[bool]
-    """Keep the TPU chip series (default true)."""
+    """TPU chip metrics (`ray_tpu_*`, from the TPU device plugin). Default: true."""
     training_metrics: NotRequired[bool]
-    """Loss and tokens/s as log-based metrics (default true)."""
+    """Loss and tokens/s as log-based metrics. Default: true."""
     grafana: NotRequired[bool]
-    """A Grafana dashboard ConfigMap (default false)."""
+    """A Grafana dashboard ConfigMap (`grafana_dashboard: "1"`). Default: false."""
     scrape_interval: NotRequired[str]
-    """Managed Prometheus scrape interval (default 30s)."""
+    """Managed Prometheus scrape interval of Ray pods. Default: 30s."""
     kubeconfig: NotRequired[pulumi.Input[str]]
     """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
     of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
@@ -57,28 +70,27 @@ class DashboardAccessArgs(TypedDict):
     project: str
     """The project of the address, certificate and IAP grant."""
     domain: str
-    """The dashboard's host name (a Google-managed certificate is issued for it)."""
+    """Host name of the IAP-protected dashboard (certificate)."""
     iap_members: list[str]
-    """Who IAP lets in, e.g. group:ml@example.com."""
+    """Who IAP lets in, e.g. `group:ml@example.com`."""
     oauth_client_id: str
-    """The OAuth client IAP signs users in with."""
+    """OAuth client id IAP signs users in with."""
     oauth_secret: str
-    """A Secret in the namespace whose key `key` holds that client's secret."""
+    """Secret (key `key`) holding that client's secret."""
     stack: NotRequired[str]
     """Names derive from it (park-<stack>-ray-dashboard); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
-    """The RayService's namespace (default park)."""
+    """Kubernetes namespace of the Ray workloads. Default: park."""
     service: NotRequired[str]
-    """The LlmService whose Ray dashboard it exposes: its name (default park-serve, the stack
-    program's); in Python, the LlmService itself."""
+    """The LlmService whose Ray dashboard it exposes: the workload label of its pods (its
+    name; default park-serve, the stack program's); in Python, the LlmService itself."""
     kubeconfig: NotRequired[pulumi.Input[str]]
     """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
     of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
-def _observed(
-    args: Any, stack: str, observability: dict[str, Any], training: bool
-) -> dict[str, Any]:
+def _observed(args: Any, observability: dict[str, Any], training: bool) -> dict[str, Any]:
+    """The stack-config values of the part of a stack the component's arguments describe."""
     values: dict[str, Any] = {
         "gcp:project": args["project"],
         "gcp:region": "us-east5",
@@ -91,6 +103,43 @@ def _observed(
     if args.get("cluster_name"):
         values["park:cluster"] = {"name": args["cluster_name"]}
     return values
+
+
+def _watched(name: str, args: Mapping[str, Any]) -> Watched:
+    """The workloads given (`training_jobs`, `services`: workload labels, components handed
+    on), or the stack program's when neither is."""
+    if args.get("training_jobs") is None and args.get("services") is None:
+        return STACK_PROGRAM
+    given = {field: tuple(args.get(field) or ()) for field in ("training_jobs", "services")}
+    refused = [
+        bad_value(f"{field}[{i}]", label, "not a workload's name (lowercase letters, digits, '-')")
+        for field, labels in given.items()
+        for i, label in enumerate(labels)
+        if not RFC1035_NAME.match(label)
+    ]
+    if refused:
+        raise ComponentArgsError("RayMetrics", name, refused)
+    return Watched(training=given["training_jobs"], serving=given["services"], only=True)
+
+
+def _core_object(
+    kind: Any,
+    name: str,
+    role: str,
+    manifest: dict[str, Any],
+    opts: pulumi.ResourceOptions,
+    **body: Any,
+) -> Any:
+    """A planned core Kubernetes object (ConfigMap, Service) as `<component>-<role>`, its object
+    name kept as the stack program's old logical name (an alias)."""
+    resource_name = child_name(name, role)
+    legacy = manifest["metadata"]["name"]
+    return kind(
+        resource_name,
+        metadata=manifest["metadata"],
+        **body,
+        opts=renamed(opts, resource_name, legacy),
+    )
 
 
 class RayMetrics(pulumi.ComponentResource):
@@ -112,7 +161,9 @@ class RayMetrics(pulumi.ComponentResource):
             args, "pod_monitoring", "tpu_metrics", "training_metrics", "grafana", "scrape_interval"
         )
         stack = stack_of(args)
-        values = _observed(args, stack, observability, args.get("training", True))
+        watched = _watched(name, args)
+        training = args.get("training", bool(watched.training))
+        values = _observed(args, observability, training)
         stack_plan = checked_plan(
             "RayMetrics",
             name,
@@ -121,7 +172,7 @@ class RayMetrics(pulumi.ComponentResource):
             stack=stack,
             rules=False,
         )
-        plan = metrics(stack_plan)
+        plan = metrics(stack_plan, watched)
         owner = f"RayMetrics {name!r}"
         objects = [*plan.pod_monitorings, plan.grafana_configmap]
         taken = kubernetes_claims(owner, self, opts, [o for o in objects if o is not None])
@@ -168,13 +219,7 @@ class RayMetrics(pulumi.ComponentResource):
         if configmap is not None:
             from pulumi_kubernetes.core.v1 import ConfigMap
 
-            legacy = configmap["metadata"]["name"]
-            ConfigMap(
-                child_name(name, "grafana"),
-                metadata=configmap["metadata"],
-                data=configmap["data"],
-                opts=renamed(in_cluster, child_name(name, "grafana"), legacy),
-            )
+            _core_object(ConfigMap, name, "grafana", configmap, in_cluster, data=configmap["data"])
         self.pod_monitorings = pulumi.Output.from_input(
             [m["metadata"]["name"] for m in plan.pod_monitorings]
         )
@@ -210,7 +255,7 @@ class DashboardAccess(pulumi.ComponentResource):
             "iapOauthSecret": args["oauth_secret"],
         }
         stack = stack_of(args)
-        values = _observed(args, stack, observability, False)
+        values = _observed(args, observability, False)
         fields = [("park:observability.iapOauth", "oauth_"), ("park:observability.", "")]
         stack_plan = checked_plan("DashboardAccess", name, values, fields, stack=stack, rules=False)
         refused = [
@@ -224,11 +269,8 @@ class DashboardAccess(pulumi.ComponentResource):
                 name,
                 [f"args.{p.key.rsplit('.', 1)[-1]} = {p.value!r}: {p.message}" for p in refused],
             )
-        access = dashboard_access(stack_plan)
+        access = dashboard_access(stack_plan, args.get("service") or SERVICE_NAME)
         assert access is not None
-        for manifest in access.manifests:
-            if manifest["kind"] == "Service" and args.get("service"):
-                manifest["spec"]["selector"][WORKLOAD_LABEL] = args["service"]  # its head
         project, owner = args["project"], f"DashboardAccess {name!r}"
         taken = kubernetes_claims(owner, self, opts, access.manifests)
         taken += [
@@ -261,7 +303,7 @@ class DashboardAccess(pulumi.ComponentResource):
             opts=renamed(child, child_name(name, "certificate"), access.certificate_name),
         )
         # Project-wide: GKE names the backend service, so a per-backend grant cannot be declared;
-        # the condition keeps it to this stack's host (infra/plan/observability.py).
+        # the condition keeps it to this stack's host (infra/plan/dashboard_access.py).
         for member in access.iap_members:
             legacy = f"iap-{member.replace(':', '-').replace('@', '-at-')}"
             WebIamMember(
@@ -277,13 +319,7 @@ class DashboardAccess(pulumi.ComponentResource):
             if manifest["kind"] == "Service":
                 from pulumi_kubernetes.core.v1 import Service
 
-                legacy = manifest["metadata"]["name"]
-                Service(
-                    child_name(name, "service"),
-                    metadata=manifest["metadata"],
-                    spec=manifest["spec"],
-                    opts=renamed(in_cluster, child_name(name, "service"), legacy),
-                )
+                _core_object(Service, name, "service", manifest, in_cluster, spec=manifest["spec"])
             else:
                 custom_resource(manifest, in_cluster, component=name)
         self.url = pulumi.Output.from_input(f"https://{access.domain}")

@@ -40,3 +40,8 @@ class RayRlJob(pulumi.ComponentResource):
         self.job_name = pulumi.Output.from_input(manifest["metadata"]["name"])
         self.export_path = pulumi.Output.from_input(plan.rl.export_path or "")
         self.register_outputs({"job_name": self.job_name, "export_path": self.export_path})
+        self._workload = manifest["metadata"]["name"]  # the workload label of its pods
+
+    def as_argument(self, field: str) -> str | None:
+        """Among a RayMetrics' `training_jobs`: the workload label its pods carry."""
+        return self._workload if field == "training_jobs" else None

@@ -9,6 +9,8 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
+from infra.components._args import TpuPoolRefArgs as TpuPoolRefArgs
+from infra.components._args import TrainingArgs
 from infra.components._base import (
     TYPE_PREFIX,
     ComponentArgsError,
@@ -21,28 +23,12 @@ from infra.components._base import (
     use_kubeconfig,
 )
 from infra.components._naming import claim, kubernetes_claims
+from infra.components._posture import ACKNOWLEDGE_FIELD
+from infra.components._types import ServingEngineArg, UpgradeStrategyArg
 from infra.components.kubernetes import custom_resource
 from infra.names import APP_NAME_LABEL, RFC1035_NAME, WORKLOAD_LABEL
 from infra.plan import ray as ray_plan
 from infra.resolve import StackPlan
-
-
-class TpuPoolRefArgs(TypedDict):
-    """The TPU pool a workload runs on (a TpuSlicePool's arguments, or an existing pool's)."""
-
-    name: str
-    """The pool's name: its nodes carry the label park-gke/pool=<name>."""
-    machine_type: str
-    """ct6e-standard-1t, -4t or -8t."""
-    topology: str
-    """The slice topology, e.g. 4x4."""
-    slices: NotRequired[int]
-    """Slices the pool has (default 1)."""
-    capacity: NotRequired[str]
-    """on-demand (default), spot, reservation, flex-start or queued."""
-    reservation: NotRequired[str]
-    """Reservation name (capacity reservation only)."""
-
 
 # The two workloads' arguments repeat their common fields rather than inherit them: Pulumi's
 # schema analyzer reads a field's description only from the class that declares it.
@@ -69,14 +55,14 @@ class RayTrainingJobArgs(TypedDict):
     (in Python, the CpuPool itself). Default: none, any untainted node (an existing cluster's
     own pools)."""
     mount_path: NotRequired[str]
-    """Where the pods see it (default /data)."""
+    """Where Ray pods see the bucket (GCS FUSE). Default: /data."""
     image: NotRequired[str]
-    """The image (default park-workloads in the stack's registry)."""
+    """Image (default: park-workloads in the stack's registry)."""
     tpu_metrics: NotRequired[bool]
-    """TPU chip metrics from the device plugin (default true)."""
-    training: dict[str, Any]
-    """park:training's keys (camelCase, as in a stack file: strategy, steps, globalBatchSize,
-    ...; see README's config reference); `pool` and `enabled` are set from the arguments."""
+    """TPU chip metrics (`ray_tpu_*`, from the TPU device plugin). Default: true."""
+    training: TrainingArgs
+    """park:training's settings, typed (README's config reference); the pool and the image
+    are the component's own arguments."""
     hf_token: NotRequired[bool]
     """The workspace holds an HF token Secret (Workspace.hf_token): the pods read it (a gated
     base model)."""
@@ -89,23 +75,23 @@ class ServedModelArgs(TypedDict):
     """One model of the OpenAI endpoint."""
 
     name: str
-    """The model id clients ask for."""
+    """OpenAI model id clients ask for."""
     source: str
     """HF id, gs://..., or a path under the bucket mount (RayTrainingJob.export_path: serve
     what a training run exported)."""
     base_model: NotRequired[str]
-    """The model a fine-tuned source was trained from: its facts (architecture, size) stand in
-    for the source's at preview, when its config cannot be read then (a run not yet done)."""
+    """The model a fine-tuned source was trained from: its facts (architecture, size) stand in for
+    the source's at preview, when its config cannot be read then (a run not yet done)."""
     tensor_parallel_size: NotRequired[int]
     """Default: every chip of one slice."""
     max_model_len: NotRequired[int]
-    """Context length (default 8192)."""
+    """Context length. Default: 8192."""
     enable_expert_parallel: NotRequired[bool]
-    """For MoE models."""
+    """For MoE models. Default: false."""
     min_replicas: NotRequired[int]
-    """Serve autoscaling minimum (default 1); each replica holds a whole slice."""
+    """Serve autoscaling minimum; each replica holds a whole slice. Default: 1."""
     max_replicas: NotRequired[int]
-    """Serve autoscaling maximum (default 1)."""
+    """Serve autoscaling maximum. Default: 1."""
     engine_kwargs: NotRequired[dict[str, Any]]
     """Other vLLM engine arguments."""
 
@@ -131,20 +117,24 @@ class LlmServiceArgs(TypedDict):
     (in Python, the CpuPool itself). Default: none, any untainted node (an existing cluster's
     own pools)."""
     mount_path: NotRequired[str]
-    """Where the pods see it (default /data)."""
+    """Where Ray pods see the bucket (GCS FUSE). Default: /data."""
     image: NotRequired[str]
-    """The image (default park-workloads in the stack's registry)."""
+    """Image (default by engine)."""
     tpu_metrics: NotRequired[bool]
-    """TPU chip metrics from the device plugin (default true)."""
+    """TPU chip metrics (`ray_tpu_*`, from the TPU device plugin). Default: true."""
     models: list[ServedModelArgs]
-    """The served models."""
-    engine: NotRequired[str]
-    """vllm-torchtpu (default) or vllm-tpu (JAX)."""
-    upgrade_strategy: NotRequired[str]
-    """None (in place, default), NewCluster (blue/green: twice the slices) or
-    NewClusterWithIncrementalUpgrade."""
+    """Served models."""
+    engine: NotRequired[ServingEngineArg]
+    """`vllm-torchtpu` or `vllm-tpu` (JAX; separate image). Default: vllm-torchtpu."""
+    upgrade_strategy: NotRequired[UpgradeStrategyArg]
+    """`None` (in place), `NewCluster` (blue/green: twice the slices) or
+    `NewClusterWithIncrementalUpgrade`. Default: None."""
     expose_publicly: NotRequired[bool]
-    """A LoadBalancer for the endpoint (default ClusterIP)."""
+    """A LoadBalancer for the OpenAI endpoint (else a ClusterIP Service). Default: false."""
+    acknowledge_public: NotRequired[list[str]]
+    """Exposures meant to be public (serving), as park:policy.acknowledgePublic: on a
+    production (prod*) stack a public endpoint is refused unless named here; elsewhere a
+    warning."""
     endpoint_service: NotRequired[str]
     """The Kubernetes Service of the OpenAI endpoint (default <name>-openai)."""
     hf_token: NotRequired[bool]
@@ -169,6 +159,7 @@ def _values(args: Mapping[str, Any], section: str, body: dict[str, Any]) -> dict
         f"park:{section}": {"enabled": True, "pool": pool["name"], **body},
         "park:storage": plain(args, "bucket", "mount_path"),
         "park:observability": plain(args, "tpu_metrics"),
+        "park:policy": plain(args, "acknowledge_public"),  # posture: infra.components._posture
     }
     if args.get("namespace"):
         values["park:namespace"] = args["namespace"]
@@ -183,6 +174,7 @@ def _fields(section: str, argument: str) -> list[tuple[str, str]]:
         ("park:zone", "location"),
         ("park:namespace", "namespace"),
         ("park:hfToken", "hf_token"),
+        ACKNOWLEDGE_FIELD,
     ]
 
 
@@ -255,7 +247,7 @@ class RayTrainingJob(pulumi.ComponentResource):
             "RayTrainingJob", name, args, RayTrainingJobArgs
         )
         use_kubeconfig(self, name, args)
-        body = {k: v for k, v in args["training"].items() if k not in ("enabled", "pool")}
+        body = plain(args["training"], *args["training"])  # stack-file (camelCase) keys
         if args.get("image"):
             body["image"] = args["image"]
         plan = _workload_plan("RayTrainingJob", name, args, "training", body, "training.")
@@ -285,6 +277,11 @@ class RayTrainingJob(pulumi.ComponentResource):
         self.register_outputs(
             {"job_name": self.job_name, "workers": self.workers, "export_path": self.export_path}
         )
+        self._workload = name
+
+    def as_argument(self, field: str) -> str | None:
+        """Among a RayMetrics' `training_jobs`: the workload label its pods carry."""
+        return self._workload if field == "training_jobs" else None
 
 
 class LlmService(pulumi.ComponentResource):
@@ -350,5 +347,6 @@ class LlmService(pulumi.ComponentResource):
         self._service = name
 
     def as_argument(self, field: str) -> str | None:
-        """Given as a DashboardAccess's `service`: the RayService's name."""
-        return self._service if field == "service" else None
+        """Given as a DashboardAccess's `service` or among a RayMetrics' `services`: the
+        workload label its pods carry (the RayService's name)."""
+        return self._service if field in ("service", "services") else None

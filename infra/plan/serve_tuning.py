@@ -69,7 +69,7 @@ def llm_config_options() -> dict[str, Any]:
         # L/core/configs/llm_config.py:250-253, default True: attaches vLLM's
         # RayPrometheusStatLogger (L/engines/vllm/vllm_engine.py:622-628). Kept on, and said so:
         # the stack's Grafana dashboard plots ray_vllm_generation_tokens_total
-        # (infra/plan/observability.py), which only this logger exports.
+        # (infra/plan/grafana.py), which only this logger exports.
         "log_engine_metrics": True,
     }
 

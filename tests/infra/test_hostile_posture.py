@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from infra.plan.observability import dashboard_access
+from infra.plan.dashboard_access import dashboard_access
 from infra.resolve import resolve
 from infra.spec.read import parse_values
 from infra.stack import from_values

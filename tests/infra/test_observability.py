@@ -11,7 +11,7 @@ import re
 import pytest
 
 from infra import names
-from infra.plan import dashboard_access as access
+from infra.plan import dashboard_access as access_plan
 from infra.plan import grafana
 from infra.plan import metrics as metric_plan
 from infra.plan import ray as ray_plan
@@ -268,7 +268,7 @@ def test_expose_dashboard_needs_a_rayservice():
 
 def test_iap_dashboard_objects_fit_together():
     config = _config(EXPOSED)
-    access = access.dashboard_access(config)
+    access = access_plan.dashboard_access(config)
     assert access is not None
     objects = {m["kind"]: m for m in access.manifests}
     service, gateway, route, policy = (
@@ -304,7 +304,7 @@ def test_iap_dashboard_objects_fit_together():
         listener["name"],
     )
     assert listener["protocol"] == "HTTPS" and listener["port"] == 443
-    assert listener["tls"]["options"][access.PRE_SHARED_CERT_OPTION] == access.certificate_name
+    assert listener["tls"]["options"][access_plan.PRE_SHARED_CERT_OPTION] == access.certificate_name
     assert gateway["spec"]["addresses"] == [{"type": "NamedAddress", "value": access.address_name}]
     assert route["spec"]["hostnames"] == [config.spec.observability.dashboard_domain]
     for manifest in (service, gateway, route):
@@ -314,7 +314,7 @@ def test_iap_dashboard_objects_fit_together():
 
 def test_rendered_iap_dashboard():
     rendered = render_stack(EXPOSED)
-    access = access.dashboard_access(rendered.plan)
+    access = access_plan.dashboard_access(rendered.plan)
     assert access is not None
     (address,) = rendered.of_type("gcp:compute/globalAddress:GlobalAddress")
     assert address.parent == "dashboard" and address.inputs["name"] == access.address_name
@@ -324,7 +324,7 @@ def test_rendered_iap_dashboard():
     members = {r.inputs["member"] for r in rendered.of_type("gcp:iap/webIamMember:WebIamMember")}
     assert members == set(rendered.config.observability.iap_members)
     roles = {r.inputs["role"] for r in rendered.of_type("gcp:iap/webIamMember:WebIamMember")}
-    assert roles == {access.IAP_ROLE}
+    assert roles == {access_plan.IAP_ROLE}
     cluster = rendered.one("gcp:container/cluster:Cluster", "gke").inputs
     assert cluster["gatewayApiConfig"] == {"channel": "CHANNEL_STANDARD"}
     assert rendered.outputs["dashboard_url"] == f"https://{access.domain}"
