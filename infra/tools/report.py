@@ -19,7 +19,7 @@ from infra.tools import report_rl
 
 if TYPE_CHECKING:
     from infra.resolve import StackPlan
-    from infra.spec.errors import ConfigError
+    from infra.spec.errors import ConfigError, ConfigProblem
     from infra.tools.cost import StackCost
     from infra.tools.render import Rendered
     from infra.tools.validate import Section
@@ -28,21 +28,21 @@ if TYPE_CHECKING:
 def config_error(err: ConfigError, out: Console) -> None:
     out.print(f"[red]invalid stack config[/] ({len(err.problems)} problem(s)):")
     for problem in err.problems:
-        out.print(
-            f"  - [bold]{escape(problem.key)}[/] = {escape(problem.shown_value)}: "
-            f"{escape(problem.message)}",
-            soft_wrap=True,
-        )
+        _keyed_line(out, "  - ", problem)
 
 
 def warnings(plan: StackPlan, out: Console) -> None:
     """What is valid but worth saying (infra.rules.warnings)."""
     for warning in plan.warnings:
-        out.print(
-            f"  [yellow]warning[/] [bold]{escape(warning.key)}[/] = {escape(warning.shown_value)}: "
-            f"{escape(warning.message)}",
-            soft_wrap=True,
-        )
+        _keyed_line(out, "  [yellow]warning[/] ", warning)
+
+
+def _keyed_line(out: Console, lead: str, said: ConfigProblem) -> None:
+    """A problem or a warning as one line: the stack key, its value, what is said of it."""
+    out.print(
+        f"{lead}[bold]{escape(said.key)}[/] = {escape(said.shown_value)}: {escape(said.message)}",
+        soft_wrap=True,
+    )
 
 
 def render_summary(rendered: Rendered, out: Console) -> None:

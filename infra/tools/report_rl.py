@@ -21,31 +21,22 @@ def rl_table(plan: StackPlan) -> Table | None:
     )
     for column in ("side", "pool", "layout", "per chip (GiB)", "fits"):
         table.add_column(column)
-    fit = rl.fit
-    table.add_row(
-        "learner",
-        rl.learner.name,
-        f"{spec.strategy} on {rl.workers} chips, micro-batch {rl.micro_batch} x "
-        f"{rl.accumulation_steps}",
-        "not estimated"
-        if fit is None
-        else f"{fit.total_bytes / GIB:.1f} of {fit.usable_bytes / GIB:.2f}",
-        _fits_cell(None if fit is None else fit.fits),
-    )
-    engine = rollout.fit
-    table.add_row(
-        "rollout",
-        rollout.pool_name,
-        f"{rollout.engines} vLLM engine(s) at TP {rollout.tensor_parallel} "
-        f"(allowed {', '.join(map(str, rollout.options))}), context {rollout.max_model_len}",
-        "not estimated"
-        if engine is None
-        else f"weights {engine.weights_gib:.2f}, KV for {engine.sequences} sequences",
-        _fits_cell(None if engine is None else engine.fits),
-    )
+    learner, engine = rl.fit, rollout.fit
+    sides = {
+        ("learner", rl.learner.name): (
+            f"{spec.strategy} on {rl.workers} chips, micro-batch {rl.micro_batch} x "
+            f"{rl.accumulation_steps}",
+            learner,
+            learner and f"{learner.total_bytes / GIB:.1f} of {learner.usable_bytes / GIB:.2f}",
+        ),
+        ("rollout", rollout.pool_name): (
+            f"{rollout.engines} vLLM engine(s) at TP {rollout.tensor_parallel} "
+            f"(allowed {', '.join(map(str, rollout.options))}), context {rollout.max_model_len}",
+            engine,
+            engine and f"weights {engine.weights_gib:.2f}, KV for {engine.sequences} sequences",
+        ),
+    }
+    for (side, pool), (layout, fit, estimate) in sides.items():
+        fits = "?" if fit is None else "yes" if fit.fits else "NO"
+        table.add_row(side, pool, layout, "not estimated" if fit is None else str(estimate), fits)
     return table
-
-
-def _fits_cell(fits: bool | None) -> str:
-    """The table's fits column: None when the plan could not estimate that side."""
-    return "?" if fits is None else "yes" if fits else "NO"
