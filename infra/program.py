@@ -52,10 +52,14 @@ def load_plan() -> tuple[StackPlan, pulumi.Output[str] | None]:
 
 
 def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
-    """The stack as one user of the public components: each gets its arguments from the plan."""
+    """The stack as one user of the public components: each gets its arguments from the plan.
+
+    Inside `stack_program(plan)` each component plans from its piece of this plan (its pool
+    by name, the serving plan...) instead of resolving its arguments again, and deployed
+    stacks keep their resources' URNs (aliases)."""
     from infra.components._naming import stack_program
 
-    with stack_program():  # deployed stacks keep their resources' URNs (aliases)
+    with stack_program(plan):
         _build(plan, hf_token)
 
 

@@ -200,7 +200,8 @@ class CpuPool(pulumi.ComponentResource):
             [("park:cpuPool.", "")],
             stack=name,
         )
-        pool = node_pools.cpu_pool(plan.spec.cpu_pool, args["location"])
+        # The boot disk is the argument: the stack program's is the one its disk plan sized.
+        pool = node_pools.cpu_pool(plan.spec.cpu_pool, args["location"], args.get("disk_size_gb"))
         self.node_pool = _node_pool(
             f"CpuPool {name!r}", name, pool, args, child_options(self, opts), args["name"]
         )
@@ -254,12 +255,12 @@ class TpuSlicePool(pulumi.ComponentResource):
             ("park:extraTpuZones", "extra_zones"),
         ]
         plan = checked_plan("TpuSlicePool", name, values, fields, stack=name)
-        (pool,) = plan.tpu_pools
+        pool = next(p for p in plan.tpu_pools if p.name == args["name"])
         child = child_options(self, opts)
         owner = f"TpuSlicePool {name!r}"
         self.node_pools = [
             _node_pool(owner, f"{name}-s{p.slice_index}", p, args, child)
-            for p in node_pools.tpu_slice_pools(pool, args["location"])
+            for p in node_pools.tpu_slice_pools(pool, args["location"], args.get("disk_size_gb"))
         ]
         self.plan = pool
         # What a RayTrainingJob or LlmService on this pool takes as its `pool` argument.
@@ -317,7 +318,7 @@ class GpuPool(pulumi.ComponentResource):
         plan = checked_plan(
             "GpuPool", name, _values(args, **{"park:gpuPools": [spec]}), fields, stack=name
         )
-        (gpu,) = plan.gpu_pools
+        gpu = next(g for g in plan.gpu_pools if g.spec.name == args["name"])
         self.node_pool = _node_pool(
             f"GpuPool {name!r}",
             name,

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from infra import disk
+from infra import catalog, disk
 from infra.resolve import StackPlan, resolve
 from infra.rules import platform, pools, rl, security, training_memory, workloads
 from infra.spec.errors import ConfigError, ConfigProblem
 from infra.spec.models import StackConfig
 
 
-def problems(spec: StackConfig) -> list[ConfigProblem]:
-    """Every problem of a typed spec (empty: it is valid)."""
-    plan = resolve(spec, partial=True)
+def problems(spec: StackConfig, plan: StackPlan | None = None) -> list[ConfigProblem]:
+    """Every problem of a typed spec (empty: it is valid); `plan`: its resolve, when done."""
+    plan = plan if plan is not None else resolve(spec, partial=True)
     found: list[ConfigProblem] = []
     found += pools.check_location(spec)
     found += pools.check_version(spec)
@@ -39,9 +39,9 @@ def problems(spec: StackConfig) -> list[ConfigProblem]:
     return found
 
 
-def warnings(spec: StackConfig) -> list[ConfigProblem]:
+def warnings(spec: StackConfig, plan: StackPlan | None = None) -> list[ConfigProblem]:
     """What is valid but likely to hurt later; printed by park and by the program."""
-    plan = resolve(spec, partial=True)
+    plan = plan if plan is not None else resolve(spec, partial=True)
     return [
         *pools.version_warnings(spec),
         *workloads.serving_warnings(plan),
@@ -53,10 +53,20 @@ def warnings(spec: StackConfig) -> list[ConfigProblem]:
 def check(spec: StackConfig, *, posture: bool = True) -> StackPlan:
     """The StackPlan of a valid spec; ConfigError naming every problem otherwise. `posture`:
     judge the stack's exposure too (infra/rules/security.py); False for a component that
-    plans a part of a stack whose cluster it does not know."""
-    found = problems(spec)
+    plans a part of a stack whose cluster it does not know.
+
+    Resolves once: a valid spec resolves whole, and the rules read that plan. One that does
+    not (a pool the catalog lacks, a workload on a missing pool) is resolved partially so that
+    the rules can name every problem; should they find none, its error is raised as is."""
+    try:
+        plan, unresolved = resolve(spec), None
+    except (catalog.CatalogError, KeyError) as err:  # what resolve(partial=True) leaves out
+        plan, unresolved = resolve(spec, partial=True), err
+    found = problems(spec, plan)
     exposed, exposure_warnings = security.check_posture(spec) if posture else ([], [])
     found += exposed
     if found:
         raise ConfigError(found)
-    return replace(resolve(spec), warnings=(*warnings(spec), *exposure_warnings))
+    if unresolved is not None:
+        raise unresolved  # a gap in the rules: never a plan with parts left out
+    return replace(plan, warnings=(*warnings(spec, plan), *exposure_warnings))
