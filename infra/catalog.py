@@ -7,7 +7,8 @@ Facts are keyed on (machine type, topology), never topology alone: ``2x4`` is on
 ``ct6e-standard-8t`` but two hosts on ``ct6e-standard-4t``. Sources: GKE's TPU docs, KubeRay
 v1.7.0 samples (4x4 → numOfHosts 4, 16x16 → 64) and AI-Hypercomputer/xpk's system table.
 
-Adding a generation (v5e, v5p, v7x) is data only: a ``TpuGeneration`` and its machine types.
+Adding a generation (v5e, v5p, v7x) is data only: a ``TpuGeneration`` and its machine types
+(tests/infra/test_records.py adds v5e's that way).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ class TpuGeneration:
     """Facts shared by every machine type of one TPU generation."""
 
     name: str  # "v6e"
+    machine_type_prefix: str  # its GKE machine types' family, e.g. "ct6e" (ct6e-standard-4t)
     gke_accelerator: str  # node label cloud.google.com/gke-tpu-accelerator
+    ray_name: str  # Ray's accelerator version: pod types ("v6e-16"); "v5litepod" for v5e
     ray_accelerator_type: str  # Ray's accelerator_type, e.g. "TPU-V6E"
     peak_bf16_tflops_per_chip: float
     hbm_gib_per_chip: int  # nominal, as sold (32 GB on v6e)
@@ -35,14 +38,19 @@ class TpuGeneration:
     # The single-host process counts torch_tpu forms a slice from, and TORCH_TPU_TOPOLOGY for
     # each (torch_tpu 0.2.0 _internal/utils/hardware.py:38-76: any other count is refused).
     torch_tpu_world_topologies: tuple[tuple[int, str], ...] = ()
+    # How Ray places a slice: the topologies Ray takes as one VM holding every chip (ray/
+    # _private/accelerators/tpu.py get_chips_per_host: TPU_8_CHIPS_PER_HOST_TYPES x
+    # TPU_SINGLE_HOST_TOPOLOGIES); any other topology Ray takes as hosts of
+    # RAY_DEFAULT_CHIPS_PER_HOST chips. Serve LLM sizes a slice's placement group so.
+    ray_single_vm_topologies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class TpuMachineType:
-    """A GKE machine type and the slice topologies it can form."""
+    """A GKE machine type and the slice topologies it can form. Its generation is the one whose
+    machine-type prefix its name starts with (ct6e-standard-4t: v6e)."""
 
     name: str
-    generation: str
     chips_per_host: int
     topologies: tuple[str, ...]
     vcpus: int
@@ -52,6 +60,15 @@ class TpuMachineType:
     # assumed: pods' scratch lives on the boot disk (infra.disk).
     local_ssd_gib: int | None = None
 
+    @property
+    def generation(self) -> str:
+        """The name of its TpuGeneration, by the machine-type prefix."""
+        family = self.name.split("-")[0]
+        for generation in GENERATIONS.values():
+            if generation.machine_type_prefix == family:
+                return generation.name
+        raise CatalogError(f"no TPU generation has machine types named {family}-*")
+
 
 # TPU v6e (Trillium). Zones: those in Google's tables as read for FACTS.md (the table was cut,
 # so stacks may add zones with `park:extraTpuZones`).
@@ -60,7 +77,9 @@ GENERATIONS: dict[str, TpuGeneration] = {
     for g in (
         TpuGeneration(
             name="v6e",
+            machine_type_prefix="ct6e",
             gke_accelerator="tpu-v6e-slice",
+            ray_name="v6e",
             ray_accelerator_type="TPU-V6E",
             peak_bf16_tflops_per_chip=918.0,
             hbm_gib_per_chip=32,
@@ -70,6 +89,7 @@ GENERATIONS: dict[str, TpuGeneration] = {
             min_gke_version="1.31.2-gke.1115000",
             zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
             torch_tpu_world_topologies=((1, "1,1,1"), (4, "2,2,1"), (8, "2,4,1")),
+            ray_single_vm_topologies=("1x1", "2x2", "2x4"),
         ),
     )
 }
@@ -77,18 +97,21 @@ GENERATIONS: dict[str, TpuGeneration] = {
 MACHINE_TYPES: dict[str, TpuMachineType] = {
     m.name: m
     for m in (
-        TpuMachineType("ct6e-standard-1t", "v6e", 1, ("1x1",), vcpus=44, memory_gib=176),
+        TpuMachineType("ct6e-standard-1t", 1, ("1x1",), vcpus=44, memory_gib=176),
         TpuMachineType(
             "ct6e-standard-4t",
-            "v6e",
             4,
             ("2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
             vcpus=180,
             memory_gib=720,
         ),
-        TpuMachineType("ct6e-standard-8t", "v6e", 8, ("2x4",), vcpus=180, memory_gib=1440),
+        TpuMachineType("ct6e-standard-8t", 8, ("2x4",), vcpus=180, memory_gib=1440),
     )
 }
+
+# Ray's chips per host for a topology it does not take as one VM (ray/_private/accelerators/
+# tpu.py DEFAULT_TPU_NUM_CHIPS_PER_HOST).
+RAY_DEFAULT_CHIPS_PER_HOST = 4
 
 # Kubernetes facts that do not vary by generation.
 TPU_RESOURCE = "google.com/tpu"
@@ -130,7 +153,15 @@ class TpuSlice:
     @property
     def ray_pod_type(self) -> str:
         """Ray's name for the slice, e.g. ``v6e-16`` (head resource ``TPU-v6e-16-head``)."""
-        return f"{self.generation.name}-{self.chips * self.generation.pod_type_units_per_chip}"
+        return f"{self.generation.ray_name}-{self.chips * self.generation.pod_type_units_per_chip}"
+
+    @property
+    def ray_hosts(self) -> int:
+        """The hosts Ray assumes the slice has (TpuGeneration.ray_single_vm_topologies): where
+        it differs from ``hosts``, Serve LLM's placement group is misshaped."""
+        if self.topology in self.generation.ray_single_vm_topologies:
+            return 1
+        return math.ceil(self.chips / RAY_DEFAULT_CHIPS_PER_HOST)
 
     @property
     def torch_tpu_topology(self) -> str:

@@ -34,7 +34,8 @@ wheels as PyPI serves them for Python 3.12):
   get_batch_defaults for Ray Serve LLM's OPENAI_API_SERVER usage context: the TPU plugin is an
   out-of-tree platform whose get_device_total_memory raises, so the generic branch applies),
   max_num_seqs 256, chunked prefill and async scheduling on (2 batches in flight).
-The other engine, vllm-tpu (JAX, tpu-inference), was not read: it keeps the same rules.
+The other engine, vllm-tpu (JAX, tpu-inference), was not read: it keeps the same rules, and
+preview says so (its record's `fit_assumes`, infra.engines).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra import catalog, kv_cache
+from infra import catalog, engines, kv_cache
 from infra.model_facts import ModelFacts
 
 DEFAULT_MEMORY_UTILIZATION = 0.92  # vllm/config/cache.py:111 (vLLM 0.29)
@@ -58,23 +59,30 @@ RUNTIME_MARGIN_BYTES = 512 * 1024**2
 GIB = 1024**3
 
 
-def executor(engine: str, tpu: catalog.TpuSlice) -> str:
-    """Which vLLM executor serves a replica: `ray` across hosts, `mp` on one host."""
-    return "ray" if tpu.multi_host else "mp"
-
-
 def tensor_parallel_options(engine: str, tpu: catalog.TpuSlice) -> list[int]:
-    """The TP sizes the engine accepts on one slice of this shape (module docstring)."""
-    if engine == "vllm-torchtpu":
-        if tpu.multi_host:
-            return [tpu.chips]
+    """The TP sizes the engine accepts on one slice of this shape (module docstring), by how
+    its record says TP is formed (infra.engines)."""
+    record = engines.get(engine)
+    if tpu.multi_host and record.tp_across_hosts == "whole_slice":
+        return [tpu.chips]
+    if not tpu.multi_host and record.tp_on_one_host == "runtime_worlds":
         worlds = [n for n, _ in tpu.generation.torch_tpu_world_topologies]
         return [n for n in worlds if n <= tpu.chips and tpu.chips % n == 0] or [1]
-    return [  # vllm-tpu: divisors of the chips, whole hosts past one (Serve LLM's host bundles)
+    return [  # divisors of the chips, whole hosts past one (Serve LLM's host bundles)
         tp
         for tp in range(1, tpu.chips + 1)
         if tpu.chips % tp == 0 and (tp <= tpu.chips_per_host or tp % tpu.chips_per_host == 0)
     ]
+
+
+def tensor_parallel_rule(engine: str, tpu: catalog.TpuSlice) -> str:
+    """Why tensor_parallel_options allows what it does, for a refusal's message."""
+    record = engines.get(engine)
+    if tpu.multi_host and record.tp_across_hosts == "whole_slice":
+        return "its Ray executor takes every chip of the slice"
+    if not tpu.multi_host and record.tp_on_one_host == "runtime_worlds":
+        return "torch_tpu forms a single-host slice of these chip counts only"
+    return "divisors of the chips, whole hosts past one"
 
 
 def torch_tpu_topology(tpu: catalog.TpuSlice, tensor_parallel: int) -> str | None:

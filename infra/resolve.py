@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from infra import catalog, disk, engine, gke, model_lookup, names
+from infra import catalog, disk, engine, engines, gke, model_lookup, names
 from infra.disk import DiskPlan
 from infra.model_facts import FactsLookup
 from infra.resolve_training import fit_training, training_model_facts
@@ -44,10 +44,9 @@ from workloads import protocol
 if TYPE_CHECKING:
     from infra.resolve_rl import RlPlan
 
-# Images, by what runs in them: one TorchTPU image for training and vLLM-TorchTPU serving; a
-# separate JAX image for the vllm-tpu engine (its libtpu pins conflict with torch_tpu).
-WORKLOAD_IMAGE = "park-workloads"
-VLLM_TPU_IMAGE = "park-serve-vllm-tpu"
+# Images, by what runs in them: one TorchTPU image for training and the default engine; each
+# serving engine's own in its record (infra.engines).
+WORKLOAD_IMAGE = engines.WORKLOAD_IMAGE
 CHECKPOINTS_PREFIX = "checkpoints"
 
 
@@ -310,8 +309,8 @@ def image(spec: StackConfig, registry_url: str, section: TrainingConfig | Servin
     if section.image:
         return section.image
     name = WORKLOAD_IMAGE
-    if isinstance(section, ServingConfig) and section.engine == "vllm-tpu":
-        name = VLLM_TPU_IMAGE
+    if isinstance(section, ServingConfig):
+        name = engines.get(section.engine).image
     return f"{registry_url}/{name}:{IMAGE_TAG}"
 
 

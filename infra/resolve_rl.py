@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from infra import disk, engine, model_facts, model_lookup, names, training_fit
+from infra import disk, engine, engines, model_facts, model_lookup, names, training_fit
 from infra.model_facts import FactsLookup
 from infra.resolve_training import fit_training
 from infra.spec.models import RlConfig, StackConfig, TrainingConfig
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from infra.resolve import GpuPoolPlan, PoolPlan
 
 RL_JOB_NAME = "park-rl"
-ROLLOUT_ENGINE = "vllm-torchtpu"  # the project's image: vLLM on torch_tpu, as serving's default
+ROLLOUT_ENGINE = engines.DEFAULT_ENGINE  # the project's image: vLLM on torch_tpu, as serving
 
 
 @dataclass(frozen=True)

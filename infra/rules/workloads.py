@@ -8,18 +8,14 @@ from __future__ import annotations
 
 from pydantic.alias_generators import to_camel
 
-from infra import engine, model_facts
+from infra import engine, engines, model_facts
 from infra.resolve import ServedModelPlan, StackPlan
 from infra.rules import training_memory, workload_flags
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import RL_SOURCE, TRAINING_SOURCE, StackConfig
-from infra.versions import ENGINE_VERSIONS, RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
+from infra.versions import RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
 from workloads.train import model_rules
 
-# Where the pinned Ray's TPU serving maths disagrees with GKE: (generation, topology) → hosts
-# Ray assumes: ray/_private/accelerators/tpu.py get_chips_per_host takes a v6e topology of up
-# to 8 chips as one 8-chip VM unless told chips_per_vm, which Serve LLM does not pass.
-RAY_SERVE_HOSTS_BY_TOPOLOGY = {("v6e", "2x4"): 1}
 # Engine arguments the stack sets from its own keys.
 RESERVED_ENGINE_KWARGS = ("tensor_parallel_size", "max_model_len", "enable_expert_parallel")
 
@@ -191,20 +187,22 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
                 "serve from an on-demand, spot, reservation or flex-start pool",
             )
         )
-    ray_hosts = RAY_SERVE_HOSTS_BY_TOPOLOGY.get((tpu.generation.name, tpu.topology))
-    if ray_hosts is not None and ray_hosts != tpu.hosts:
-        # Ray Serve LLM sizes a slice's placement group from the topology alone.
+    if tpu.ray_hosts != tpu.hosts:
+        # Ray Serve LLM sizes a slice's placement group from the topology alone, as Ray places
+        # the generation's slices (catalog.TpuGeneration.ray_single_vm_topologies): it does not
+        # pass chips_per_vm.
         problems.append(
             ConfigProblem(
                 "park:serving.pool",
                 spec.pool,
-                f"Ray {RAY_VERSION} Serve LLM assumes {tpu.topology} is {ray_hosts} host(s), but "
-                f"on {tpu.machine_type} it is {tpu.hosts}: the placement group would be "
+                f"Ray {RAY_VERSION} Serve LLM assumes {tpu.topology} is {tpu.ray_hosts} host(s), "
+                f"but on {tpu.machine_type} it is {tpu.hosts}: the placement group would be "
                 f"misshaped; serve from a pool of another machine type or topology",
             )
         )
     names: set[str] = set()
     held = 0
+    limit = engines.get(spec.engine).multi_host_slices_per_cluster
     for model in serving.models:
         prefix, model_spec = model.key, model.spec
         if model_spec.name in names:
@@ -227,10 +225,10 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
         if held > serving.slice_budget and held - model.max_slices <= serving.slice_budget:
             problems.append(_over_budget(plan, model.index))
         elif (
-            spec.engine == "vllm-torchtpu"
+            limit is not None
             and tpu.multi_host
-            and held > 1
-            and held - model.max_slices <= 1
+            and held > limit
+            and held - model.max_slices <= limit
         ):
             problems.append(_one_multi_host_slice(plan, model.index))
         for key in sorted(set(RESERVED_ENGINE_KWARGS) & set(model_spec.engine_kwargs)):
@@ -268,13 +266,7 @@ def _model_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProbl
         problems.append(ConfigProblem(f"{prefix}.source", spec.source, model.facts.error))
     options = engine.tensor_parallel_options(engine_name, tpu)
     if tp not in options:
-        why = (
-            "its Ray executor takes every chip of the slice"
-            if tpu.multi_host and engine_name == "vllm-torchtpu"
-            else "torch_tpu forms a single-host slice of these chip counts only"
-            if engine_name == "vllm-torchtpu"
-            else "divisors of the chips, whole hosts past one"
-        )
+        why = engine.tensor_parallel_rule(engine_name, tpu)
         problems.append(
             ConfigProblem(
                 f"{prefix}.tensorParallelSize",
@@ -383,7 +375,8 @@ def servable_problems(facts: model_facts.ModelFacts) -> list[str]:
     if facts.architecture and facts.architecture not in model_facts.served_architectures():
         return [
             f"architecture {facts.architecture} is not one vLLM "
-            f"{ENGINE_VERSIONS['vllm-torchtpu']} serves (infra/data/vllm_architectures.yaml)"
+            f"{engines.get(engines.DEFAULT_ENGINE).version} serves "
+            "(infra/data/vllm_architectures.yaml)"
         ]
     return []
 
@@ -391,23 +384,27 @@ def servable_problems(facts: model_facts.ModelFacts) -> list[str]:
 def _one_multi_host_slice(plan: StackPlan, index: int) -> ConfigProblem:
     serving = plan.serving
     assert serving is not None
-    model = serving.models[index]
+    model, record = serving.models[index], engines.get(serving.spec.engine)
     return ConfigProblem(
         f"{model.key}.maxReplicas",
         model.spec.max_replicas,
         f"the served models need {serving.max_slices} multi-host {serving.pool.slice.topology} "
-        "slices in one RayService cluster, but vllm-torchtpu 0.29's Ray executor builds its "
-        "slice from every TPU host of the cluster (RayDistributedExecutorV2._slice_host_layout): "
-        "one cluster can serve one multi-host slice; serve one replica of one model per "
-        "RayService",
+        f"slices in one RayService cluster, but {record.name} {record.version}'s Ray executor "
+        "builds its slice from every TPU host of the cluster (RayDistributedExecutorV2."
+        f"_slice_host_layout): one cluster can serve {record.multi_host_slices_per_cluster} "
+        "multi-host slice(s); serve one replica of one model per RayService",
     )
 
 
 def serving_warnings(plan: StackPlan) -> list[ConfigProblem]:
-    """Served models whose facts are unknown here: their checks did not run."""
+    """Served models whose facts are unknown here, and an engine whose rules were not read:
+    their checks did not run, or ran on an assumption."""
     if plan.serving is None:
         return []
     warnings = []
+    assumes = engines.get(plan.serving.spec.engine).fit_assumes
+    if assumes:
+        warnings.append(ConfigProblem("park:serving.engine", plan.serving.spec.engine, assumes))
     for model in plan.serving.models:
         lookup = model.facts
         if lookup.facts is None and lookup.error is None:

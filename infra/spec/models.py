@@ -7,10 +7,11 @@ Types, enums and ranges only. Rules that need the TPU catalog or several keys at
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import Field, NonNegativeFloat
 
+from infra import engines
 from infra.spec._model import _Model
 from infra.spec.jobs import RlConfig as RlConfig
 from infra.spec.jobs import TrainingConfig as TrainingConfig
@@ -18,6 +19,11 @@ from infra.versions import KUBERAY_VERSION, KUEUE_VERSION
 
 Capacity = Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
 CAPACITY_TYPES: tuple[str, ...] = get_args(Capacity)
+# The serving engines: the names of infra/engines.py's records (a row there is a value here).
+if TYPE_CHECKING:
+    EngineName = str
+else:
+    EngineName = Literal[engines.ENGINE_NAMES]
 # What the offline reader puts where a stack file holds a `secure:` value.
 SECRET_PLACEHOLDER = "[secret]"
 
@@ -207,8 +213,7 @@ class ServingConfig(_Model):
     """TPU pool it runs on (not training's)."""
     image: str | None = None
     """Image (default by engine)."""
-    engine: Literal["vllm-torchtpu", "vllm-tpu"] = "vllm-torchtpu"
-    """`vllm-torchtpu` (default) or `vllm-tpu` (JAX; separate image)."""
+    engine: EngineName = Field(engines.DEFAULT_ENGINE, description=engines.describe())
     models: list[ServedModel] = []
     """Served models."""
     upgrade_strategy: Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"] = "None"

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from infra import engines
 from infra.engine import tensor_parallel_options
 from infra.plan import tpu_groups
 from infra.plan.pods import cluster_spec
@@ -231,11 +232,13 @@ def _check_rayservice(
                     f"{tpu.chips_per_host} per host)",
                 )
             env = _get(llm, "runtime_env", "env_vars") or {}
-            if tp > tpu.chips_per_host and env.get("TPU_MULTIHOST_BACKEND") != "ray":
+            needed = engines.get(engine_name).multi_host_env
+            missing = [f"{k}={v}" for k, v in needed if env.get(k) != v]
+            if tp > tpu.chips_per_host and missing:
                 yield ManifestProblem(
                     name,
                     f"{at}.runtime_env.env_vars",
-                    "TP across hosts needs TPU_MULTIHOST_BACKEND=ray, else vLLM silently runs "
+                    f"TP across hosts needs {', '.join(missing)}, else vLLM silently runs "
                     "on one host",
                 )
 
@@ -336,7 +339,7 @@ def check_manifests(
         if kind == "RayJob":
             problems += _check_rayjob(manifest, groups, base)
         elif kind == "RayService":
-            engine_name = plan.spec.serving.engine if plan is not None else "vllm-torchtpu"
+            engine_name = plan.spec.serving.engine if plan is not None else engines.DEFAULT_ENGINE
             problems += _check_rayservice(manifest, groups, engine_name)
             problems += _check_bucket_sources(manifest, plan)
     return problems

@@ -7,12 +7,12 @@ from typing import Any
 
 import yaml
 
-from infra import disk, engine
+from infra import disk, engine, engines
 from infra.names import EXPOSE_SERVE_ANNOTATION, OPENAI_SERVICE_NAME, SERVE_PORT, SERVICE_NAME
 from infra.plan import serve_tuning
 from infra.plan.ray.pods import RayPods, app_labels, head_group, label_pods, tpu_worker_group
 from infra.resolve import ServingPlan
-from infra.versions import ENGINE_VERSIONS, IMAGE_TAG, RAY_VERSION
+from infra.versions import IMAGE_TAG, RAY_VERSION
 
 
 def model_source(pods: RayPods, source: str) -> str | dict[str, str]:
@@ -43,36 +43,32 @@ def _slug(text: str) -> str:
 
 def compile_cache_key(serving: ServingPlan, model_name: str, tensor_parallel: int) -> str:
     """Entries only a replica of the same model, slice shape, TP and engine may reuse."""
-    tpu, engine_name = serving.pool.slice, serving.spec.engine
+    tpu, record = serving.pool.slice, engines.get(serving.spec.engine)
     return (
         f"{_slug(model_name)}-{tpu.machine_type}-{tpu.topology}-tp{tensor_parallel}-"
-        f"{engine_name}-{ENGINE_VERSIONS[engine_name]}-{IMAGE_TAG}"
+        f"{record.name}-{record.version}-{IMAGE_TAG}"
     )
 
 
 def _engine_env(serving: ServingPlan, pods: RayPods, model_name: str, tp: int) -> dict[str, str]:
-    """The engine's environment: its executor on multi-host, the topology torch_tpu must use,
-    and a compile cache on the bucket so a restarted replica starts warm."""
-    tpu = serving.pool.slice
+    """The engine's environment (its record, infra.engines): its executor on multi-host, the
+    topology torch_tpu must use, and its compile caches on the bucket so a restarted replica
+    starts warm."""
+    tpu, record = serving.pool.slice, engines.get(serving.spec.engine)
     env: dict[str, str] = {}
     if tpu.multi_host:
-        env["TPU_MULTIHOST_BACKEND"] = "ray"  # else vLLM silently runs on one host
+        env.update(record.multi_host_env)
     topology = engine.torch_tpu_topology(tpu, tp)
     if topology:
         # The TPU webhook injects the whole host's TORCH_TPU_TOPOLOGY, which torch_tpu keeps
         # (vllm_torchtpu/platforms/tpu_platform.py:540): a TP-4 engine on 8 chips needs 2,2,1.
         env["TORCH_TPU_TOPOLOGY"] = topology
-    if serving.spec.engine == "vllm-torchtpu":
-        # Not VLLM_DISABLE_COMPILE_CACHE=1 (the engine's CI setting: every replica start would
-        # recompile). TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT is torch_tpu 0.2.0's persistent
-        # executable cache (off unless set; read by its C++ runtime and vllm_torchtpu/envs.py:980);
-        # VLLM_CACHE_ROOT holds vLLM's own compiled-graph cache (vllm/compilation/backends.py:1058).
-        # The key keeps models, slice shapes, TPs and versions apart; the engine hashes its
-        # own config (max_model_len, memory utilization...) inside.
-        key = compile_cache_key(serving, model_name, tp)
-        root = f"{pods.mount_path}/{COMPILE_CACHE_DIR}"
-        env["TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"] = f"{root}/torch-tpu/{key}"
-        env["VLLM_CACHE_ROOT"] = f"{root}/vllm/{key}"
+    # The key keeps models, slice shapes, TPs and versions apart; the engine hashes its own
+    # config (max_model_len, memory utilization...) inside.
+    key = compile_cache_key(serving, model_name, tp)
+    root = f"{pods.mount_path}/{COMPILE_CACHE_DIR}"
+    for variable, folder in record.compile_cache_env:
+        env[variable] = f"{root}/{folder}/{key}"
     return env
 
 
@@ -87,7 +83,7 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
     in engineKwargs when it wants it), `max_num_batched_tokens` (the engine's default), and
     `USE_MOE_SPARSE_CORE=0` (routes Gemma 4's experts; other MoE models keep the default).
     """
-    tpu = serving.pool.slice
+    tpu, record = serving.pool.slice, engines.get(serving.spec.engine)
     llm_configs = []
     for model in serving.models:
         spec = model.spec
@@ -110,10 +106,9 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
                 },
                 "accelerator_type": tpu.ray_accelerator_type,
                 "accelerator_config": {"kind": "tpu", "topology": tpu.topology},
-                # One engine worker per chip, as vllm-torchtpu's workers take one TPU each
-                # (ray_distributed_executor_v2.py:181-188); the slice placement group then holds
-                # every chip of the topology as such bundles.
-                "placement_group_config": {"bundle_per_worker": {"TPU": 1}},
+                # The engine's bundle per worker (one TPU: its workers take one chip each); the
+                # slice placement group then holds every chip of the topology as such bundles.
+                "placement_group_config": {"bundle_per_worker": dict(record.worker_bundle)},
                 "engine_kwargs": kwargs,
                 "deployment_config": {
                     "autoscaling_config": {
