@@ -69,38 +69,21 @@ def resource_args(
     resource: Any, stack: str, config: Mapping[str, Any] | None = None
 ) -> ResourceValidationArgs:
     """ResourceValidationArgs for one recorded resource ({type, name, parent, inputs})."""
-    r = _record(resource)
-    props = unknown_checking_proxy(_wire(r.get("inputs") or {}))
-    return ResourceValidationArgs(
-        r["type"],
-        props,
-        urn(stack, r["type"], r["name"]),
-        r["name"],
-        _options(r.get("parent")),
-        None,
-        dict(config or {}),
-    )
+    return ResourceValidationArgs(*_seen(resource, stack), None, dict(config or {}))
 
 
 def stack_args(resources: Iterable[Any], stack: str) -> StackValidationArgs:
-    policy_resources = []
-    for resource in resources:
-        r = _record(resource)
-        props = unknown_checking_proxy(_wire(r.get("inputs") or {}))
-        policy_resources.append(
-            PolicyResource(
-                r["type"],
-                props,
-                urn(stack, r["type"], r["name"]),
-                r["name"],
-                _options(r.get("parent")),
-                None,
-                None,
-                [],
-                {},
-            )
-        )
-    return StackValidationArgs(policy_resources)
+    return StackValidationArgs(
+        [PolicyResource(*_seen(r, stack), None, None, [], {}) for r in resources]
+    )
+
+
+def _seen(resource: Any, stack: str) -> tuple[str, Any, str, str, PolicyResourceOptions]:
+    """What a policy sees of one recorded resource, first in both of the SDK's argument
+    classes: type, inputs (unknowns raise when read), URN, name, options."""
+    r = _record(resource)
+    props = unknown_checking_proxy(_wire(r.get("inputs") or {}))
+    return r["type"], props, urn(stack, r["type"], r["name"]), r["name"], _options(r.get("parent"))
 
 
 def _reporter(
