@@ -4,7 +4,8 @@ workload roles, no public Ray endpoint without the stack's flag, no secret in pl
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from functools import wraps
 from typing import Any
 
 import yaml
@@ -132,38 +133,42 @@ def node_sa_not_default(args: ResourceValidationArgs, report_violation: ReportVi
 # Network
 
 
-def _posture(
-    args: ResourceValidationArgs,
-    report_violation: ReportViolation,
-    production: bool | None,
-    acknowledged: Iterable[str],
+Judge = Callable[..., None]  # judge(exposure, what, strict=False): report what posture refuses
+
+
+def _posture_policy(
+    check: Callable[[ResourceValidationArgs, ReportViolation, Judge], None],
 ) -> Callable[..., None]:
-    """Report what infra.rules.security.posture_verdict refuses: the same decision `park
-    validate` makes on the spec, with the same production marker and acknowledgements."""
-    prod = prod_like(args.urn, args.get_config(), production)
+    """A policy judging exposures as `park validate` does (infra.rules.security.posture_verdict),
+    by the stack's production marker and acknowledgements (policy/rules.py binds them)."""
 
-    def judge(exposure: Exposure, what: str, *, strict: bool = False) -> None:
-        verdict = posture_verdict(
-            exposure, what, production=prod or strict, acknowledged=frozenset(acknowledged)
-        )
-        if verdict.refused:
-            report_violation(f"{args.name}: {verdict.message}", None)
+    @wraps(check)
+    def policy(
+        args: ResourceValidationArgs,
+        report_violation: ReportViolation,
+        *,
+        production: bool | None = None,
+        acknowledged: frozenset[str] = frozenset(),
+    ) -> None:
+        def judge(exposure: Exposure, what: str, *, strict: bool = False) -> None:
+            prod = prod_like(args.urn, args.get_config(), production) or strict
+            verdict = posture_verdict(exposure, what, production=prod, acknowledged=acknowledged)
+            if verdict.refused:
+                report_violation(f"{args.name}: {verdict.message}", None)
 
-    return judge
+        check(args, report_violation, judge)
+
+    return policy
 
 
+@_posture_policy
 def gke_private_nodes(
-    args: ResourceValidationArgs,
-    report_violation: ReportViolation,
-    *,
-    production: bool | None = None,
-    acknowledged: Iterable[str] = (),
+    args: ResourceValidationArgs, report_violation: ReportViolation, judge: Judge
 ) -> None:
     """Nodes without public IPs; the control plane not open to the whole internet (refused
     on production stacks unless acknowledged; a range of everyone refused on every stack)."""
     if args.resource_type not in (NODE_POOL, CLUSTER):
         return
-    judge = _posture(args, report_violation, production, acknowledged)
     if args.resource_type == NODE_POOL:
         if get(args.props, "networkConfig.enablePrivateNodes") is False:
             judge("nodes", "node pool: networkConfig.enablePrivateNodes is false (public IPs)")
@@ -281,12 +286,9 @@ def _flagged(metadata: Mapping[str, Any], *annotations: str) -> bool:
     return any(is_true(mapping(metadata.get("annotations")).get(a)) for a in annotations)
 
 
+@_posture_policy
 def ray_not_public(
-    args: ResourceValidationArgs,
-    report_violation: ReportViolation,
-    *,
-    production: bool | None = None,
-    acknowledged: Iterable[str] = (),
+    args: ResourceValidationArgs, report_violation: ReportViolation, judge: Judge
 ) -> None:
     """The Ray dashboard runs jobs for whoever reaches it, and serve answers anyone: neither
     leaves the cluster unless a stack flag says so (park:serving.exposePublicly,
@@ -302,7 +304,6 @@ def ray_not_public(
         serve = mapping(spec.get("serveService"))
         public = _public_service(mapping(serve.get("spec")), mapping(serve.get("metadata")))
         if public and _flagged(metadata, EXPOSE_SERVE_ANNOTATION):
-            judge = _posture(args, report_violation, production, acknowledged)
             judge("serving", "RayService: serveService is public (park:serving.exposePublicly)")
         if public and not _flagged(metadata, EXPOSE_SERVE_ANNOTATION):
             report_violation(
