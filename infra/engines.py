@@ -50,53 +50,51 @@ class Engine:
     fit_assumes: str | None = None
 
 
-ENGINES: dict[str, Engine] = {
-    e.name: e
-    for e in (
-        Engine(
-            name="vllm-torchtpu",
-            version="0.29.0",
-            image=WORKLOAD_IMAGE,
-            runtime="",
-            # The plugin's Ray executor lists every chip of every TPU host of the Ray cluster
-            # as one slice; one host runs the multiprocess executor with torch_tpu's worlds
-            # (infra/engine.py's docstring, file:line).
-            tp_across_hosts="whole_slice",
-            tp_on_one_host="runtime_worlds",
-            multi_host_slices_per_cluster=1,
-            # else vLLM silently runs on one host (vllm_torchtpu picks its Ray executor from it)
-            multi_host_env=(("TPU_MULTIHOST_BACKEND", "ray"),),
-            # torch_tpu 0.2.0's persistent executable cache (off unless set; its C++ runtime and
-            # vllm_torchtpu/envs.py:980) and vLLM's compiled-graph cache (vllm/compilation/
-            # backends.py:1058). Not VLLM_DISABLE_COMPILE_CACHE=1, the engine's CI setting:
-            # every replica start would recompile.
-            compile_cache_env=(
-                ("TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT", "torch-tpu"),
-                ("VLLM_CACHE_ROOT", "vllm"),
-            ),
-            # its workers take one TPU each (ray_distributed_executor_v2.py:181-188)
-            worker_bundle=(("TPU", 1),),
-        ),
-        Engine(
-            name="vllm-tpu",
-            version="0.29.0",
-            image="park-serve-vllm-tpu",  # its libtpu pins conflict with torch_tpu's
-            runtime="JAX",
-            # Divisors of the chips, whole hosts past one: Serve LLM's host bundles.
-            tp_across_hosts="whole_hosts",
-            tp_on_one_host="divisors",
-            multi_host_slices_per_cluster=None,
-            multi_host_env=(("TPU_MULTIHOST_BACKEND", "ray"),),
-            compile_cache_env=(),
-            worker_bundle=(("TPU", 1),),
-            fit_assumes=(
-                "vllm-tpu (tpu-inference) was not read here: the memory fit assumes "
-                "vllm-torchtpu's accounting"
-            ),
-        ),
-    )
-}
-DEFAULT_ENGINE = "vllm-torchtpu"
+VLLM_TORCHTPU = Engine(
+    name="vllm-torchtpu",
+    version="0.29.0",
+    image=WORKLOAD_IMAGE,
+    runtime="",
+    # The plugin's Ray executor lists every chip of every TPU host of the Ray cluster
+    # as one slice; one host runs the multiprocess executor with torch_tpu's worlds
+    # (infra/engine.py's docstring, file:line).
+    tp_across_hosts="whole_slice",
+    tp_on_one_host="runtime_worlds",
+    multi_host_slices_per_cluster=1,
+    # else vLLM silently runs on one host (vllm_torchtpu picks its Ray executor from it)
+    multi_host_env=(("TPU_MULTIHOST_BACKEND", "ray"),),
+    # torch_tpu 0.2.0's persistent executable cache (off unless set; its C++ runtime and
+    # vllm_torchtpu/envs.py:980) and vLLM's compiled-graph cache (vllm/compilation/
+    # backends.py:1058). Not VLLM_DISABLE_COMPILE_CACHE=1, the engine's CI setting:
+    # every replica start would recompile.
+    compile_cache_env=(
+        ("TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT", "torch-tpu"),
+        ("VLLM_CACHE_ROOT", "vllm"),
+    ),
+    # its workers take one TPU each (ray_distributed_executor_v2.py:181-188)
+    worker_bundle=(("TPU", 1),),
+)
+
+VLLM_TPU = Engine(
+    name="vllm-tpu",
+    version="0.29.0",
+    image="park-serve-vllm-tpu",  # its libtpu pins conflict with torch_tpu's
+    runtime="JAX",
+    # Divisors of the chips, whole hosts past one: Serve LLM's host bundles.
+    tp_across_hosts="whole_hosts",
+    tp_on_one_host="divisors",
+    multi_host_slices_per_cluster=None,
+    multi_host_env=(("TPU_MULTIHOST_BACKEND", "ray"),),
+    compile_cache_env=(),
+    worker_bundle=(("TPU", 1),),
+    fit_assumes=(
+        "vllm-tpu (tpu-inference) was not read here: the memory fit assumes "
+        "vllm-torchtpu's accounting"
+    ),
+)
+
+ENGINES: dict[str, Engine] = {e.name: e for e in (VLLM_TORCHTPU, VLLM_TPU)}
+DEFAULT_ENGINE = VLLM_TORCHTPU.name
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
 
 

@@ -6,9 +6,8 @@ tables, and checks that the stack validates, resolves and renders with no other 
 It runs in a subprocess that adds the rows before anything reads the tables, as an edit of the
 table would: the spec derives its allowed engines from the table at import.
 
-The v5e row and the engine row below are TEST DATA, not catalog facts this project vouches
-for: v5e's machine types, chips, topologies, HBM and Ray's names are as GKE's and Ray's docs
-give them; its peak, runtime HBM, zones and GKE floor are placeholders.
+The rows are TEST DATA (tests/data/records/v5e-and-an-engine.yaml, which says which of its
+values are placeholders), not catalog facts this project vouches for.
 """
 
 from __future__ import annotations
@@ -87,38 +86,21 @@ ADD_ROWS_AND_RENDER = textwrap.dedent(
     import dataclasses, json, sys
     from infra import catalog, engines
 
-    # ---- TEST DATA: a second generation (v5e) and a second engine ------------------------
-    v5e = catalog.TpuGeneration(
-        name="v5e",
-        machine_type_prefix="ct5lp",
-        gke_accelerator="tpu-v5-lite-podslice",
-        ray_name="v5litepod",
-        ray_accelerator_type="TPU-V5LITEPOD",
-        peak_bf16_tflops_per_chip=197.0,
-        hbm_gib_per_chip=16,
-        runtime_hbm_bytes_per_chip=16 * 1024**3,  # placeholder: not what a runtime reports
-        min_gke_version="1.31.2-gke.1115000",  # placeholder
-        zones=("us-east5-b",),  # placeholder: the dev stack's zone
-        torch_tpu_world_topologies=((1, "1,1,1"), (4, "2,2,1"), (8, "2,4,1")),
-        ray_single_vm_topologies=("1x1", "2x2", "2x4"),
-    )
-    catalog.GENERATIONS["v5e"] = v5e
-    for machine in (
-        catalog.TpuMachineType("ct5lp-hightpu-1t", 1, ("1x1",), vcpus=24, memory_gib=48),
-        catalog.TpuMachineType(
-            "ct5lp-hightpu-4t", 4, ("2x2", "2x4", "4x4", "4x8"), vcpus=112, memory_gib=192
-        ),
-        catalog.TpuMachineType("ct5lp-hightpu-8t", 8, ("2x4",), vcpus=224, memory_gib=384),
-    ):
+    # ---- the rows: tests/data/records/v5e-and-an-engine.yaml (TEST DATA) -------------------
+    import yaml
+    rows = yaml.safe_load(open("tests/data/records/v5e-and-an-engine.yaml"))
+
+    def tuples(value):
+        return tuple(map(tuples, value)) if isinstance(value, list) else value
+
+    generation = catalog.TpuGeneration(**{k: tuples(v) for k, v in rows["generation"].items()})
+    catalog.GENERATIONS[generation.name] = generation
+    for row in rows["machine_types"]:
+        machine = catalog.TpuMachineType(**{k: tuples(v) for k, v in row.items()})
         catalog.MACHINE_TYPES[machine.name] = machine
-    test_engine = dataclasses.replace(
-        engines.ENGINES["vllm-tpu"],
-        name="test-engine",
-        image="park-serve-test-engine",
-        compile_cache_env=(("TEST_ENGINE_CACHE", "test-engine"),),
-        fit_assumes=None,
-    )
-    engines.ENGINES[test_engine.name] = test_engine
+    row = {k: tuples(v) for k, v in rows["engine"].items()}
+    added = dataclasses.replace(engines.ENGINES[row.pop("like")], **row)
+    engines.ENGINES[added.name] = added
     engines.ENGINE_NAMES = tuple(engines.ENGINES)
     # ---- the pipeline, untouched -----------------------------------------------------------
     from pathlib import Path
@@ -142,7 +124,14 @@ ADD_ROWS_AND_RENDER = textwrap.dedent(
     pods = ray.ray_pods(plan)
     job = ray.rayjob(plan.training, pods)
     service = ray.rayservice(plan.serving, pods, hf_token=False)
+    from ray._private.accelerators.tpu import get_chips_per_host
+    added_slices = [s for s in catalog.all_slices() if s.generation.name == generation.name]
+    ray_hosts = [
+        [s.ray_hosts, -(-s.chips // get_chips_per_host(s.topology, s.generation.ray_name))]
+        for s in added_slices
+    ]
     print(json.dumps({
+        "ray_hosts": ray_hosts,
         "warnings": [str(w) for w in plan.warnings],
         "problems": [str(p) for p in check_manifests([job, service], plan)],
         "node_pools": [dataclasses.asdict(p) for p in node_pools.all_node_pools(plan)],
@@ -166,6 +155,9 @@ def test_adding_an_engine_and_a_generation_is_data():
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["problems"] == []
+    # Ray's own placement of each added slice is what the added row says.
+    assert len(out["ray_hosts"]) == 6  # the rows' (machine type, topology) pairs
+    assert all(ours == rays for ours, rays in out["ray_hosts"])
     assert not [w for w in out["warnings"] if "park:serving.engine" in w]
     # The engine's image, in the stack's registry.
     assert out["serving_image"].split("/")[-1].startswith("park-serve-test-engine:")

@@ -76,20 +76,18 @@ def training_fields(training: TrainingPlan) -> dict[str, Any]:
         "min_lr_ratio": spec.min_lr_ratio,
         "data": spec.data,
         "objective": spec.objective,
-    }
-    if spec.model:
-        fields |= _spec_fields(training, MODEL_DATA_FIELDS)
-    fields |= {
+        **(_spec_fields(training, MODEL_DATA_FIELDS) if spec.model else {}),
         "checkpoint_every": spec.checkpoint_every,
         "keep_checkpoints": spec.keep_checkpoints,
         "storage_path": training.storage_path,
         "run_name": training.run_name,
         "max_failures": spec.max_failures,
+        **(
+            _spec_fields(training, MODEL_EXPORT_FIELDS)
+            if spec.model
+            else {"export_every": spec.export_every or None}
+        ),
     }
-    if spec.model:
-        fields |= _spec_fields(training, MODEL_EXPORT_FIELDS)
-    elif spec.export_every:
-        fields["export_every"] = spec.export_every
     return {k: v for k, v in fields.items() if v is not None}
 
 
