@@ -78,36 +78,7 @@ def build(
     its pretrained load or random init (only the buffers a checkpoint lacks are computed).
     """
     if not cfg.is_hf:
-        gpt = model_config(cfg.model_size, vocab_size=cfg.vocab_size, seq_len=cfg.seq_len)
-        module = parallelize(
-            gpt,
-            strategy=cfg.strategy,
-            device=device,
-            mesh=mesh,
-            dtype=dtype,
-            seed=cfg.seed,
-            compile=cfg.compile,
-        )
-        inner = module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
-        inner.checkpointing = cfg.activation_checkpointing
-        return TrainModel(
-            module=module,
-            inner=inner,
-            vocab_size=gpt.vocab_size,
-            seq_len=gpt.block_size,
-            flops_per_token=gpt_flops_per_token(gpt, gpt.block_size),
-        )
-    return _build_hf(cfg, device=device, mesh=mesh, dtype=dtype, restoring=restoring)
-
-
-def _build_hf(
-    cfg: TrainConfig,
-    *,
-    device: torch.device,
-    mesh: DeviceMesh,
-    dtype: torch.dtype,
-    restoring: bool,
-) -> TrainModel:
+        return _build_gpt(cfg, device=device, mesh=mesh, dtype=dtype)
     source = hf.load_source(cfg)
     seq_len = hf.seq_len_for(cfg, source.config)
     model: Any = hf.meta_model(source.config)
@@ -137,4 +108,29 @@ def _build_hf(
         seq_len=seq_len,
         flops_per_token=hf.train_flops_per_token(model, config, seq_len),
         source=source,
+    )
+
+
+def _build_gpt(
+    cfg: TrainConfig, *, device: torch.device, mesh: DeviceMesh, dtype: torch.dtype
+) -> TrainModel:
+    """A GPT preset, randomly initialized (a checkpoint, if any, overwrites it after)."""
+    gpt = model_config(cfg.model_size, vocab_size=cfg.vocab_size, seq_len=cfg.seq_len)
+    module = parallelize(
+        gpt,
+        strategy=cfg.strategy,
+        device=device,
+        mesh=mesh,
+        dtype=dtype,
+        seed=cfg.seed,
+        compile=cfg.compile,
+    )
+    inner = module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
+    inner.checkpointing = cfg.activation_checkpointing
+    return TrainModel(
+        module=module,
+        inner=inner,
+        vocab_size=gpt.vocab_size,
+        seq_len=gpt.block_size,
+        flops_per_token=gpt_flops_per_token(gpt, gpt.block_size),
     )
