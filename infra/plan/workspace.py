@@ -13,39 +13,27 @@ from infra.names import (
 from infra.plan import network_policy
 
 
+def _core(kind: str, metadata: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A core (v1) object: kind, then its own top-level fields, then its metadata."""
+    return {"apiVersion": "v1", "kind": kind, **fields, "metadata": metadata}
+
+
 def namespace(names: StackNames) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": names.namespace,
-            "labels": {**PART_OF, "pod-security.kubernetes.io/enforce": "baseline"},
-        },
-    }
+    labels = {**PART_OF, "pod-security.kubernetes.io/enforce": "baseline"}
+    return _core("Namespace", {"name": names.namespace, "labels": labels})
 
 
 def service_account(names: StackNames) -> dict[str, Any]:
     """The KSA every Ray pod runs as; Workload Identity maps it to the workload GSA."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {
-            "name": names.workload_ksa,
-            "namespace": names.namespace,
-            "labels": PART_OF,
-            "annotations": {"iam.gke.io/gcp-service-account": names.workload_service_account_email},
-        },
-    }
+    gsa = {"iam.gke.io/gcp-service-account": names.workload_service_account_email}
+    metadata = {"name": names.workload_ksa, "namespace": names.namespace, "labels": PART_OF}
+    return _core("ServiceAccount", {**metadata, "annotations": gsa})
 
 
 def hf_token_secret_metadata(names: StackNames) -> dict[str, Any]:
     """Metadata only: the token itself stays a Pulumi secret and is set by the component."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {"name": HF_SECRET_NAME, "namespace": names.namespace, "labels": PART_OF},
-    }
+    metadata = {"name": HF_SECRET_NAME, "namespace": names.namespace, "labels": PART_OF}
+    return _core("Secret", metadata, type="Opaque")
 
 
 @dataclass(frozen=True)

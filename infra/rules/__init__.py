@@ -17,24 +17,26 @@ from infra.rules import platform, pools, rl, security, training_memory, workload
 from infra.spec.errors import ConfigError, ConfigProblem
 from infra.spec.models import StackConfig
 
+# The rules, in the order their problems are listed: those of the spec, those of its plan.
+_POOL_RULES = (pools.check_location, pools.check_version, pools.check_pools)
+_WORKLOAD_RULES = (workloads.check_training, workloads.check_serving, rl.check_rl)
+_SPEC_RULES = (
+    platform.check_ranges,
+    platform.check_lifecycle,
+    platform.check_kueue,
+    platform.check_observability,
+    security.check_values,
+    security.check_counts,
+)
+
 
 def problems(spec: StackConfig, plan: StackPlan | None = None) -> list[ConfigProblem]:
     """Every problem of a typed spec (empty: it is valid); `plan`: its resolve, when done."""
     plan = plan if plan is not None else resolve(spec, partial=True)
-    found: list[ConfigProblem] = []
-    found += pools.check_location(spec)
-    found += pools.check_version(spec)
-    found += pools.check_pools(spec)
-    found += workloads.check_training(plan)
-    found += workloads.check_serving(plan)
-    found += rl.check_rl(plan)
+    found = [p for check in _POOL_RULES for p in check(spec)]
+    found += [p for check in _WORKLOAD_RULES for p in check(plan)]
     found += platform.check_names(spec, plan.names)
-    found += platform.check_ranges(spec)
-    found += platform.check_lifecycle(spec)
-    found += platform.check_kueue(spec)
-    found += platform.check_observability(spec)
-    found += security.check_values(spec)
-    found += security.check_counts(spec)
+    found += [p for check in _SPEC_RULES for p in check(spec)]
     found += [ConfigProblem(key, value, message) for key, value, message in disk.problems(plan)]
     return found
 
