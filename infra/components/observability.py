@@ -7,15 +7,11 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 
 from infra.components._base import (
-    TYPE_PREFIX,
     ComponentArgsError,
+    KubernetesComponent,
     bad_value,
-    checked_args,
-    checked_plan,
-    child_options,
     plain,
     stack_of,
-    use_kubeconfig,
 )
 from infra.components._naming import child_name, claim, kubernetes_claims, renamed
 from infra.components.kubernetes import custom_resource
@@ -122,27 +118,22 @@ def _watched(name: str, args: Mapping[str, Any]) -> Watched:
     return Watched(training=given["training_jobs"], serving=given["services"], only=True)
 
 
-def _core_object(
+def _child(
     kind: Any,
-    name: str,
+    component: str,
     role: str,
-    manifest: dict[str, Any],
+    legacy: str,
     opts: pulumi.ResourceOptions,
-    **body: Any,
+    /,
+    **inputs: Any,
 ) -> Any:
-    """A planned core Kubernetes object (ConfigMap, Service) as `<component>-<role>`, its object
-    name kept as the stack program's old logical name (an alias)."""
-    resource_name = child_name(name, role)
-    legacy = manifest["metadata"]["name"]
-    return kind(
-        resource_name,
-        metadata=manifest["metadata"],
-        **body,
-        opts=renamed(opts, resource_name, legacy),
-    )
+    """A child resource named `<component>-<role>`; the stack program's old logical name
+    `legacy` kept as an alias (renamed)."""
+    resource_name = child_name(component, role)
+    return kind(resource_name, **inputs, opts=renamed(opts, resource_name, legacy))
 
 
-class RayMetrics(pulumi.ComponentResource):
+class RayMetrics(KubernetesComponent):
     """Managed Prometheus scrapes of the Ray pods, training loss and tokens/s from the logs, and
     the Grafana dashboard ConfigMap when asked for."""
 
@@ -152,48 +143,37 @@ class RayMetrics(pulumi.ComponentResource):
     """The log-based metrics, by their PromQL names."""
 
     def __init__(self, name: str, args: RayMetricsArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE_PREFIX + "RayMetrics", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "RayMetrics", name, args, RayMetricsArgs
-        )
-        use_kubeconfig(self, name, args)
+        super().__init__(name, opts)
+        args = self.checked(args, RayMetricsArgs)
         observability = plain(
             args, "pod_monitoring", "tpu_metrics", "training_metrics", "grafana", "scrape_interval"
         )
-        stack = stack_of(args)
         watched = _watched(name, args)
-        training = args.get("training", bool(watched.training))
-        values = _observed(args, observability, training)
-        stack_plan = checked_plan(
-            "RayMetrics",
-            name,
-            values,
-            [("park:observability.", ""), ("park:namespace", "namespace")],
-            stack=stack,
-            rules=False,
-        )
-        plan = metrics(stack_plan, watched)
-        owner = f"RayMetrics {name!r}"
+        values = _observed(args, observability, args.get("training", bool(watched.training)))
+        fields = [("park:observability.", ""), ("park:namespace", "namespace")]
+        plan = metrics(self.plan(values, fields, stack=stack_of(args), rules=False), watched)
         objects = [*plan.pod_monitorings, plan.grafana_configmap]
-        taken = kubernetes_claims(owner, self, opts, [o for o in objects if o is not None])
-        taken += [
-            t
-            for m in plan.log_metrics
-            if (t := claim(owner, f"log-based metric {m.name}", (plan.project,)))
+        taken: list[str | None] = [
+            *kubernetes_claims(self.owner, self, opts, [o for o in objects if o is not None])
         ]
-        if taken:
-            raise ComponentArgsError("RayMetrics", name, [f"args.namespace: {t}" for t in taken])
-        in_cluster = child_options(self, opts)
+        taken += [
+            claim(self.owner, f"log-based metric {m.name}", (plan.project,))
+            for m in plan.log_metrics
+        ]
+        self.refuse_taken("namespace", args.get("namespace", "park"), taken)
+        in_cluster = self.child_options()
         for manifest in plan.pod_monitorings:
             custom_resource(manifest, in_cluster, component=name)
-
         if plan.log_metrics:
             from pulumi_gcp.logging import Metric
 
             for metric in plan.log_metrics:
-                metric_name = child_name(name, metric.name)
-                Metric(
-                    metric_name,
+                _child(
+                    Metric,
+                    name,
+                    metric.name,
+                    metric.name,
+                    in_cluster,
                     name=metric.name,
                     project=plan.project,
                     description=metric.description,
@@ -212,24 +192,29 @@ class RayMetrics(pulumi.ComponentResource):
                             "scale": metric.scale,
                         }
                     },
-                    opts=renamed(child_options(self, opts), metric_name, metric.name),
                 )
-
         configmap = plan.grafana_configmap
         if configmap is not None:
             from pulumi_kubernetes.core.v1 import ConfigMap
 
-            _core_object(ConfigMap, name, "grafana", configmap, in_cluster, data=configmap["data"])
+            meta = configmap["metadata"]
+            _child(
+                ConfigMap,
+                name,
+                "grafana",
+                meta["name"],
+                in_cluster,
+                metadata=meta,
+                data=configmap["data"],
+            )
         self.pod_monitorings = pulumi.Output.from_input(
             [m["metadata"]["name"] for m in plan.pod_monitorings]
         )
         self.log_metrics = pulumi.Output.from_input([m.promql for m in plan.log_metrics])
-        self.register_outputs(
-            {"pod_monitorings": self.pod_monitorings, "log_metrics": self.log_metrics}
-        )
+        self.register()
 
 
-class DashboardAccess(pulumi.ComponentResource):
+class DashboardAccess(KubernetesComponent):
     """The RayService's dashboard on https://<dashboardDomain>, behind IAP: a static IP and a
     Google-managed certificate, the Gateway, its route and the IAP backend policy, and the IAM
     grant that lets `iapMembers` through. Exists only with park:observability.exposeDashboard."""
@@ -242,11 +227,8 @@ class DashboardAccess(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: DashboardAccessArgs, opts: pulumi.ResourceOptions | None = None
     ):
-        super().__init__(TYPE_PREFIX + "DashboardAccess", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "DashboardAccess", name, args, DashboardAccessArgs
-        )
-        use_kubeconfig(self, name, args)
+        super().__init__(name, opts)
+        args = self.checked(args, DashboardAccessArgs)
         observability = {
             "exposeDashboard": True,
             "dashboardDomain": args["domain"],
@@ -257,71 +239,80 @@ class DashboardAccess(pulumi.ComponentResource):
         stack = stack_of(args)
         values = _observed(args, observability, False)
         fields = [("park:observability.iapOauth", "oauth_"), ("park:observability.", "")]
-        stack_plan = checked_plan("DashboardAccess", name, values, fields, stack=stack, rules=False)
+        stack_plan = self.plan(values, fields, stack=stack, rules=False)
         refused = [
             p
             for p in check_observability(stack_plan.spec)
             if p.key != "park:observability.exposeDashboard"  # the RayService is the caller's
         ]
         if refused:
-            raise ComponentArgsError(
-                "DashboardAccess",
-                name,
-                [f"args.{p.key.rsplit('.', 1)[-1]} = {p.value!r}: {p.message}" for p in refused],
+            self.refuse(
+                [f"args.{p.key.rsplit('.', 1)[-1]} = {p.value!r}: {p.message}" for p in refused]
             )
         access = dashboard_access(stack_plan, args.get("service") or SERVICE_NAME)
         assert access is not None
-        project, owner = args["project"], f"DashboardAccess {name!r}"
-        taken = kubernetes_claims(owner, self, opts, access.manifests)
+        project = args["project"]
+        taken: list[str | None] = [*kubernetes_claims(self.owner, self, opts, access.manifests)]
         taken += [
-            t
-            for what in (
-                f"global address {access.address_name}",
-                f"certificate {access.certificate_name}",
-            )
-            if (t := claim(owner, what, (project,)))
+            claim(self.owner, f"global address {access.address_name}", (project,)),
+            claim(self.owner, f"certificate {access.certificate_name}", (project,)),
         ]
-        if taken:
-            raise ComponentArgsError(
-                "DashboardAccess", name, [f"args.stack = {stack!r}: {t}" for t in taken]
-            )
+        self.refuse_taken("stack", stack, taken)
         from pulumi_gcp.compute import GlobalAddress, ManagedSslCertificate
         from pulumi_gcp.iap import WebIamMember
 
-        child = child_options(self, opts)
-        address = GlobalAddress(
-            child_name(name, "address"),
+        child = self.child_options()
+        address = _child(
+            GlobalAddress,
+            name,
+            "address",
+            access.address_name,
+            child,
             name=access.address_name,
             project=project,
-            opts=renamed(child, child_name(name, "address"), access.address_name),
         )
-        certificate = ManagedSslCertificate(
-            child_name(name, "certificate"),
+        certificate = _child(
+            ManagedSslCertificate,
+            name,
+            "certificate",
+            access.certificate_name,
+            child,
             name=access.certificate_name,
             project=project,
             managed={"domains": [access.domain]},
-            opts=renamed(child, child_name(name, "certificate"), access.certificate_name),
         )
         # Project-wide: GKE names the backend service, so a per-backend grant cannot be declared;
         # the condition keeps it to this stack's host (infra/plan/dashboard_access.py).
         for member in access.iap_members:
             legacy = f"iap-{member.replace(':', '-').replace('@', '-at-')}"
-            WebIamMember(
-                child_name(name, legacy),
+            _child(
+                WebIamMember,
+                name,
+                legacy,
+                legacy,
+                child,
                 project=project,
                 role=IAP_ROLE,
                 member=member,
                 condition=access.iap_condition,
-                opts=renamed(child, child_name(name, legacy), legacy),
             )
-        in_cluster = child_options(self, opts, depends_on=[address, certificate])
+        in_cluster = self.child_options(depends_on=[address, certificate])
         for manifest in access.manifests:
             if manifest["kind"] == "Service":
                 from pulumi_kubernetes.core.v1 import Service
 
-                _core_object(Service, name, "service", manifest, in_cluster, spec=manifest["spec"])
+                meta = manifest["metadata"]
+                _child(
+                    Service,
+                    name,
+                    "service",
+                    meta["name"],
+                    in_cluster,
+                    metadata=meta,
+                    spec=manifest["spec"],
+                )
             else:
                 custom_resource(manifest, in_cluster, component=name)
         self.url = pulumi.Output.from_input(f"https://{access.domain}")
         self.ip_address = address.address
-        self.register_outputs({"url": self.url, "ip_address": self.ip_address})
+        self.register()

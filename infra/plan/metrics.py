@@ -147,6 +147,13 @@ def value_extractor(field: str) -> str:
     return f'REGEXP_EXTRACT(textPayload, "\\"{field}\\": ([-+0-9.eE]+)")'
 
 
+# The PARK_METRICS fields turned into series: (field, what, unit, bucket growth, first bucket).
+TRAINING_SERIES = (
+    ("loss", "Training loss", "1", 1.1, 0.01),
+    ("tokens_per_s", "Training throughput in tokens/s", "1/s", 1.25, 100.0),
+)
+
+
 def training_log_metrics(plan: StackPlan, watched: Watched = STACK_PROGRAM) -> list[LogMetricPlan]:
     """Loss and tokens/s of the stack's training run (one per stack: its run folder is)."""
     spec = plan.spec
@@ -155,19 +162,12 @@ def training_log_metrics(plan: StackPlan, watched: Watched = STACK_PROGRAM) -> l
     prefix, stack, job = plan.names.log_metric_prefix, spec.stack, ", ".join(watched.training)
     return [
         LogMetricPlan(
-            name=f"{prefix}_loss",
-            field="loss",
-            description=f"Training loss of {job} (stack {stack})",
-            unit="1",
-            growth_factor=1.1,
-            scale=0.01,
-        ),
-        LogMetricPlan(
-            name=f"{prefix}_tokens_per_s",
-            field="tokens_per_s",
-            description=f"Training throughput in tokens/s of {job} (stack {stack})",
-            unit="1/s",
-            growth_factor=1.25,
-            scale=100.0,
-        ),
+            name=f"{prefix}_{field}",
+            field=field,
+            description=f"{what} of {job} (stack {stack})",
+            unit=unit,
+            growth_factor=growth,
+            scale=scale,
+        )
+        for field, what, unit, growth, scale in TRAINING_SERIES
     ]
