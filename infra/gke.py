@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+from infra import datafile
 
 DATA = Path(__file__).parent / "data" / "gke.yaml"
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?$")
@@ -69,9 +68,8 @@ class Channel:
     oldest_minor: GkeVersion
 
 
-@cache
 def _data() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(DATA.read_text())
+    data: dict[str, Any] = datafile.load(DATA)
     return data
 
 

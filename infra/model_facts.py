@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+from infra import datafile
 
 DATA = Path(__file__).parent / "data"
 CATALOGUE = DATA / "models" / "catalogue.yaml"
@@ -293,7 +293,7 @@ def from_reader(read: Reader, source: str) -> ModelFacts:
 
 @cache
 def _catalogue() -> dict[str, dict[str, Any]]:
-    data: dict[str, Any] = yaml.safe_load(CATALOGUE.read_text())
+    data: dict[str, Any] = datafile.load(CATALOGUE)
     entries: dict[str, dict[str, Any]] = {}
     for repo, entry in data["models"].items():
         entries[repo] = entry
@@ -362,9 +362,8 @@ def _catalogued_serving(repo: str, entry: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-@cache
 def _catalogued_configs() -> dict[str, Any]:
-    configs: dict[str, Any] = json.loads((DATA / "models" / "configs.json").read_text())["models"]
+    configs: dict[str, Any] = datafile.load(DATA / "models" / "configs.json")["models"]
     return configs
 
 
@@ -379,7 +378,7 @@ def _catalogued_intermediate(repo: str) -> int | None:
 @cache
 def served_architectures() -> frozenset[str]:
     """What the pinned vLLM registers (infra/data/vllm_architectures.yaml)."""
-    data = yaml.safe_load(ARCHITECTURES.read_text())
+    data = datafile.load(ARCHITECTURES)
     return frozenset(
         [*data["text_generation"]["architectures"], *data["multimodal"]["architectures"]]
     )

@@ -12,11 +12,11 @@ is a problem too: GKE may ignore or refuse it. A field the provider keeps for it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from functools import cache
 from pathlib import Path
 from typing import Any
+
+from infra import datafile
 
 DISCOVERY = (
     Path(__file__).resolve().parents[1] / "schemas" / "gke-container-v1" / "container.v1.json"
@@ -41,9 +41,8 @@ PROVIDER_DEPRECATED = {
 }
 
 
-@cache
 def discovery() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(DISCOVERY.read_text())
+    data: dict[str, Any] = datafile.load(DISCOVERY)
     return data
 
 

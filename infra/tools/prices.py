@@ -7,12 +7,10 @@ Every figure keeps where it came from, so `park cost` can say which prices it us
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from infra import datafile
 from infra.resolve import StackPlan
 
 PRICES_FILE = Path(__file__).resolve().parents[1] / "data" / "prices.yaml"
@@ -45,14 +43,9 @@ class PriceSheet:
         return self.tpu.get(generation, {}).get(capacity)
 
 
-@cache
-def _price_file(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
-
-
 def load_prices(plan: StackPlan, path: Path = PRICES_FILE) -> PriceSheet:
     """The price sheet for a stack: prices.yaml's row for its region, then `park:prices`."""
-    data = _price_file(path)
+    data: dict[str, Any] = datafile.load(path)
     region = plan.spec.region
     tpu: dict[str, dict[str, Price]] = {}
     matched: dict[str, bool] = {}
