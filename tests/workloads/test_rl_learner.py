@@ -23,23 +23,15 @@ from workloads.rl.learner import (
 from workloads.rl.rollout import Rollout
 from workloads.rl.sync import PolicyStore
 from workloads.train import modeling
-from workloads.train.config import TrainConfig
 from workloads.train.data import IGNORE
 from workloads.train.loss import hf_head
 from workloads.train.strategies import build_mesh, build_optimizer
+from workloads.train.testing import TINY_LLAMA, cpu_run
 
 
 def _model(strategy: str, seed: int = 0) -> modeling.TrainModel:
-    cfg = TrainConfig(
-        accelerator="cpu",
-        num_workers=1,
-        model="park:tiny-llama",
-        init="config",
-        seq_len=64,
-        global_batch_size=2,
-        strategy=strategy,
-        seed=seed,
-    )
+    run = dict(model=TINY_LLAMA, init="config", seq_len=64, global_batch_size=2)
+    cfg = cpu_run(**run, strategy=strategy, seed=seed)
     device = torch.device("cpu")
     mesh = build_mesh("cpu", 1)
     return modeling.build(cfg, device=device, mesh=mesh, dtype=torch.float32, restoring=False)

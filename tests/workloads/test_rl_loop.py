@@ -17,52 +17,23 @@ from typing import Any
 
 import pytest
 
-from tests.workloads.train_fixtures import ray_head
-from workloads.rl.config import RLRunConfig
+from tests.workloads.train_fixtures import ray_head, toy_rl
 from workloads.rl.loop import rl_train, summary
-from workloads.rl.toy import write_prompts
 from workloads.train.runenv import LocalEnv
+from workloads.train.testing import process_group
 
 pytestmark = [pytest.mark.serve, pytest.mark.ray, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture(scope="module")
 def ray_and_gloo() -> Iterator[None]:
-    import torch.distributed as dist
-
-    from workloads.protocol import free_port
-
-    with ray_head(num_cpus=2):  # not an in-process Ray: see ray_head
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-        )
-        try:
-            yield
-        finally:
-            dist.destroy_process_group()
+    with ray_head(num_cpus=2), process_group():  # not an in-process Ray: see ray_head
+        yield
 
 
 def _run(lr: float, root: Path, on_step: Any = None) -> list[dict[str, float]]:
-    cfg = RLRunConfig(
-        accelerator="cpu",
-        num_workers=1,
-        strategy="ddp",
-        model="park:tiny-llama",
-        init="config",
-        data=write_prompts(root / "prompts.jsonl"),
-        rewards="workloads.rl.toy:vowel_share",
-        steps=12,
-        prompts_per_step=2,
-        group_size=8,
-        max_response_tokens=16,
-        max_prompt_tokens=64,
-        max_staleness=0,
-        lr=lr,
-        checkpoint_every=0,
-        export=False,
-        storage_path=str(root),
-        run_name="rl",
-    )
+    sampling = dict(prompts_per_step=2, group_size=8, max_response_tokens=16, max_prompt_tokens=64)
+    cfg = toy_rl(root, steps=12, lr=lr, export=False, **sampling)
     history = rl_train(cfg, LocalEnv(root / "checkpoints"), on_step)
     print(summary(history))
     return history

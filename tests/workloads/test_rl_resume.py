@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from tests.workloads.train_fixtures import ray_head
+from tests.workloads.train_fixtures import ray_head, toy_rl
 from workloads.protocol import training_export_path
 from workloads.rl import loop
-from workloads.rl.config import RLRunConfig
 from workloads.rl.rollout import Rollout, Sampling
 from workloads.rl.sync import PolicyVersion, version_folder
 from workloads.rl.toy import write_prompts
 from workloads.train.checkpointing import DATA_STATE_DIR
 from workloads.train.runenv import LocalEnv
+from workloads.train.testing import process_group
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -53,23 +53,15 @@ class FakeEngine:
 
 
 REPO = Path(__file__).resolve().parents[2]
+# The fake engine's runs: groups of two short completions of short prompts, a fast lr.
+SMALL: dict[str, Any] = dict(group_size=2, max_response_tokens=4, max_prompt_tokens=16, lr=1e-2)
 
 
 @pytest.fixture(scope="module")
 def ray_and_gloo() -> Iterator[None]:
-    import torch.distributed as dist
-
-    from workloads.protocol import free_port
-
     # not an in-process Ray (see ray_head); FakeEngine is imported from this module by workers
-    with ray_head(num_cpus=1, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}}):
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-        )
-        try:
-            yield
-        finally:
-            dist.destroy_process_group()
+    with ray_head(num_cpus=1, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}}), process_group():
+        yield
 
 
 def _data_state(folder: Path) -> dict[str, Any]:
@@ -81,13 +73,7 @@ def test_a_resumed_run_continues_learner_prompts_and_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(loop, "RolloutEngine", FakeEngine)
-    cfg = RLRunConfig(
-        accelerator="cpu", num_workers=1, strategy="ddp", model="park:tiny-llama",
-        init="config", data=write_prompts(tmp_path / "p.jsonl"),
-        rewards="workloads.rl.toy:vowel_share", steps=2, prompts_per_step=5, group_size=2,
-        max_response_tokens=4, max_prompt_tokens=16, max_staleness=0, lr=1e-2,
-        checkpoint_every=0, storage_path=str(tmp_path), run_name="rl",
-    )  # fmt: skip
+    cfg = toy_rl(tmp_path, steps=2, prompts_per_step=5, **SMALL)
     env = LocalEnv(tmp_path / "ckpt")
     first = loop.rl_train(cfg, env)
     assert [m["step"] for m in first] == [1, 2]
@@ -119,13 +105,8 @@ def _rank(rank: int, port: int, root: str, queue: Any) -> None:
     if rank == 0:
         ray.init(address="local", num_cpus=1, include_dashboard=False)
     try:
-        cfg = RLRunConfig(
-            accelerator="cpu", num_workers=2, strategy="ddp", model="park:tiny-llama",
-            init="config", data=f"{root}/p.jsonl", rewards="workloads.rl.toy:vowel_share",
-            steps=3, prompts_per_step=2, group_size=2, max_response_tokens=4,
-            max_prompt_tokens=16, max_staleness=0, lr=1e-2, checkpoint_every=0,
-            storage_path=root, run_name="rl",
-        )  # fmt: skip
+        data = f"{root}/p.jsonl"
+        cfg = toy_rl(root, data=data, num_workers=2, steps=3, prompts_per_step=2, **SMALL)
         history = loop.rl_train(cfg, LocalEnv(f"{root}/ckpt", rank=rank, world_size=2))
         exported = Path(training_export_path(root, "rl"), "config.json").is_file()
         queue.put((rank, [m["step"] for m in history], exported))

@@ -13,25 +13,15 @@ from tests.workloads.train_fixtures import gloo_world1  # noqa: F401  (fixture)
 from workloads.train.config import TrainConfig
 from workloads.train.loop import train
 from workloads.train.runenv import LocalEnv
+from workloads.train.testing import cpu_run
 
 pytestmark = pytest.mark.usefixtures("gloo_world1")
 
 
 def _config(**overrides: Any) -> TrainConfig:
-    values: dict[str, Any] = dict(
-        accelerator="cpu",
-        num_workers=1,
-        model_size="tiny",
-        seq_len=64,
-        global_batch_size=16,
-        lr=1e-2,
-        warmup_steps=2,
-        steps=16,
-        checkpoint_every=8,
-        report_every=4,
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
+    """The GPT tiny preset: 16 steps of 16 sequences of 64 tokens, a checkpoint every 8."""
+    run = dict(seq_len=64, global_batch_size=16, steps=16, checkpoint_every=8, report_every=4)
+    return cpu_run(**(run | {"model_size": "tiny", "lr": 1e-2, "warmup_steps": 2} | overrides))
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])

@@ -20,20 +20,12 @@ from workloads.train.checkpointing import STATE_FILE
 from workloads.train.config import TrainConfig
 from workloads.train.loop import train
 from workloads.train.runenv import LocalEnv
+from workloads.train.testing import cpu_run
 
 
 def _config(**overrides: Any) -> TrainConfig:
-    values: dict[str, Any] = dict(
-        accelerator="cpu",
-        num_workers=1,
-        model_size="tiny",
-        seq_len=64,
-        global_batch_size=16,
-        steps=8,
-        checkpoint_every=4,
-        report_every=4,
-    )
-    return TrainConfig(**(values | overrides))
+    run = dict(seq_len=64, global_batch_size=16, steps=8, checkpoint_every=4, report_every=4)
+    return cpu_run(**(run | {"model_size": "tiny"} | overrides))
 
 
 @pytest.mark.usefixtures("gloo_world1")

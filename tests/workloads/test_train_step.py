@@ -27,16 +27,10 @@ from workloads.protocol import free_port
 from workloads.train.config import TrainConfig
 from workloads.train.data import IGNORE, Batch
 from workloads.train.loss import hf_head, install_loss_forward
+from workloads.train.testing import TINY_LLAMA, cpu_run, decoder_shape, process_group
 
-SHAPE: dict[str, Any] = dict(
-    vocab_size=300,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=16,
-    max_position_embeddings=64,
+SHAPE = decoder_shape(
+    hidden=32, intermediate=64, layers=2, heads=2, kv_heads=1, positions=64, vocab=300, head_dim=16
 )
 
 
@@ -210,17 +204,8 @@ def _count_calls(blocks: list[nn.Module]) -> list[int]:
 
 
 def _train_config(**overrides: Any) -> TrainConfig:
-    values: dict[str, Any] = dict(
-        accelerator="cpu",
-        num_workers=1,
-        model="park:tiny-llama",
-        init="config",
-        seq_len=16,
-        global_batch_size=4,
-        strategy="fsdp2",
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
+    run = dict(model=TINY_LLAMA, init="config", seq_len=16, global_batch_size=4, strategy="fsdp2")
+    return cpu_run(**(run | overrides))
 
 
 @pytest.mark.usefixtures("gloo_world1")
@@ -410,28 +395,13 @@ def test_loop_with_micro_batches_learns_as_without(tmp_path: Path) -> None:
     from workloads.train.loop import train
     from workloads.train.runenv import LocalEnv
 
-    base = TrainConfig(
-        accelerator="cpu",
-        num_workers=1,
-        model_size="tiny",
-        seq_len=32,
-        global_batch_size=8,
-        steps=4,
-        report_every=1,
-        checkpoint_every=0,
-        lr=1e-2,
-        warmup_steps=1,
-    )
+    run = dict(seq_len=32, global_batch_size=8, steps=4, report_every=1, checkpoint_every=0)
+    base = cpu_run(**run, model_size="tiny", lr=1e-2, warmup_steps=1)
     losses = []
     for micro in (None, 2):
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-        )
-        try:
+        with process_group():
             env = LocalEnv(tmp_path / f"micro-{micro}")
             train(replace(base, micro_batch_size=micro), env)
-        finally:
-            dist.destroy_process_group()
         losses.append([r["loss"] for r in env.reports])
     assert losses[1] == pytest.approx(losses[0], rel=1e-4)
     assert losses[0][-1] < losses[0][0]

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from workloads.protocol import free_port  # distinct ports for every Ray server of a test head
+from workloads.train.testing import TINY_LLAMA, process_group
 
 
 @pytest.fixture(scope="session")
@@ -42,15 +43,30 @@ def tiny_tokenizer(tiny_llama_folder: Path) -> Any:
 @pytest.fixture
 def gloo_world1() -> Iterator[None]:
     """A default process group of one CPU rank, as the loop expects."""
-    import torch.distributed as dist
-
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-    )
-    try:
+    with process_group():
         yield
-    finally:
-        dist.destroy_process_group()
+
+
+def one_rank_batches(units: Any, encoder: Any, **options: Any) -> Any:
+    """``text.TextBatches`` of rank 0 in a world of one, seed 0, unless ``options`` say so."""
+    from workloads.train import text
+
+    return text.TextBatches(units, encoder, **({"seed": 0, "rank": 0, "world_size": 1} | options))
+
+
+def toy_rl(root: str | Path, **fields: Any) -> Any:
+    """The RL tests' run (an RLRunConfig): park:tiny-llama from its config learning the toy
+    vowel-share reward on one CPU worker, DDP, on policy, a checkpoint only at the end, in
+    ``root``, on the toy prompts written to ``root``/p.jsonl unless ``data`` is given."""
+    from workloads.rl.config import RLRunConfig
+    from workloads.rl.toy import write_prompts
+
+    run: dict[str, Any] = {"model": TINY_LLAMA, "init": "config", "max_staleness": 0}
+    run |= {"accelerator": "cpu", "num_workers": 1, "strategy": "ddp", "checkpoint_every": 0}
+    run |= {"rewards": "workloads.rl.toy:vowel_share", "storage_path": str(root), "run_name": "rl"}
+    if "data" not in fields:
+        run["data"] = write_prompts(Path(root) / "p.jsonl")
+    return RLRunConfig(**(run | fields))
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,15 @@ FACTS = BUILTIN_PREFIX + "facts"
 def cpu_run(**fields: Any) -> TrainConfig:
     """A run on this machine's CPU with one worker unless ``fields`` say otherwise; every other
     field as given or TrainConfig's default (the GPT ``tiny`` preset on synthetic tokens)."""
-    return TrainConfig(**({"accelerator": "cpu", "num_workers": 1} | fields))
+    where: dict[str, Any] = {"accelerator": "cpu", "num_workers": 1}
+    return TrainConfig(**(where | fields))
 
 
 def facts_sft(**fields: Any) -> TrainConfig:
     """:func:`cpu_run` of ``park:tiny-llama`` (random weights from its config) fine-tuned on
     the shipped facts chats: what ``park local`` trains, at whatever size ``fields`` give."""
-    return cpu_run(**({"model": TINY_LLAMA, "data": FACTS, "objective": "sft"} | fields))
+    run: dict[str, Any] = {"model": TINY_LLAMA, "data": FACTS, "objective": "sft"}
+    return cpu_run(**(run | fields))
 
 
 def decoder_shape(
