@@ -9,39 +9,19 @@ tests/workloads/test_rl_loop.py). Run it with `pytest -m e2e tests/e2e/test_park
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_park_local import _park_command
+from tests.e2e.test_park_local import run_park_local
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.timeout(2700)
 def test_park_local_rl(tmp_path: Path) -> None:
-    import subprocess
-
-    pytest.importorskip("ray")
-    pytest.importorskip("vllm")
-    workdir = tmp_path / "empty"
-    workdir.mkdir()
-    env = {**os.environ, "PARK_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
-    started = time.monotonic()
-    done = subprocess.run(
-        [*_park_command(), "local", "rl"],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=2600,
-    )
-    out = done.stdout
-    assert done.returncode == 0, f"exit {done.returncode}\n{out[-6000:]}\n{done.stderr[-3000:]}"
-    print(f"park local rl took {time.monotonic() - started:.0f}s")
+    out = run_park_local(tmp_path, "rl")
     assert "changed for CPU (infra/tools/local/rl.py RL_CPU_PROFILE):" in out
     assert "--accelerator tpu -> cpu" in out
     rewards = re.findall(r"reward  ([\d.]+) → ([\d.]+)", out)

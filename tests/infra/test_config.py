@@ -48,40 +48,29 @@ def test_base_is_valid_and_typed():
 
 
 @pytest.mark.parametrize(
-    ("pool_fields", "key", "fragment"),
+    ("pool_fields", "field", "fragment"),
     [
-        ({"machineType": "ct5e-standard-4t"}, "park:tpuPools[2].machineType", "allowed: ct6e"),
-        ({"topology": "3x3"}, "park:tpuPools[2].topology", "allowed: 2x2, 2x4"),
-        (
-            {"machineType": "ct6e-standard-8t", "topology": "4x4"},
-            "park:tpuPools[2].topology",
-            "allowed: 2x4",
-        ),
-        ({"capacity": "reservation"}, "park:tpuPools[2].reservation", "needs a reservation"),
-        ({"reservation": "r1"}, "park:tpuPools[2].reservation", "only used with capacity"),
-        (
-            {"capacity": "spot", "reservation": "r1"},
-            "park:tpuPools[2].reservation",
-            "not 'spot'",
-        ),
-        (
-            {"capacity": "flex-start", "reservation": "r"},
-            "park:tpuPools[2].reservation",
-            "not 'flex-start'",
-        ),
-        ({"capacity": "queued", "autoscaling": False}, "park:tpuPools[2].autoscaling", "0 nodes"),
-        ({"capacity": "preemptible"}, "park:tpuPools[2].capacity", "'on-demand'"),
-        ({"slices": 0}, "park:tpuPools[2].slices", "positive"),
-        ({"slices": -2}, "park:tpuPools[2].slices", "positive"),
-        ({"name": "Bad_Name"}, "park:tpuPools[2].name", "lowercase"),
-        ({"name": "train"}, "park:tpuPools[2].name", "duplicate"),
-        ({"maxRunDuration": "3600s"}, "park:tpuPools[2].maxRunDuration", "flex-start"),
-        ({"topologyy": "2x2"}, "park:tpuPools[2].topologyy", "Extra inputs"),
+        ({"machineType": "ct5e-standard-4t"}, "machineType", "allowed: ct6e"),
+        ({"topology": "3x3"}, "topology", "allowed: 2x2, 2x4"),
+        ({"machineType": "ct6e-standard-8t", "topology": "4x4"}, "topology", "allowed: 2x4"),
+        ({"capacity": "reservation"}, "reservation", "needs a reservation"),
+        ({"reservation": "r1"}, "reservation", "only used with capacity"),
+        ({"capacity": "spot", "reservation": "r1"}, "reservation", "not 'spot'"),
+        ({"capacity": "flex-start", "reservation": "r"}, "reservation", "not 'flex-start'"),
+        ({"capacity": "queued", "autoscaling": False}, "autoscaling", "0 nodes"),
+        ({"capacity": "preemptible"}, "capacity", "'on-demand'"),
+        ({"slices": 0}, "slices", "positive"),
+        ({"slices": -2}, "slices", "positive"),
+        ({"name": "Bad_Name"}, "name", "lowercase"),
+        ({"name": "train"}, "name", "duplicate"),
+        ({"maxRunDuration": "3600s"}, "maxRunDuration", "flex-start"),
+        ({"topologyy": "2x2"}, "topologyy", "Extra inputs"),
     ],
 )
-def test_tpu_pool_problems(pool_fields, key, fragment):
+def test_tpu_pool_problems(pool_fields, field, fragment):
     values = config_with(park__tpuPools=[*BASE["park:tpuPools"], pool(**pool_fields)])
     problems = problems_of(values)
+    key = f"park:tpuPools[{len(BASE['park:tpuPools'])}].{field}"  # the pool added last
     assert key in problems, problems
     assert fragment in problems[key]
 

@@ -33,43 +33,34 @@ def _dev(**training) -> dict:
     return values
 
 
+# park:training keys a stack sets, their values, and the trainer's field that must hold each.
+PASSED = [
+    ("objective", "sft", "objective"),
+    ("data", "/data/chats.jsonl", "data"),
+    ("messagesField", "conversation", "messages_field"),
+    ("lrSchedule", "linear", "lr_schedule"),
+    ("minLrRatio", 0.05, "min_lr_ratio"),
+    ("warmupSteps", 7, "warmup_steps"),
+    ("keepCheckpoints", 3, "keep_checkpoints"),
+    ("exportEvery", 2, "export_every"),
+    ("exportDtype", "bfloat16", "export_dtype"),
+    ("exportMaxShardSize", "2GiB", "export_max_shard_size"),
+    ("activationCheckpointing", True, "activation_checkpointing"),
+    ("learningRate", 1e-5, "lr"),
+]
+
+
 def test_training_keys_reach_the_trainer_as_it_parses_them():
-    values = _dev(
-        model="Qwen/Qwen3-0.6B",
-        objective="sft",
-        data="/data/chats.jsonl",
-        messagesField="conversation",
-        lrSchedule="linear",
-        minLrRatio=0.05,
-        warmupSteps=7,
-        keepCheckpoints=3,
-        exportEvery=2,
-        exportDtype="bfloat16",
-        exportMaxShardSize="2GiB",
-        activationCheckpointing=True,
-        learningRate=1e-5,
-    )
+    values = _dev(model="Qwen/Qwen3-0.6B", **{key: value for key, value, _ in PASSED})
     plan = from_values(values, "dev")
     rayjob = ray_plan.rayjob(plan.training, ray_plan.ray_pods(plan))
     words = shlex.split(rayjob["spec"]["entrypoint"])
     assert words[:3] == ["python", "-m", protocol.TRAIN_MODULE]
     parsed = parse_args(words[3:])  # the trainer's own parser
-    expected = {
+    expected = {field: value for _, value, field in PASSED} | {
         # a hub model is read from its copy staged once in the bucket (infra/disk.py)
         "model": f"{plan.spec.storage.mount_path}/models/Qwen/Qwen3-0.6B",
-        "objective": "sft",
-        "data": "/data/chats.jsonl",
-        "messages_field": "conversation",
-        "lr_schedule": "linear",
-        "min_lr_ratio": 0.05,
-        "warmup_steps": 7,
-        "keep_checkpoints": 3,
         "export": True,
-        "export_every": 2,
-        "export_dtype": "bfloat16",
-        "export_max_shard_size": "2GiB",
-        "activation_checkpointing": True,
-        "lr": 1e-5,
         "num_workers": 8,
         "storage_path": plan.training.storage_path,
         "run_name": plan.training.run_name,

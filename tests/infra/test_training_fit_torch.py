@@ -37,6 +37,7 @@ pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
 from infra import model_facts, model_lookup  # noqa: E402
 from infra.training_fit import TrainingFit, estimate  # noqa: E402
 from tests.infra import training_fit_harness as harness  # noqa: E402
+from workloads.train.testing import decoder_shape  # noqa: E402
 
 FAKE_BAND = 0.10
 REAL_BAND = 0.05
@@ -52,34 +53,22 @@ def reduced_facts(repo: str, config: Any) -> model_facts.ModelFacts:
     return dataclasses.replace(found, layers=int(config.num_hidden_layers), params=params)
 
 
-def estimated(facts: model_facts.ModelFacts, case: dict[str, Any], world: int) -> TrainingFit:
-    return estimate(
-        facts,
-        strategy=case["strategy"],
-        world_size=world,
-        shard_size=world // case.get("num_slices", 1),  # HSDP shards over one slice
-        micro_batch=case["micro_batch"],
-        accumulation_steps=case.get("accumulation_steps", 1),
-        seq_len=case["seq_len"],
-        activation_checkpointing=case["activation_checkpointing"],
-        usable_bytes=0,
-        optimizer_foreach=False,
-    )
+def estimated(
+    facts: model_facts.ModelFacts, run: harness.Step, world: int, num_slices: int = 1
+) -> TrainingFit:
+    """The estimate of ``run`` (its fields are the estimate's own keywords) on ``world`` chips;
+    HSDP shards over one slice; no runtime reserve, AdamW per tensor as on CPU."""
+    shards = world // num_slices
+    settings = dict(world_size=world, shard_size=shards, usable_bytes=0, optimizer_foreach=False)
+    return estimate(facts, **dataclasses.asdict(run), **settings)
 
 
 def case(repo: str, layers: int | None, strategy: str, ac: bool, micro: int, seq: int, **kw: Any):
-    values = dict(
-        repo=repo,
-        layers=layers,
-        strategy=strategy,
-        activation_checkpointing=ac,
-        micro_batch=micro,
-        seq_len=seq,
-        **kw,
-    )
+    run = harness.Step(strategy, ac, micro, seq, kw.pop("accumulation_steps", 1))
+    values = {"repo": repo, "layers": layers, "step": run, **kw}
     name = f"{repo.split('/')[-1]}-L{layers or 'all'}-{strategy}-{'ac' if ac else 'noac'}-b{micro}"
-    if kw.get("accumulation_steps", 1) > 1:
-        name += f"x{kw['accumulation_steps']}"
+    if run.accumulation_steps > 1:
+        name += f"x{run.accumulation_steps}"
     if kw.get("num_slices", 1) > 1:
         name += f"-hsdp{kw['num_slices']}"
     return pytest.param(values, id=name)
@@ -115,31 +104,15 @@ FAKE_CASES = [
 ]
 
 
-def _step_of(spec: dict[str, Any]) -> dict[str, Any]:
-    """The case's step as the harness measures it (strategy, checkpointing, batch, length)."""
-    return {
-        "strategy": spec["strategy"],
-        "activation_checkpointing": spec["activation_checkpointing"],
-        "micro_batch": spec["micro_batch"],
-        "seq_len": spec["seq_len"],
-        "accumulation_steps": spec.get("accumulation_steps", 1),
-    }
-
-
 @pytest.mark.parametrize("spec", FAKE_CASES)
 def test_estimate_is_within_the_band_of_the_tracker_under_fake_tensors(
     spec: dict[str, Any],
 ) -> None:
     transformers.logging.set_verbosity_error()
     config = harness.text_config(spec["repo"], spec["layers"])
-    world = spec.get("world_size", 8)
-    measured = harness.measure(
-        config,
-        **_step_of(spec),
-        world_size=world,
-        num_slices=spec.get("num_slices", 1),
-    )
-    fit = estimated(reduced_facts(spec["repo"], config), spec, world)
+    world, slices = spec.get("world_size", 8), spec.get("num_slices", 1)
+    measured = harness.measure(config, spec["step"], world_size=world, num_slices=slices)
+    fit = estimated(reduced_facts(spec["repo"], config), spec["step"], world, slices)
     ratio = fit.peak_bytes / measured.peak
     assert abs(ratio - 1) <= FAKE_BAND, (
         f"estimate {fit.peak_bytes / 2**30:.2f} GiB ({fit.phase}) vs tracker "
@@ -148,17 +121,10 @@ def test_estimate_is_within_the_band_of_the_tracker_under_fake_tensors(
 
 
 def tiny_llama() -> Any:
-    return transformers.LlamaConfig(
-        hidden_size=256,
-        intermediate_size=688,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        vocab_size=8192,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
+    shape = decoder_shape(
+        hidden=256, intermediate=688, layers=2, heads=4, kv_heads=2, positions=4096
     )
+    return transformers.LlamaConfig(**shape, head_dim=64, vocab_size=8192, tie_word_embeddings=True)
 
 
 REAL_CASES = [
@@ -178,11 +144,8 @@ def test_estimate_is_within_the_band_of_a_real_cpu_run(spec: dict[str, Any]) -> 
     raw = {**config.to_dict(), "architectures": ["LlamaForCausalLM"]}
     params = sum(p.numel() for p in hf.meta_model(config).parameters())
     facts = model_facts.facts_from_config(raw, "tiny llama", params=params)
-    measured = harness.measure_real(
-        config,
-        **_step_of(spec),
-    )
-    fit = estimated(facts, spec, 1)
+    measured = harness.measure_real(config, spec["step"])
+    fit = estimated(facts, spec["step"], 1)
     ratio = fit.peak_bytes / measured.peak
     assert abs(ratio - 1) <= REAL_BAND, (
         f"estimate {fit.peak_bytes / 2**20:.1f} MiB ({fit.phase}) vs tracker "
@@ -193,8 +156,8 @@ def test_estimate_is_within_the_band_of_a_real_cpu_run(spec: dict[str, Any]) -> 
 def test_the_band_can_fail() -> None:
     """The same tracker run against an estimate that forgets the loss's logits is out of it."""
     config = harness.text_config("Qwen/Qwen3-1.7B", 4)
-    spec = dict(strategy="fsdp2", activation_checkpointing=True, micro_batch=4, seq_len=2048)
-    measured = harness.measure(config, **spec)  # type: ignore[arg-type]
-    fit = estimated(reduced_facts("Qwen/Qwen3-1.7B", config), spec, 8)
+    run = harness.Step(strategy="fsdp2", activation_checkpointing=True, micro_batch=4, seq_len=2048)
+    measured = harness.measure(config, run)
+    fit = estimated(reduced_facts("Qwen/Qwen3-1.7B", config), run, 8)
     assert abs(fit.peak_bytes / measured.peak - 1) <= FAKE_BAND
     assert abs((fit.peak_bytes - fit.logits_bytes) / measured.peak - 1) > FAKE_BAND

@@ -23,7 +23,6 @@ tensor storage as PyTorch creates and frees it. What is not the trainer's own, a
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from tests.conftest import ROOT
+from workloads.train.testing import process_group
 
 CONFIGS = json.loads((ROOT / "infra/data/models/configs.json").read_text())["models"]
 CPU = torch.device("cpu")
@@ -57,25 +57,20 @@ def text_config(repo: str, layers: int | None = None) -> Any:
 
 
 @dataclass(frozen=True)
+class Step:
+    """The trainer step a measurement runs: strategy, recompute, micro-batch, length, passes."""
+
+    strategy: str
+    activation_checkpointing: bool
+    micro_batch: int
+    seq_len: int
+    accumulation_steps: int = 1
+
+
+@dataclass(frozen=True)
 class Measured:
     peak: int  # bytes: the tracker's total at its peak
     categories: dict[str, int]  # the tracker's breakdown at that peak
-
-
-@contextlib.contextmanager
-def process_group(backend: str, world_size: int) -> Iterator[None]:
-    """The default group: ``fake`` (any world size, one process) or ``gloo`` (world 1)."""
-    if backend == "fake":
-        from torch.testing._internal.distributed.fake_pg import FakeStore
-
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
-    else:
-        store = dist.HashStore()
-        dist.init_process_group(backend, store=store, rank=0, world_size=world_size)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def build(
@@ -185,21 +180,13 @@ class _KeepBuckets:
         return False
 
 
-def measure(
-    config: Any,
-    *,
-    strategy: str,
-    activation_checkpointing: bool,
-    micro_batch: int,
-    seq_len: int,
-    accumulation_steps: int = 1,
-    world_size: int = 8,
-    num_slices: int = 1,
-) -> Measured:
+def measure(config: Any, run: Step, *, world_size: int = 8, num_slices: int = 1) -> Measured:
     """The tracker's peak over a step of the trainer, under fake tensors."""
+    strategy, activation_checkpointing = run.strategy, run.activation_checkpointing
+    micro_batch, seq_len, accumulation_steps = run.micro_batch, run.seq_len, run.accumulation_steps
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with process_group("fake", world_size if strategy == "fsdp2" else 1):
+    with process_group("fake", world_size=world_size if strategy == "fsdp2" else 1):
         model = build(
             config,
             strategy=strategy,
@@ -269,24 +256,18 @@ def _result(peak: dict[Any, int]) -> Measured:
     )
 
 
-def measure_real(
-    config: Any,
-    *,
-    strategy: str,
-    activation_checkpointing: bool,
-    micro_batch: int,
-    seq_len: int,
-    accumulation_steps: int = 1,
-) -> Measured:
+def measure_real(config: Any, run: Step) -> Measured:
     """The tracker's peak over two real steps (forward, backward, AdamW) on this CPU, one gloo
     rank, real tensors: the optimizer step included, nothing skipped."""
+    strategy, activation_checkpointing = run.strategy, run.activation_checkpointing
+    micro_batch, seq_len, accumulation_steps = run.micro_batch, run.seq_len, run.accumulation_steps
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from workloads.train.strategies import build_optimizer, replicate
 
     torch.manual_seed(0)
-    with process_group("gloo", 1):
+    with process_group():
         model = build(config, strategy=strategy, activation_checkpointing=activation_checkpointing)
         place(model)
         with torch.no_grad():

@@ -53,6 +53,14 @@ def _add(records: Records, type_token: str, name: str, inputs: dict[str, Any]) -
     records.append({"type": type_token, "name": name, "parent": None, "inputs": inputs})
 
 
+def _add_object(records: Records, type_token: str, name: str, **fields: Any) -> None:
+    """_add a Kubernetes object; apiVersion and kind as its type token names them
+    (``kubernetes:<group>/<version>:<Kind>``, the core group's as plain ``v1``)."""
+    _, group_version, kind = type_token.split(":")
+    head = {"apiVersion": group_version.removeprefix("core/"), "kind": kind}
+    _add(records, type_token, name, head | {"metadata": {"name": name}} | fields)
+
+
 def _set(path: str, value: Any, type_token: str = NP, name: str | None = None):
     """A mutation setting (or, with value None, deleting) a dotted path in one resource."""
 
@@ -381,33 +389,15 @@ CASES = [
     Case(
         "ray-not-public",
         "dev",
-        lambda r: _add(
-            r,
-            "kubernetes:core/v1:Service",
-            "dash",
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": "dash"},
-                "spec": {"type": "LoadBalancer"},
-            },
+        lambda r: _add_object(
+            r, "kubernetes:core/v1:Service", "dash", spec={"type": "LoadBalancer"}
         ),
         "Service of type LoadBalancer",
     ),
     Case(
         "ray-not-public",
         "dev",
-        lambda r: _add(
-            r,
-            "kubernetes:networking.k8s.io/v1:Ingress",
-            "dash",
-            {
-                "apiVersion": "networking.k8s.io/v1",
-                "kind": "Ingress",
-                "metadata": {"name": "dash"},
-                "spec": {},
-            },
-        ),
+        lambda r: _add_object(r, "kubernetes:networking.k8s.io/v1:Ingress", "dash", spec={}),
         "an Ingress exposes",
     ),
     Case(
@@ -444,16 +434,11 @@ CASES = [
     Case(
         "no-plaintext-secrets",
         "dev",
-        lambda r: _add(
+        lambda r: _add_object(
             r,
             "kubernetes:core/v1:ConfigMap",
             "creds",
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "creds"},
-                "data": {"key.json": '{"type": "service_account", "private_key_id": "x"}'},
-            },
+            data={"key.json": '{"type": "service_account", "private_key_id": "x"}'},
         ),
         "a service-account key file",
     ),

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from tests.workloads.train_fixtures import (  # noqa: F401  (fixtures)
     gloo_world1,
+    one_rank_batches,
     tiny_llama_folder,
     tiny_tokenizer,
 )
@@ -24,29 +25,16 @@ from workloads.train.config import TrainConfig
 from workloads.train.data import IGNORE
 from workloads.train.loop import train
 from workloads.train.runenv import LocalEnv
+from workloads.train.testing import decoder_shape, facts_sft
 
 pytestmark = pytest.mark.usefixtures("gloo_world1")
 
 
 def _config(tmp_path: Path, **overrides: Any) -> TrainConfig:
-    values: dict[str, Any] = dict(
-        accelerator="cpu",
-        num_workers=1,
-        model="park:tiny-llama",
-        data="park:facts",
-        objective="sft",
-        seq_len=64,
-        global_batch_size=4,
-        lr=3e-3,
-        warmup_steps=2,
-        steps=4,
-        checkpoint_every=0,
-        report_every=2,
-        storage_path=str(tmp_path / "runs"),
-        run_name="hf",
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
+    """park:tiny-llama on the facts chats: 4 steps of 4 chats of 64 tokens, a fast lr."""
+    run = dict(seq_len=64, global_batch_size=4, steps=4, checkpoint_every=0, report_every=2)
+    where = {"storage_path": str(tmp_path / "runs"), "run_name": "hf"}
+    return facts_sft(**(run | {"lr": 3e-3, "warmup_steps": 2} | where | overrides))
 
 
 def _final_export(cfg: TrainConfig) -> Path:
@@ -67,18 +55,8 @@ def _family_folder(tmp_path: Path, tokenizer: Any, family: str) -> Path:
     """A config of a family with the tiny tokenizer: pretraining such a model from scratch."""
     import transformers
 
-    shape = dict(
-        vocab_size=768,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=128,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    sizes = dict(hidden=64, intermediate=128, layers=2, heads=2, kv_heads=1, positions=128)
+    shape = decoder_shape(**sizes, vocab=768, tokenizer=tokenizer)
     configs = {
         "llama": (transformers.LlamaConfig, {}),
         "qwen2": (transformers.Qwen2Config, {"tie_word_embeddings": True}),
@@ -223,18 +201,12 @@ def test_sft_learns_the_answers_and_not_the_questions(
 
 def test_sft_loss_is_the_mean_over_response_tokens(tiny_tokenizer: Any) -> None:
     """The loop's loss on a packed SFT batch is the cross-entropy of the response tokens only."""
-    from workloads.train.text import Encoder, TextBatches, plan_units
+    from workloads.train.text import Encoder, plan_units
 
-    batches = TextBatches(
-        plan_units(str(facts.facts_path())),
-        Encoder(tiny_tokenizer, objective="sft"),
-        seq_len=64,
-        batch_size=2,
-        seed=0,
-        rank=0,
-        world_size=1,
-        split_documents=False,
-        pad_id=tiny_tokenizer.pad_token_id,
+    units, encoder = plan_units(str(facts.facts_path())), Encoder(tiny_tokenizer, objective="sft")
+    pad = tiny_tokenizer.pad_token_id
+    batches = one_rank_batches(
+        units, encoder, seq_len=64, batch_size=2, split_documents=False, pad_id=pad
     )
     batch = batches.next_batch()
     answers = {t for a in facts.questions().values() for t in tiny_tokenizer(a)["input_ids"]}

@@ -31,6 +31,7 @@ from workloads.train import hf, model_rules
 from workloads.train.config import TrainConfig
 from workloads.train.loop import train
 from workloads.train.runenv import LocalEnv
+from workloads.train.testing import decoder_shape, facts_sft
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS: dict[str, Any] = json.loads((ROOT / "infra/data/models/configs.json").read_text())[
@@ -157,17 +158,8 @@ def _preview_refusals(model: str) -> list[str]:
 
 def _sft_on_facts(tmp_path: Path, model: Path, **more: Any) -> TrainConfig:
     """One CPU worker fine-tuning `model` on the built-in facts chats (64 tokens, batch 4)."""
-    return TrainConfig(
-        accelerator="cpu",
-        num_workers=1,
-        model=str(model),
-        data="park:facts",
-        objective="sft",
-        seq_len=64,
-        global_batch_size=4,
-        storage_path=str(tmp_path / "runs"),
-        **more,
-    )
+    where = str(tmp_path / "runs")
+    return facts_sft(model=str(model), seq_len=64, global_batch_size=4, storage_path=where, **more)
 
 
 def _worker_refusal(tmp_path: Path, folder: Path) -> str | None:
@@ -218,23 +210,9 @@ def _tiny_multimodal(tmp_path: Path, tokenizer: Any, repo: str) -> Path:
 
     real = copy.deepcopy(CONFIGS[repo]["config"])
     vocab = len(tokenizer) + 8
-    ids = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
     text = real["text_config"]
-    text.update(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        vocab_size=vocab,
-        sliding_window=16,
-        max_position_embeddings=256,
-        **ids,
-    )
+    sizes = dict(hidden=64, intermediate=128, heads=2, kv_heads=1, positions=256, vocab=vocab)
+    text.update(decoder_shape(**sizes, tokenizer=tokenizer), head_dim=32, sliding_window=16)
     vision = real["vision_config"]
     vision.update(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
     if real["model_type"] == "gemma3":

@@ -20,6 +20,7 @@ import pytest
 import ray
 import yaml
 
+from infra.tools.local.profile import TRAIN_CPU_PROFILE
 from tests.workloads.train_fixtures import LocalRay, local_ray  # noqa: F401  (fixture)
 from workloads.protocol import training_export_path
 from workloads.train.config import TrainConfig, resolve
@@ -28,38 +29,20 @@ from workloads.train.metrics import parse_line
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
-# park local's training profile (what workloads.train documents for infra): a tiny Llama from a
-# config, on the shipped facts, supervised fine-tuning, 2 CPU workers.
-PARK_LOCAL = dict(
-    accelerator="cpu",
-    num_workers=2,
-    model="park:tiny-llama",
-    data="park:facts",
-    objective="sft",
-    strategy="ddp",
-    seq_len=128,
-    global_batch_size=8,
-    lr=3e-3,
-    warmup_steps=10,
-    steps=100,
-    checkpoint_every=50,
-    report_every=10,
-    max_failures=0,
-)
+# park local's training profile, as its table says (a tiny Llama from a config learning the
+# shipped facts, supervised fine-tuning, 2 CPU workers): here with DDP (park local keeps the
+# stack's strategy) and each step's batch in one pass (micro-batches: test_train_step).
+PARK_LOCAL: dict[str, Any] = {
+    field: value
+    for field, (value, _why) in TRAIN_CPU_PROFILE.items()
+    if value is not None and field not in ("micro_batch_size", "storage_path")
+} | {"strategy": "ddp"}
 
 
 def _config(storage: Path, run_name: str, **overrides: Any) -> TrainConfig:
-    values: dict[str, Any] = dict(
-        PARK_LOCAL,
-        seq_len=64,
-        steps=20,
-        checkpoint_every=10,
-        report_every=5,
-        storage_path=str(storage),
-        run_name=run_name,
-    )
-    values.update(overrides)
-    return resolve(TrainConfig(**values), ray.cluster_resources())
+    run = dict(seq_len=64, steps=20, checkpoint_every=10, report_every=5, run_name=run_name)
+    values = PARK_LOCAL | run | {"storage_path": str(storage)} | overrides
+    return resolve(TrainConfig.from_dict(values), ray.cluster_resources())
 
 
 def _checkpoint_steps(run_dir: Path) -> list[int]:
@@ -209,7 +192,9 @@ def test_park_local_profile_learns_the_facts_and_exports_them(
     from workloads.train.generate import greedy_replies
 
     cfg = resolve(
-        TrainConfig(**PARK_LOCAL, storage_path=str(tmp_path), run_name="park-local"),
+        TrainConfig.from_dict(
+            PARK_LOCAL | {"storage_path": str(tmp_path), "run_name": "park-local"}
+        ),
         ray.cluster_resources(),
     )
     started = time.monotonic()
@@ -260,18 +245,9 @@ def _kill_a_worker_after_first_checkpoint(
 
 
 def test_recovers_from_a_killed_worker(local_ray: LocalRay, tmp_path: Path) -> None:
-    cfg = _config(
-        tmp_path,
-        "fault",
-        objective="clm",  # the facts as plain text, packed
-        steps=80,
-        seq_len=128,
-        global_batch_size=16,
-        checkpoint_every=10,
-        report_every=10,
-        max_failures=2,
-        export=False,
-    )
+    run = dict(steps=80, seq_len=128, global_batch_size=16, checkpoint_every=10, report_every=10)
+    # the facts as plain text, packed
+    cfg = _config(tmp_path, "fault", objective="clm", max_failures=2, export=False, **run)
     seen: dict[str, Any] = {}
     killer = threading.Thread(
         target=_kill_a_worker_after_first_checkpoint,
@@ -360,7 +336,7 @@ def test_entrypoint_through_jobs_api(local_ray: LocalRay, tmp_path: Path) -> Non
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     """The RayJob manifest's entrypoint and runtime env with ``park local``'s CPU profile."""
-    from infra.tools.local.profile import TRAIN_CPU_PROFILE, cpu_entrypoint, runtime_env_of
+    from infra.tools.local.profile import cpu_entrypoint, runtime_env_of
 
     rayjob = yaml.safe_load(RAYJOB.read_text())
     assert rayjob["spec"]["entrypoint"].startswith("python -m workloads.train ")

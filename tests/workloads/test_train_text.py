@@ -17,7 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.workloads.train_fixtures import tiny_llama_folder, tiny_tokenizer  # noqa: F401
+from tests.workloads.train_fixtures import (  # noqa: F401  (fixtures)
+    one_rank_batches,
+    tiny_llama_folder,
+    tiny_tokenizer,
+)
 from workloads.train import facts, text
 from workloads.train.data import IGNORE, DataError
 
@@ -193,18 +197,9 @@ def _counter_encoder(length: int = 5) -> Any:
 
 
 def _batches(units: list[text.Unit], **overrides: Any) -> text.TextBatches:
-    options: dict[str, Any] = dict(
-        seq_len=8,
-        batch_size=2,
-        seed=0,
-        rank=0,
-        world_size=1,
-        split_documents=True,
-        pad_id=0,
-    )
-    options.update(overrides)
+    options = {"seq_len": 8, "batch_size": 2, "split_documents": True, "pad_id": 0} | overrides
     encoder = options.pop("encoder", _counter_encoder())
-    return text.TextBatches(units, encoder, **options)
+    return one_rank_batches(units, encoder, **options)
 
 
 def _units(tmp_path: Path, n: int, **kw: Any) -> list[text.Unit]:
