@@ -6,10 +6,11 @@ plans from the result. So a component used from any Pulumi program is held to th
 and rules as a stack file, and its errors name the component, the argument and what is allowed.
 """
 
+import inspect
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import pulumi
 
@@ -104,17 +105,6 @@ def checked_args(component: str, name: str, args: Any, typed: Any) -> dict[str, 
     if problems:
         raise ComponentArgsError(component, name, problems)
     return given
-
-
-def require(component: str, name: str, args: Mapping[str, Any], *fields: str) -> None:
-    """Every required argument is there (a TypedDict is a plain dict at run time)."""
-    if not isinstance(args, Mapping):
-        raise ComponentArgsError(
-            component, name, [f"args must be a mapping of arguments, got {type(args).__name__}"]
-        )
-    missing = [f for f in fields if args.get(f) is None]
-    if missing:
-        raise ComponentArgsError(component, name, [f"args.{f}: required, missing" for f in missing])
 
 
 def plain(args: Mapping[str, Any], *fields: str) -> dict[str, Any]:
@@ -246,3 +236,109 @@ def checked_model(component: str, name: str, model: Any, values: dict[str, Any])
             for e in err.errors()
         ]
         raise ComponentArgsError(component, name, problems) from None
+
+
+_Args = TypeVar("_Args")
+
+
+class Component(pulumi.ComponentResource):
+    """What every public component does first and last, so that its own code is what it plans.
+
+    First (`__init__`, then `checked`): register as ``park-gke:index:<its class>`` and check the
+    arguments against their TypedDict. Last (`register`): its outputs, the attributes its
+    class annotates (what the provider schema publishes). In between, `plan` (checked_plan),
+    `child_options` and `refuse` speak for the component: refusals name it and its argument.
+    No class-level annotations here: the schema analyzer would publish them as outputs.
+    """
+
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None) -> None:
+        self._component = type(self).__name__
+        self._component_name = name
+        self._component_opts = opts
+        super().__init__(TYPE_PREFIX + self._component, name, None, opts)
+
+    def checked(self, args: _Args, typed: type) -> _Args:
+        """`args` checked strictly (checked_args), a component handed in an argument's place
+        taken as what it hands on."""
+        given: Any = checked_args(self._component, self._component_name, args, typed)
+        return given
+
+    def plan(
+        self,
+        values: dict[str, Any],
+        fields: Iterable[tuple[str, str]],
+        *,
+        stack: str,
+        rules: bool = True,
+    ) -> StackPlan:
+        """The StackPlan the component plans from (checked_plan: the stack program's, else the
+        one its arguments make)."""
+        return checked_plan(
+            self._component, self._component_name, values, fields, stack=stack, rules=rules
+        )
+
+    def child_options(
+        self, *, depends_on: list[pulumi.Resource] | None = None
+    ) -> pulumi.ResourceOptions:
+        """Options for a child: parented here, waiting for what the component waits for."""
+        return child_options(self, self._component_opts, depends_on=depends_on)
+
+    @property
+    def owner(self) -> str:
+        """How claims name it: ``Network 'network'``."""
+        return f"{self._component} {self._component_name!r}"
+
+    def refuse(self, problems: list[str]) -> NoReturn:
+        raise ComponentArgsError(self._component, self._component_name, problems)
+
+    def refuse_taken(self, field: str, value: Any, taken: Iterable[str | None]) -> None:
+        """Refuse, naming `field` = `value`, the objects another component already holds
+        (`taken`: infra.components._naming.claim's answers, None where the claim held)."""
+        problems = [f"args.{field} = {value!r}: {t}" for t in taken if t]
+        if problems:
+            self.refuse(problems)
+
+    def register(self, **more: Any) -> None:
+        """Register the outputs: each attribute the class annotates, and `more`."""
+        outputs = {key: getattr(self, key) for key in inspect.get_annotations(type(self))}
+        self.register_outputs({**outputs, **more})
+
+
+class ClusterComponent(Component):
+    """A Cluster or ExistingCluster: what it hands a node pool given it as `cluster`."""
+
+    def hand_on(
+        self,
+        project: str,
+        location: str,
+        name: pulumi.Output[str],
+        node_service_account: pulumi.Output[str],
+    ) -> None:
+        """Its id with project and location (outputs), and the handle a pool unpacks."""
+        self.cluster_id = name.apply(
+            lambda n: f"projects/{project}/locations/{location}/clusters/{n}"
+        )
+        self.project = pulumi.Output.from_input(project)
+        self.location = pulumi.Output.from_input(location)
+        self.handle = ClusterHandle(self.cluster_id, project, location, node_service_account)
+
+    def as_argument(self, field: str) -> pulumi.Output[str] | None:
+        """Given as another component's `cluster` (Storage waits for it): its id."""
+        return self.cluster_id if field == "cluster" else None
+
+
+class KubernetesComponent(Component):
+    """A component whose children are Kubernetes objects: given `kubeconfig`, they use a
+    provider of the component's own (use_kubeconfig), else the one in its options."""
+
+    def checked(self, args: _Args, typed: type) -> _Args:
+        given = super().checked(args, typed)
+        use_kubeconfig(self, self._component_name, given)
+        return given
+
+    def claim_objects(self, manifests: list[dict[str, Any]]) -> list[str]:
+        """Each manifest's object claimed in the component's cluster; the problems for those
+        another component holds (infra.components._naming.kubernetes_claims)."""
+        from infra.components._naming import kubernetes_claims
+
+        return kubernetes_claims(self.owner, self, self._component_opts, manifests)

@@ -7,17 +7,7 @@ from pulumi_gcp.container import Cluster as GkeCluster
 from pulumi_gcp.projects import IAMMember
 from pulumi_gcp.serviceaccount import Account
 
-from infra.components._base import (
-    TYPE_PREFIX,
-    ClusterHandle,
-    ComponentArgsError,
-    checked_args,
-    checked_plan,
-    child_options,
-    plain,
-    region_of,
-    stack_of,
-)
+from infra.components._base import ClusterComponent, plain, region_of, stack_of
 from infra.components._naming import claim
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ReleaseChannelArg
@@ -83,7 +73,7 @@ class ClusterArgs(TypedDict):
     to the internet or public nodes is refused unless named here; elsewhere a warning."""
 
 
-class Cluster(pulumi.ComponentResource):
+class Cluster(ClusterComponent):
     """A GKE Standard cluster ready for TPU slice pools and KubeRay."""
 
     name: pulumi.Output[str]
@@ -102,10 +92,8 @@ class Cluster(pulumi.ComponentResource):
     """The cluster's zone."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE_PREFIX + "Cluster", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "Cluster", name, args, ClusterArgs
-        )
+        super().__init__(name, opts)
+        args = self.checked(args, ClusterArgs)
         authorized = [
             {"cidr": n["cidr"], **({"name": n["name"]} if n.get("name") else {})}
             for n in args.get("master_authorized_networks") or []
@@ -148,20 +136,17 @@ class Cluster(pulumi.ComponentResource):
             ("park:zone", "location"),
             ("gcp:", ""),
         ]
-        stack_plan = checked_plan("Cluster", name, values, fields, stack=stack_of(args))
-        plan = cluster(stack_plan)
+        plan = cluster(self.plan(values, fields, stack=stack_of(args)))
         cluster_args = dict(plan.args)
         if args.get("gateway_api"):
             cluster_args["gateway_api_config"] = {"channel": "CHANNEL_STANDARD"}
-        owner, project = f"Cluster {name!r}", plan.project
+        owner, project = self.owner, plan.project
         taken = [
             claim(owner, f"GKE cluster {plan.name}", (project, args["location"])),
             claim(owner, f"service account {plan.node_service_account_id}", (project,)),
         ]
-        if any(taken):
-            problems = [f"args.name = {plan.name!r}: {t}" for t in taken if t]
-            raise ComponentArgsError("Cluster", name, problems)
-        child = child_options(self, opts)
+        self.refuse_taken("name", plan.name, taken)
+        child = self.child_options()
 
         node_sa = Account(
             f"{name}-nodes",
@@ -208,29 +193,8 @@ class Cluster(pulumi.ComponentResource):
             ).apply(lambda a: kubeconfig(a[0], a[1], a[2] or ""))
         self.kubeconfig = pulumi.Output.secret(config)
         self._cluster = resource
-        self.cluster_id = resource.name.apply(
-            lambda n: f"projects/{project}/locations/{args['location']}/clusters/{n}"
-        )
-        self.project = pulumi.Output.from_input(project)
-        self.location = pulumi.Output.from_input(args["location"])
-        self.handle = ClusterHandle(
-            self.cluster_id, project, args["location"], self.node_service_account
-        )
-        self.register_outputs(
-            {
-                "name": self.name,
-                "endpoint": self.endpoint,
-                "kubeconfig": self.kubeconfig,
-                "node_service_account": self.node_service_account,
-                "cluster_id": self.cluster_id,
-                "project": self.project,
-                "location": self.location,
-            }
-        )
-
-    def as_argument(self, field: str) -> pulumi.Output[str] | None:
-        """Given as another component's `cluster` (Storage waits for it): its id."""
-        return self.cluster_id if field == "cluster" else None
+        self.hand_on(project, args["location"], resource.name, self.node_service_account)
+        self.register()
 
     @property
     def resource(self) -> GkeCluster:

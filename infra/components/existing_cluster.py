@@ -6,13 +6,7 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import (
-    TYPE_PREFIX,
-    ClusterHandle,
-    ComponentArgsError,
-    bad_value,
-    checked_args,
-)
+from infra.components._base import ClusterComponent, bad_value
 from infra.plan import existing_cluster
 from infra.plan.cluster import kubeconfig as kubeconfig_for
 
@@ -35,7 +29,7 @@ class ExistingClusterArgs(TypedDict):
     endpoint when it takes outside traffic, else its IP endpoint)."""
 
 
-class ExistingCluster(pulumi.ComponentResource):
+class ExistingCluster(ClusterComponent):
     """An existing cluster, looked up during preview: a cluster without Workload Identity, the
     GCS FUSE driver, the Ray add-on (for kuberay_install addon) or a version TPU v6e needs
     fails the preview, naming the gcloud command that fixes it."""
@@ -63,14 +57,11 @@ class ExistingCluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None
     ):
-        super().__init__(TYPE_PREFIX + "ExistingCluster", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "ExistingCluster", name, args, ExistingClusterArgs
-        )
+        super().__init__(name, opts)
+        args = self.checked(args, ExistingClusterArgs)
         install = args.get("kuberay_install", "addon")
         if install not in ("addon", "helm"):
-            refused = bad_value("kuberay_install", install, "allowed: addon, helm")
-            raise ComponentArgsError("ExistingCluster", name, [refused])
+            self.refuse([bad_value("kuberay_install", install, "allowed: addon, helm")])
         from pulumi_gcp.container import get_cluster_output
 
         given_sa = args.get("node_service_account")
@@ -92,11 +83,7 @@ class ExistingCluster(pulumi.ComponentResource):
             if found:
                 # Raised during preview: every output below (and so every pool, Helm release
                 # and workload that uses them) fails with it, before anything is created.
-                raise ComponentArgsError(
-                    "ExistingCluster",
-                    name,
-                    [f"cluster {args['name']!r} in {args['location']}: {p}" for p in found],
-                )
+                self.refuse([f"cluster {args['name']!r} in {args['location']}: {p}" for p in found])
             for warning in existing_cluster.warnings(facts):
                 pulumi.log.warn(f"cluster {args['name']!r}: {warning}", resource=self)
             return facts
@@ -121,27 +108,5 @@ class ExistingCluster(pulumi.ComponentResource):
                 )
             )
         self.kubeconfig = pulumi.Output.secret(config)
-        project, location = args["project"], args["location"]
-        self.cluster_id = self.name.apply(
-            lambda n: f"projects/{project}/locations/{location}/clusters/{n}"
-        )
-        self.project = pulumi.Output.from_input(project)
-        self.location = pulumi.Output.from_input(location)
-        self.handle = ClusterHandle(self.cluster_id, project, location, self.node_service_account)
-        self.register_outputs(
-            {
-                "cluster_id": self.cluster_id,
-                "project": self.project,
-                "location": self.location,
-                "name": self.name,
-                "endpoint": self.endpoint,
-                "kubeconfig": self.kubeconfig,
-                "node_service_account": self.node_service_account,
-                "version": self.version,
-                "ray_operator_addon": self.ray_operator_addon,
-            }
-        )
-
-    def as_argument(self, field: str) -> pulumi.Output[str] | None:
-        """Given as another component's `cluster` (Storage waits for it): its id."""
-        return self.cluster_id if field == "cluster" else None
+        self.hand_on(args["project"], args["location"], self.name, self.node_service_account)
+        self.register()

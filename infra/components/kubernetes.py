@@ -15,16 +15,13 @@ from pulumi_kubernetes.helm.v3 import Release
 from pulumi_kubernetes.networking.v1 import NetworkPolicy
 
 from infra.components._base import (
-    TYPE_PREFIX,
-    ComponentArgsError,
+    KubernetesComponent,
     bad_value,
-    checked_args,
     checked_model,
     child_options,
     stack_of,
-    use_kubeconfig,
 )
-from infra.components._naming import child_name, claim, cluster_key, kubernetes_claims, renamed
+from infra.components._naming import child_name, claim, cluster_key, renamed
 from infra.names import HF_SECRET_KEY, stack_names
 from infra.plan.network_policy import Exposure
 from infra.plan.operator import HelmReleasePlan, helm_releases
@@ -113,7 +110,7 @@ class KubeRayOperatorArgs(TypedDict):
     of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
-class KubeRayOperator(pulumi.ComponentResource):
+class KubeRayOperator(KubernetesComponent):
     """KubeRay by Helm (with cert-manager and the TPU webhook for multi-host), or nothing to
     create when GKE's Ray Operator add-on provides it."""
 
@@ -123,11 +120,8 @@ class KubeRayOperator(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None
     ):
-        super().__init__(TYPE_PREFIX + "KubeRayOperator", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "KubeRayOperator", name, args, KubeRayOperatorArgs
-        )
-        use_kubeconfig(self, name, args)
+        super().__init__(name, opts)
+        args = self.checked(args, KubeRayOperatorArgs)
         spec = checked_model(
             "KubeRayOperator",
             name,
@@ -137,22 +131,20 @@ class KubeRayOperator(pulumi.ComponentResource):
         self.ready: list[pulumi.Resource] = []
         releases: dict[str, Release] = {}
         planned = helm_releases(spec, bool(args.get("multi_host_tpu")))
-        cluster, owner = cluster_key(self, opts), f"KubeRayOperator {name!r}"
-        taken = [claim(owner, f"Helm release {r.namespace}/{r.name}", (cluster,)) for r in planned]
-        if any(taken):
-            problems = [f"args.install = {spec.install!r}: {t}" for t in taken if t]
-            raise ComponentArgsError("KubeRayOperator", name, problems)
+        cluster = cluster_key(self, opts)
+        taken = [
+            claim(self.owner, f"Helm release {r.namespace}/{r.name}", (cluster,)) for r in planned
+        ]
+        self.refuse_taken("install", spec.install, taken)
         for release in planned:
             after = [releases[d] for d in release.depends_on]
             releases[release.name] = helm_release(
-                release,
-                child_options(self, opts, depends_on=after),
-                child_name(name, release.name),
+                release, self.child_options(depends_on=after), child_name(name, release.name)
             )
         self.ready += list(releases.values())
         self.mode = spec.install
         self.releases = pulumi.Output.from_input(list(releases))
-        self.register_outputs({"mode": self.mode, "releases": self.releases})
+        self.register(mode=self.mode)
 
 
 class WorkspaceArgs(TypedDict):
@@ -180,7 +172,7 @@ class WorkspaceArgs(TypedDict):
     of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
-class Workspace(pulumi.ComponentResource):
+class Workspace(KubernetesComponent):
     """The workload namespace and what every Ray pod in it relies on."""
 
     namespace: pulumi.Output[str]
@@ -189,15 +181,11 @@ class Workspace(pulumi.ComponentResource):
     """The Ray pods' Kubernetes service account."""
 
     def __init__(self, name: str, args: WorkspaceArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE_PREFIX + "Workspace", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "Workspace", name, args, WorkspaceArgs
-        )
-        use_kubeconfig(self, name, args)
+        super().__init__(name, opts)
+        args = self.checked(args, WorkspaceArgs)
         install = args.get("kuberay_install", "addon")
         if install not in ("addon", "helm"):
-            refused = bad_value("kuberay_install", install, "allowed: addon, helm")
-            raise ComponentArgsError("Workspace", name, [refused])
+            self.refuse([bad_value("kuberay_install", install, "allowed: addon, helm")])
         names = stack_names(
             project=args["project"],
             region="-",
@@ -216,17 +204,14 @@ class Workspace(pulumi.ComponentResource):
         )
         plan = workspace(names, exposed)
         # The namespace is this workspace's: a second one in it would share its objects.
-        taken = kubernetes_claims(f"Workspace {name!r}", self, opts, [plan.namespace])
-        if taken:
-            problems = [f"args.namespace = {names.namespace!r}: {t}" for t in taken]
-            raise ComponentArgsError("Workspace", name, problems)
+        self.refuse_taken("namespace", names.namespace, self.claim_objects([plan.namespace]))
 
         def named(role: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> Any:
             """Logical name <component>-<role>; the object's own name before (an alias)."""
             resource_name = child_name(name, role)
             return resource_name, renamed(opts, resource_name, manifest["metadata"]["name"])
 
-        child = child_options(self, opts)
+        child = self.child_options()
         namespace = plan.namespace["metadata"]["name"]
         ns = Namespace(
             *named("namespace", plan.namespace, child), metadata=plan.namespace["metadata"]
@@ -259,9 +244,7 @@ class Workspace(pulumi.ComponentResource):
         self._namespace = namespace
         self.namespace = pulumi.Output.from_input(namespace)
         self.service_account = pulumi.Output.from_input(ksa["metadata"]["name"])
-        self.register_outputs(
-            {"namespace": self.namespace, "service_account": self.service_account}
-        )
+        self.register()
 
     def as_argument(self, field: str) -> str | None:
         """Given as a workload's `namespace`: the namespace's name."""

@@ -4,15 +4,7 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import (
-    TYPE_PREFIX,
-    ComponentArgsError,
-    checked_args,
-    checked_plan,
-    child_options,
-    use_kubeconfig,
-)
-from infra.components._naming import kubernetes_claims
+from infra.components._base import KubernetesComponent
 from infra.components.kubernetes import custom_resource, helm_release
 from infra.components.workloads import TpuPoolRefArgs
 from infra.plan import kueue
@@ -33,18 +25,15 @@ class KueueArgs(TypedDict):
     of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
-class Kueue(pulumi.ComponentResource):
+class Kueue(KubernetesComponent):
     """Kueue at the pinned chart version and the queues of the queued TPU pools."""
 
     local_queues: pulumi.Output[list[str]]
     """The LocalQueues jobs name in their kueue.x-k8s.io/queue-name label."""
 
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE_PREFIX + "Kueue", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "Kueue", name, args, KueueArgs
-        )
-        use_kubeconfig(self, name, args)
+        super().__init__(name, opts)
+        args = self.checked(args, KueueArgs)
         pools = [
             {
                 "name": p["name"],
@@ -65,17 +54,12 @@ class Kueue(pulumi.ComponentResource):
         }
         if args.get("namespace"):
             values["park:namespace"] = args["namespace"]
-        plan = checked_plan(
-            "Kueue",
-            name,
-            values,
-            [
-                ("park:tpuPools", "queued_pools"),
-                ("park:kueue.", ""),
-                ("park:namespace", "namespace"),
-            ],
-            stack=name,
-        )
+        fields = [
+            ("park:tpuPools", "queued_pools"),
+            ("park:kueue.", ""),
+            ("park:namespace", "namespace"),
+        ]
+        plan = self.plan(values, fields, stack=name)
         self.ready: list[pulumi.Resource] = []
         release_plan = kueue.helm_release(plan)
         manifests = kueue.manifests(plan)
@@ -84,17 +68,17 @@ class Kueue(pulumi.ComponentResource):
             if release_plan is not None
             else []
         )
-        taken = kubernetes_claims(f"Kueue {name!r}", self, opts, [*release_object, *manifests])
+        taken = self.claim_objects([*release_object, *manifests])
         if taken:
-            raise ComponentArgsError("Kueue", name, [f"args.queued_pools: {t}" for t in taken])
+            self.refuse([f"args.queued_pools: {t}" for t in taken])
         if release_plan is not None:
             # CRDs and the admission webhook are ready before any queue object.
-            release = helm_release(release_plan, child_options(self, opts), name)
+            release = helm_release(release_plan, self.child_options(), name)
             self.ready.append(release)
             for manifest in manifests:
-                after = child_options(self, opts, depends_on=[release])
+                after = self.child_options(depends_on=[release])
                 self.ready.append(custom_resource(manifest, after, component=name))
         self.local_queues = pulumi.Output.from_input(
             [m["metadata"]["name"] for m in manifests if m["kind"] == "LocalQueue"]
         )
-        self.register_outputs({"local_queues": self.local_queues})
+        self.register()

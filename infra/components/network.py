@@ -4,15 +4,7 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import (
-    TYPE_PREFIX,
-    ComponentArgsError,
-    checked_args,
-    checked_plan,
-    child_options,
-    plain,
-    stack_of,
-)
+from infra.components._base import Component, plain, stack_of
 from infra.components._naming import claim
 from infra.plan.network import network
 
@@ -53,7 +45,7 @@ NETWORK_FIELDS = (
 )
 
 
-class Network(pulumi.ComponentResource):
+class Network(Component):
     """The VPC, its subnet with the pods and services ranges, and Cloud NAT for private nodes."""
 
     network_name: pulumi.Output[str]
@@ -62,10 +54,8 @@ class Network(pulumi.ComponentResource):
     """Its subnet."""
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE_PREFIX + "Network", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "Network", name, args, NetworkArgs
-        )
+        super().__init__(name, opts)
+        args = self.checked(args, NetworkArgs)
         stack = stack_of(args)
         values = {
             "gcp:project": args["project"],
@@ -73,10 +63,7 @@ class Network(pulumi.ComponentResource):
             "park:zone": f"{args['region']}-b",
             "park:network": plain(args, *NETWORK_FIELDS),
         }
-        stack_plan = checked_plan(
-            "Network", name, values, [("park:network.", ""), ("gcp:", "")], stack=stack
-        )
-        plan = network(stack_plan)
+        plan = network(self.plan(values, [("park:network.", ""), ("gcp:", "")], stack=stack))
         if plan.existing_network:
             self.network_name = pulumi.Output.from_input(plan.existing_network)
             self.subnetwork_name = pulumi.Output.from_input(
@@ -86,10 +73,9 @@ class Network(pulumi.ComponentResource):
             from pulumi_gcp.compute import Network as GcpNetwork
             from pulumi_gcp.compute import Router, RouterNat, Subnetwork
 
-            taken = claim(f"Network {name!r}", f"network {plan.vpc['name']}", (args["project"],))
-            if taken:
-                raise ComponentArgsError("Network", name, [f"args.stack = {stack!r}: {taken}"])
-            child = child_options(self, opts)
+            taken = claim(self.owner, f"network {plan.vpc['name']}", (args["project"],))
+            self.refuse_taken("stack", stack, [taken])
+            child = self.child_options()
             project = args["project"]
             vpc = GcpNetwork(f"{name}-vpc", project=project, **plan.vpc, opts=child)
             subnet = Subnetwork(
@@ -101,6 +87,4 @@ class Network(pulumi.ComponentResource):
             RouterNat(f"{name}-nat", project=project, router=router.name, **plan.nat, opts=child)
             self.network_name = vpc.name
             self.subnetwork_name = subnet.name
-        self.register_outputs(
-            {"network_name": self.network_name, "subnetwork_name": self.subnetwork_name}
-        )
+        self.register()

@@ -2,60 +2,90 @@
 pool per slice, parented to their config pool) and GPU pools."""
 
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 import pulumi
 from pulumi_gcp.container import NodePool
 
-from infra.components._base import (
-    TYPE_PREFIX,
-    ComponentArgsError,
-    checked_args,
-    checked_plan,
-    child_options,
-    plain,
-    region_of,
-    with_cluster,
-)
+from infra.components._args import TpuPoolRefArgs
+from infra.components._base import Component, plain, region_of, with_cluster
 from infra.components._naming import claim, renamed
 from infra.names import ROLE_LABEL
 from infra.plan import node_pools
 from infra.plan.node_pools import NodePoolPlan
+from infra.resolve import PoolPlan, StackPlan
 
+_Args = TypeVar("_Args")
 
-def _node_pool(
-    owner: str,
-    resource_name: str,
-    plan: NodePoolPlan,
-    args: Mapping[str, Any],
-    opts: pulumi.ResourceOptions,
-    gke_name: str | None = None,
-) -> NodePool:
-    """One GKE node pool, logical name `resource_name` (from the component's), in the cluster's
-    project when known (the cluster's id carries it anyway)."""
-    gke_name = gke_name or plan.name
-    cluster = args["cluster"]
-    taken = claim(
-        owner, f"node pool {gke_name}", (cluster if isinstance(cluster, str) else id(cluster),)
-    )
-    if taken:
-        component, name = owner.split(" ", 1)
-        raise ComponentArgsError(component, name.strip("'"), [f"args.name = {gke_name!r}: {taken}"])
-    pool_args = dict(plan.args)
-    pool_args["node_config"] = {
-        **pool_args["node_config"],
-        "service_account": args["node_service_account"],
-    }
-    if args.get("project"):
-        pool_args["project"] = args["project"]
-    return NodePool(
-        resource_name,
-        name=gke_name,
-        cluster=args["cluster"],
-        **pool_args,
-        opts=renamed(opts, resource_name, plan.name),
+def pool_ref(pool: PoolPlan) -> TpuPoolRefArgs:
+    """What a RayTrainingJob, LlmService or Kueue takes as a TPU pool: TpuSlicePool.pool_ref."""
+    spec = pool.spec
+    ref = TpuPoolRefArgs(
+        name=spec.name,
+        machine_type=spec.machine_type,
+        topology=spec.topology,
+        slices=spec.slices,
+        capacity=spec.capacity,
     )
 
+    if spec.reservation:
+        ref["reservation"] = spec.reservation
+    return ref
+
+
+class _Pool(Component):
+    """What the three pools share: a Cluster or ExistingCluster given as `cluster` unpacked
+    into their arguments, their one-pool stack, and the GKE node pools they make."""
+
+    def checked(self, args: _Args, typed: type) -> _Args:
+        """The cluster handle unpacked, checked strictly, `name` defaulted."""
+        name = self._component_name
+        given: Any = super().checked(with_cluster(self._component, name, args), typed)
+        missing = [f for f in ("location", "node_service_account") if given.get(f) is None]
+        if missing:
+            unless = "required unless `cluster` is a Cluster or ExistingCluster"
+            self.refuse([f"args.{f}: {unless}" for f in missing])
+        return {"name": name, **given}  # type: ignore[return-value]
+
+    def pool_plan(
+        self, args: Mapping[str, Any], fields: list[tuple[str, str]], **keys: object
+    ) -> StackPlan:
+        """The stack plan of the pool's config `keys` (the stack program's, in it)."""
+        values = {
+            "gcp:project": args.get("project") or "project",  # the cluster's, when given
+            "gcp:region": region_of(args["location"]),
+            "park:zone": args["location"],
+            **keys,
+        }
+        return self.plan(values, fields, stack=self._component_name)
+
+    def gke_node_pool(
+        self,
+        resource_name: str,
+        plan: NodePoolPlan,
+        args: Mapping[str, Any],
+        gke_name: str | None = None,
+    ) -> NodePool:
+        """One GKE node pool, logical name `resource_name` (from the component's), in the
+        cluster's project when known (the cluster's id carries it anyway)."""
+        gke_name = gke_name or plan.name
+        cluster = args["cluster"]
+        key = (cluster if isinstance(cluster, str) else id(cluster),)
+        self.refuse_taken("name", gke_name, [claim(self.owner, f"node pool {gke_name}", key)])
+        pool_args = dict(plan.args)
+        pool_args["node_config"] = {
+            **pool_args["node_config"],
+            "service_account": args["node_service_account"],
+        }
+        if args.get("project"):
+            pool_args["project"] = args["project"]
+        return NodePool(
+            resource_name,
+            name=gke_name,
+            cluster=args["cluster"],
+            **pool_args,
+            opts=renamed(self.child_options(), resource_name, plan.name),
+        )
 
 # Each pool's arguments repeat the fields every pool has rather than inherit them: Pulumi's
 # schema analyzer reads a field's description only from the class that declares it.
@@ -158,28 +188,7 @@ class GpuPoolArgs(TypedDict):
     """Scale between 0 and nodes (default true)."""
 
 
-def _checked(component: str, name: str, args: Any, typed: Any) -> dict[str, Any]:
-    """The pool's args: the cluster handle unpacked, checked strictly, `name` defaulted."""
-    checked = checked_args(component, name, with_cluster(component, name, args), typed)
-    missing = [f for f in ("location", "node_service_account") if checked.get(f) is None]
-    if missing:
-        problems = [
-            f"args.{f}: required unless `cluster` is a Cluster or ExistingCluster" for f in missing
-        ]
-        raise ComponentArgsError(component, name, problems)
-    return {"name": name, **checked}
-
-
-def _values(args: Mapping[str, Any], **keys: object) -> dict[str, object]:
-    return {
-        "gcp:project": args.get("project") or "project",  # the cluster's, when given
-        "gcp:region": region_of(args["location"]),
-        "park:zone": args["location"],
-        **keys,
-    }
-
-
-class CpuPool(pulumi.ComponentResource):
+class CpuPool(_Pool):
     """The pool Ray heads, submitters and system pods run on."""
 
     node_pool_name: pulumi.Output[str]
@@ -188,36 +197,24 @@ class CpuPool(pulumi.ComponentResource):
     """The label its nodes carry: a workload's head_node_selector, to run the Ray head here."""
 
     def __init__(self, name: str, args: CpuPoolArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE_PREFIX + "CpuPool", name, None, opts)
-        args = _checked(  # type: ignore[assignment]
-            "CpuPool", name, args, CpuPoolArgs
-        )
+        super().__init__(name, opts)
+        args = self.checked(args, CpuPoolArgs)
         spec = plain(args, "machine_type", "min_nodes", "max_nodes", "disk_size_gb")
-        plan = checked_plan(
-            "CpuPool",
-            name,
-            _values(args, **{"park:cpuPool": spec}),
-            [("park:cpuPool.", "")],
-            stack=name,
-        )
+        plan = self.pool_plan(args, [("park:cpuPool.", "")], **{"park:cpuPool": spec})
         # The boot disk is the argument: the stack program's is the one its disk plan sized.
         pool = node_pools.cpu_pool(plan.spec.cpu_pool, args["location"], args.get("disk_size_gb"))
-        self.node_pool = _node_pool(
-            f"CpuPool {name!r}", name, pool, args, child_options(self, opts), args["name"]
-        )
+        self.node_pool = self.gke_node_pool(name, pool, args, args["name"])
         self.selector = {ROLE_LABEL: pool.args["node_config"]["labels"][ROLE_LABEL]}
         self.node_pool_name = self.node_pool.name
         self.node_selector = pulumi.Output.from_input(self.selector)
-        self.register_outputs(
-            {"node_pool_name": self.node_pool_name, "node_selector": self.node_selector}
-        )
+        self.register()
 
     def as_argument(self, field: str) -> dict[str, str] | None:
         """Given as a workload's head_node_selector: the label its nodes carry."""
         return dict(self.selector) if field == "head_node_selector" else None
 
 
-class TpuSlicePool(pulumi.ComponentResource):
+class TpuSlicePool(_Pool):
     """One TPU pool: `slices` node pools of the slice's hosts each, scaling from 0."""
 
     chips: pulumi.Output[int]
@@ -230,10 +227,8 @@ class TpuSlicePool(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TpuSlicePoolArgs, opts: pulumi.ResourceOptions | None = None
     ):
-        super().__init__(TYPE_PREFIX + "TpuSlicePool", name, None, opts)
-        args = _checked(  # type: ignore[assignment]
-            "TpuSlicePool", name, args, TpuSlicePoolArgs
-        )
+        super().__init__(name, opts)
+        args = self.checked(args, TpuSlicePoolArgs)
         spec = plain(
             args,
             "name",
@@ -246,44 +241,26 @@ class TpuSlicePool(pulumi.ComponentResource):
             "max_run_duration",
             "disk_size_gb",
         )
-        values = _values(args, **{"park:tpuPools": [spec]})
-        if args.get("extra_zones"):
-            values["park:extraTpuZones"] = list(args["extra_zones"])
+        zones = {"park:extraTpuZones": list(args["extra_zones"])} if args.get("extra_zones") else {}
         fields = [
             ("park:tpuPools[0].", ""),
             ("park:zone", "location"),
             ("park:extraTpuZones", "extra_zones"),
         ]
-        plan = checked_plan("TpuSlicePool", name, values, fields, stack=name)
+        plan = self.pool_plan(args, fields, **{"park:tpuPools": [spec]}, **zones)
         pool = next(p for p in plan.tpu_pools if p.name == args["name"])
-        child = child_options(self, opts)
-        owner = f"TpuSlicePool {name!r}"
         self.node_pools = [
-            _node_pool(owner, f"{name}-s{p.slice_index}", p, args, child)
+            self.gke_node_pool(f"{name}-s{p.slice_index}", p, args)
             for p in node_pools.tpu_slice_pools(pool, args["location"], args.get("disk_size_gb"))
         ]
-        self.plan = pool
+        self.pool = pool
         # What a RayTrainingJob or LlmService on this pool takes as its `pool` argument.
-        self.ref = {
-            "name": pool.spec.name,
-            "machine_type": pool.spec.machine_type,
-            "topology": pool.spec.topology,
-            "slices": pool.spec.slices,
-            "capacity": pool.spec.capacity,
-            **({"reservation": pool.spec.reservation} if pool.spec.reservation else {}),
-        }
+        self.ref = pool_ref(pool)
         self.chips = pulumi.Output.from_input(pool.total_chips)
         self.hosts = pulumi.Output.from_input(pool.total_hosts)
         self.node_pool_names = pulumi.Output.all(*(p.name for p in self.node_pools))
-        self.register_outputs(
-            {
-                "chips": self.chips,
-                "hosts": self.hosts,
-                "node_pool_names": self.node_pool_names,
-                "machine_type": pool.slice.machine_type,
-                "topology": pool.slice.topology,
-                "slices": pool.slices,
-            }
+        self.register(
+            machine_type=pool.slice.machine_type, topology=pool.slice.topology, slices=pool.slices
         )
 
     def as_argument(self, field: str) -> dict[str, Any] | None:
@@ -291,17 +268,15 @@ class TpuSlicePool(pulumi.ComponentResource):
         return dict(self.ref) if field == "pool" else None
 
 
-class GpuPool(pulumi.ComponentResource):
+class GpuPool(_Pool):
     """A GPU pool beside the TPU pools."""
 
     node_pool_name: pulumi.Output[str]
     """The GKE node pool."""
 
     def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE_PREFIX + "GpuPool", name, None, opts)
-        args = _checked(  # type: ignore[assignment]
-            "GpuPool", name, args, GpuPoolArgs
-        )
+        super().__init__(name, opts)
+        args = self.checked(args, GpuPoolArgs)
         spec = plain(
             args,
             "name",
@@ -314,17 +289,9 @@ class GpuPool(pulumi.ComponentResource):
             "autoscaling",
             "disk_size_gb",
         )
-        fields = [("park:gpuPools[0].", "")]
-        plan = checked_plan(
-            "GpuPool", name, _values(args, **{"park:gpuPools": [spec]}), fields, stack=name
-        )
+        plan = self.pool_plan(args, [("park:gpuPools[0].", "")], **{"park:gpuPools": [spec]})
         gpu = next(g for g in plan.gpu_pools if g.spec.name == args["name"])
-        self.node_pool = _node_pool(
-            f"GpuPool {name!r}",
-            name,
-            node_pools.gpu_pool(gpu.spec, args["location"]),
-            args,
-            child_options(self, opts),
-        )
+        gke = node_pools.gpu_pool(gpu.spec, args["location"])
+        self.node_pool = self.gke_node_pool(name, gke, args)
         self.node_pool_name = self.node_pool.name
-        self.register_outputs({"node_pool_name": self.node_pool_name})
+        self.register()

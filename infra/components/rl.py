@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pulumi
 
-from infra.components._base import TYPE_PREFIX, child_options
+from infra.components._base import Component
 from infra.components.kubernetes import custom_resource
 from infra.plan.ray import ray_pods
 from infra.plan.rl import rl_rayjob
 from infra.resolve import StackPlan
 
 
-class RayRlJob(pulumi.ComponentResource):
+class RayRlJob(Component):
     """The RL RayJob: runs to completion on both pools' slices, then releases them."""
 
     job_name: pulumi.Output[str]
@@ -31,15 +31,15 @@ class RayRlJob(pulumi.ComponentResource):
         hf_token: bool,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        super().__init__(TYPE_PREFIX + "RayRlJob", name, None, opts)
+        super().__init__(name, opts)
         assert plan.rl is not None
         manifest = rl_rayjob(plan.rl, ray_pods(plan), hf_token=hf_token)
         self.resource = custom_resource(
-            manifest, child_options(self, opts), resource_name=f"{name}-rayjob"
+            manifest, self.child_options(), resource_name=f"{name}-rayjob"
         )
         self.job_name = pulumi.Output.from_input(manifest["metadata"]["name"])
         self.export_path = pulumi.Output.from_input(plan.rl.export_path or "")
-        self.register_outputs({"job_name": self.job_name, "export_path": self.export_path})
+        self.register()
         self._workload = manifest["metadata"]["name"]  # the workload label of its pods
 
     def as_argument(self, field: str) -> str | None:

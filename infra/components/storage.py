@@ -8,15 +8,7 @@ from pulumi_gcp.serviceaccount import Account
 from pulumi_gcp.serviceaccount import IAMMember as ServiceAccountIAMMember
 from pulumi_gcp.storage import Bucket, BucketIAMMember
 
-from infra.components._base import (
-    TYPE_PREFIX,
-    ComponentArgsError,
-    checked_args,
-    checked_plan,
-    child_options,
-    plain,
-    stack_of,
-)
+from infra.components._base import Component, plain, stack_of
 from infra.components._naming import claim
 from infra.plan.storage import REGISTRY_READER_ROLE, WORKLOAD_IDENTITY_ROLE, storage
 
@@ -53,7 +45,7 @@ class StorageArgs(TypedDict):
     """False: use an existing repository of that id, e.g. one several stacks share."""
 
 
-class Storage(pulumi.ComponentResource):
+class Storage(Component):
     """Bucket, registry and workload identity of one stack."""
 
     bucket: pulumi.Output[str]
@@ -64,10 +56,8 @@ class Storage(pulumi.ComponentResource):
     """The e-mail of the Google service account the Ray pods act as."""
 
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE_PREFIX + "Storage", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "Storage", name, args, StorageArgs
-        )
+        super().__init__(name, opts)
+        args = self.checked(args, StorageArgs)
         values = {
             "gcp:project": args["project"],
             "gcp:region": args["region"],
@@ -86,8 +76,8 @@ class Storage(pulumi.ComponentResource):
             values["park:namespace"] = args["namespace"]
         fields = [("park:storage.", ""), ("park:registry.", ""), ("park:namespace", "namespace")]
         stack = stack_of(args)
-        plan = storage(checked_plan("Storage", name, values, fields, stack=stack))
-        project, owner = args["project"], f"Storage {name!r}"
+        plan = storage(self.plan(values, fields, stack=stack))
+        project, owner = args["project"], self.owner
         taken = [
             claim(owner, f"bucket {plan.bucket['name']}", ()),
             claim(owner, f"service account {plan.workload_account['account_id']}", (project,)),
@@ -96,10 +86,8 @@ class Storage(pulumi.ComponentResource):
             repository_id = plan.registry["repository_id"]
             where = (project, plan.registry["location"])
             taken.append(claim(owner, f"registry repository {repository_id}", where))
-        if any(taken):
-            problems = [f"args.stack = {stack!r}: {t}" for t in taken if t]
-            raise ComponentArgsError("Storage", name, problems)
-        child = child_options(self, opts)
+        self.refuse_taken("stack", stack, taken)
+        child = self.child_options()
 
         bucket = Bucket(f"{name}-bucket", project=project, **plan.bucket, opts=child)
         repository: pulumi.Input[str] = plan.registry["repository_id"]
@@ -143,13 +131,7 @@ class Storage(pulumi.ComponentResource):
         self.bucket = bucket.name
         self.registry_url = pulumi.Output.from_input(plan.registry_url)
         self.workload_service_account = gsa.email
-        self.register_outputs(
-            {
-                "bucket": self.bucket,
-                "registry_url": self.registry_url,
-                "workload_service_account": self.workload_service_account,
-            }
-        )
+        self.register()
 
     def as_argument(self, field: str) -> str | None:
         """Given as a workload's `bucket`: the bucket's name."""

@@ -11,18 +11,8 @@ import pulumi
 
 from infra.components._args import TpuPoolRefArgs as TpuPoolRefArgs
 from infra.components._args import TrainingArgs
-from infra.components._base import (
-    TYPE_PREFIX,
-    ComponentArgsError,
-    checked_args,
-    checked_plan,
-    child_options,
-    plain,
-    region_of,
-    stack_of,
-    use_kubeconfig,
-)
-from infra.components._naming import claim, kubernetes_claims
+from infra.components._base import KubernetesComponent, plain, region_of, stack_of
+from infra.components._naming import claim
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ServingEngineArg, UpgradeStrategyArg
 from infra.components.kubernetes import custom_resource
@@ -178,25 +168,6 @@ def _fields(section: str, argument: str) -> list[tuple[str, str]]:
     ]
 
 
-def _workload_plan(
-    component: str,
-    name: str,
-    args: Mapping[str, Any],
-    section: str,
-    body: dict[str, Any],
-    argument: str,
-) -> StackPlan:
-    """The one-pool stack a workload component stands for, checked with the stack's rules
-    (problems named by the component's arguments) and resolved."""
-    if not RFC1035_NAME.match(name):
-        refused = f"the name {name!r} names its Kubernetes objects: lowercase letters, digits, '-'"
-        raise ComponentArgsError(component, name, [refused])
-    values = _values(args, section, body)
-    if args.get("hf_token"):
-        values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
-    return checked_plan(component, name, values, _fields(section, argument), stack=stack_of(args))
-
-
 def _named(
     manifest: dict[str, Any], name: str, cluster: str, head: Any, pods: list[str]
 ) -> dict[str, Any]:
@@ -220,15 +191,38 @@ def _named(
     return manifest
 
 
-def _claimed(
-    component: str, name: str, parent: pulumi.Resource, opts: Any, objects: list[dict[str, Any]]
-) -> None:
-    taken = kubernetes_claims(f"{component} {name!r}", parent, opts, objects)
-    if taken:
-        raise ComponentArgsError(component, name, taken)
+class _Workload(KubernetesComponent):
+    """What both workloads share: the one-pool stack they stand for, and their planned Ray
+    object created under the component's name once every object it makes is claimed."""
+
+    def workload_plan(
+        self, args: Mapping[str, Any], section: str, body: dict[str, Any], argument: str
+    ) -> StackPlan:
+        """The one-pool stack the component stands for, checked with the stack's rules
+        (problems named by the component's arguments) and resolved: the stack program's plan,
+        in it."""
+        name = self._component_name
+        if not RFC1035_NAME.match(name):
+            self.refuse(
+                [f"the name {name!r} names its Kubernetes objects: lowercase letters, digits, '-'"]
+            )
+        values = _values(args, section, body)
+        if args.get("hf_token"):
+            values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
+        return self.plan(values, _fields(section, argument), stack=stack_of(args))
+
+    def claimed(self, objects: list[dict[str, Any]]) -> None:
+        taken = self.claim_objects(objects)
+        if taken:
+            self.refuse(taken)
+
+    def create(self, manifest: dict[str, Any]) -> Any:
+        """The Ray object as the child ``<name>-<kind>``."""
+        resource_name = f"{self._component_name}-{manifest['kind'].lower()}"
+        return custom_resource(manifest, self.child_options(), resource_name=resource_name)
 
 
-class RayTrainingJob(pulumi.ComponentResource):
+class RayTrainingJob(_Workload):
     """The training RayJob: runs to completion on its slices, then releases them."""
 
     job_name: pulumi.Output[str]
@@ -242,15 +236,12 @@ class RayTrainingJob(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: RayTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ):
-        super().__init__(TYPE_PREFIX + "RayTrainingJob", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "RayTrainingJob", name, args, RayTrainingJobArgs
-        )
-        use_kubeconfig(self, name, args)
+        super().__init__(name, opts)
+        args = self.checked(args, RayTrainingJobArgs)
         body = plain(args["training"], *args["training"])  # stack-file (camelCase) keys
         if args.get("image"):
             body["image"] = args["image"]
-        plan = _workload_plan("RayTrainingJob", name, args, "training", body, "training.")
+        plan = self.workload_plan(args, "training", body, "training.")
         assert plan.training is not None
         manifest = _named(
             ray_plan.rayjob(
@@ -261,22 +252,17 @@ class RayTrainingJob(pulumi.ComponentResource):
             args.get("head_node_selector"),
             ["rayClusterSpec.headGroupSpec.template.spec", "submitterPodTemplate.spec"],
         )
-        _claimed("RayTrainingJob", name, self, opts, [manifest])
+        self.claimed([manifest])
         # Two jobs of one stack would write one run folder (checkpoints, export): one owner.
         folder = f"training run folder {plan.training.run_name} in gs://{plan.names.bucket}"
-        taken = claim(f"RayTrainingJob {name!r}", folder, ())
+        taken = claim(self.owner, folder, ())
         if taken:
-            refused = f"args.stack = {plan.spec.stack!r}: {taken} (runs are named per stack)"
-            raise ComponentArgsError("RayTrainingJob", name, [refused])
-        self.resource = custom_resource(
-            manifest, child_options(self, opts), resource_name=f"{name}-rayjob"
-        )
+            self.refuse([f"args.stack = {plan.spec.stack!r}: {taken} (runs are named per stack)"])
+        self.resource = self.create(manifest)
         self.job_name = pulumi.Output.from_input(manifest["metadata"]["name"])
         self.workers = pulumi.Output.from_input(plan.training.workers)
         self.export_path = pulumi.Output.from_input(plan.training.export_path or "")
-        self.register_outputs(
-            {"job_name": self.job_name, "workers": self.workers, "export_path": self.export_path}
-        )
+        self.register()
         self._workload = name
 
     def as_argument(self, field: str) -> str | None:
@@ -284,7 +270,7 @@ class RayTrainingJob(pulumi.ComponentResource):
         return self._workload if field == "training_jobs" else None
 
 
-class LlmService(pulumi.ComponentResource):
+class LlmService(_Workload):
     """The serving RayService: Ray Serve LLM's OpenAI app, one LLMConfig per model."""
 
     service_name: pulumi.Output[str]
@@ -293,11 +279,8 @@ class LlmService(pulumi.ComponentResource):
     """The Kubernetes Service of the OpenAI endpoint (port 8000, path /v1)."""
 
     def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE_PREFIX + "LlmService", name, None, opts)
-        args = checked_args(  # type: ignore[assignment]
-            "LlmService", name, args, LlmServiceArgs
-        )
-        use_kubeconfig(self, name, args)
+        super().__init__(name, opts)
+        args = self.checked(args, LlmServiceArgs)
         models = [
             {
                 **plain(
@@ -319,7 +302,7 @@ class LlmService(pulumi.ComponentResource):
             "models": models,
             **plain(args, "engine", "upgrade_strategy", "expose_publicly", "image"),
         }
-        plan = _workload_plan("LlmService", name, args, "serving", body, "")
+        plan = self.workload_plan(args, "serving", body, "")
         assert plan.serving is not None
         manifest = _named(
             ray_plan.rayservice(
@@ -333,17 +316,11 @@ class LlmService(pulumi.ComponentResource):
         endpoint = manifest["spec"]["serveService"]["metadata"]
         endpoint["name"] = args.get("endpoint_service") or f"{name}-openai"
         service = {"kind": "Service", "metadata": {**endpoint, "namespace": plan.spec.namespace}}
-        _claimed("LlmService", name, self, opts, [manifest, service])
-        self.resource = custom_resource(
-            manifest, child_options(self, opts), resource_name=f"{name}-rayservice"
-        )
+        self.claimed([manifest, service])
+        self.resource = self.create(manifest)
         self.service_name = pulumi.Output.from_input(manifest["metadata"]["name"])
-        self.endpoint_service = pulumi.Output.from_input(
-            manifest["spec"]["serveService"]["metadata"]["name"]
-        )
-        self.register_outputs(
-            {"service_name": self.service_name, "endpoint_service": self.endpoint_service}
-        )
+        self.endpoint_service = pulumi.Output.from_input(endpoint["name"])
+        self.register()
         self._service = name
 
     def as_argument(self, field: str) -> str | None:
