@@ -13,11 +13,11 @@ import pulumi
 from infra.components.cluster import ClusterArgs
 from infra.components.kubernetes import KubeRayOperatorArgs, WorkspaceArgs
 from infra.components.kueue import KueueArgs
-from infra.components.network import NetworkArgs
-from infra.components.node_pools import CpuPoolArgs, GpuPoolArgs, TpuSlicePoolArgs
+from infra.components.network import NETWORK_FIELDS, NetworkArgs
+from infra.components.node_pools import CpuPoolArgs, GpuPoolArgs, TpuSlicePoolArgs, pool_ref
 from infra.components.observability import DashboardAccessArgs, RayMetricsArgs
 from infra.components.storage import StorageArgs
-from infra.components.workloads import LlmServiceArgs, RayTrainingJobArgs, TpuPoolRefArgs
+from infra.components.workloads import LlmServiceArgs, RayTrainingJobArgs
 from infra.disk import DEFAULT_BOOT_DISK_GB
 from infra.names import OPENAI_SERVICE_NAME
 from infra.plan.node_pools import boot_disk_gb
@@ -32,24 +32,20 @@ class PoolRefs:
     node_service_account: pulumi.Input[str]
 
 
+def _same(model: Any, *fields: str) -> Any:
+    """The spec `model`'s fields among `fields` that are set, under their own names: a
+    component's argument is named as the stack key it stands for (snake_case)."""
+    return {f: v for f in fields if (v := getattr(model, f)) is not None and v != ""}
+
+
 def network(plan: StackPlan) -> NetworkArgs:
     spec = plan.spec
-    net = spec.network
-    args = NetworkArgs(
+    return NetworkArgs(
         project=spec.project,
         region=spec.region,
         stack=spec.stack,
-        subnet_cidr=net.subnet_cidr,
-        pods_cidr=net.pods_cidr,
-        services_cidr=net.services_cidr,
-        pods_range_name=net.pods_range_name,
-        services_range_name=net.services_range_name,
+        **_same(spec.network, *NETWORK_FIELDS),
     )
-    if net.existing_network:
-        args["existing_network"] = net.existing_network
-    if net.existing_subnetwork:
-        args["existing_subnetwork"] = net.existing_subnetwork
-    return args
 
 
 def cluster(
@@ -57,32 +53,33 @@ def cluster(
 ) -> ClusterArgs:
     spec = plan.spec
     cfg = spec.cluster
-    args = ClusterArgs(
+    return ClusterArgs(
         project=spec.project,
         location=spec.zone,
         network=network_name,
         subnetwork=subnetwork_name,
         stack=spec.stack,
         name=plan.names.cluster,
-        release_channel=cfg.release_channel,
-        dns_endpoint=cfg.dns_endpoint,
-        private_nodes=cfg.private_nodes,
-        private_endpoint=cfg.private_endpoint,
         master_authorized_networks=[
             {"cidr": n.cidr, "name": n.name} for n in cfg.master_authorized_networks
         ],
-        master_cidr=spec.network.master_cidr,
-        pods_range_name=spec.network.pods_range_name,
-        services_range_name=spec.network.services_range_name,
-        deletion_protection=cfg.deletion_protection,
         ray_operator_addon=spec.kuberay.install == "addon",
         ray_logging=spec.kuberay.logging,
         ray_monitoring=spec.kuberay.monitoring,
         gateway_api=spec.observability.expose_dashboard,
+        **_same(cfg, *_CLUSTER_FIELDS),
+        **_same(spec.network, "master_cidr", "pods_range_name", "services_range_name"),
     )
-    if cfg.version:
-        args["version"] = cfg.version
-    return args
+
+
+_CLUSTER_FIELDS = (
+    "release_channel",
+    "version",
+    "dns_endpoint",
+    "private_nodes",
+    "private_endpoint",
+    "deletion_protection",
+)
 
 
 def storage(
@@ -97,14 +94,18 @@ def storage(
         stack=spec.stack,
         namespace=plan.names.namespace,
         bucket=plan.names.bucket,
-        versioning=spec.storage.versioning,
-        force_destroy=spec.storage.force_destroy,
         repository=plan.names.registry_repository,
         create_repository=spec.registry.create,
+        **_same(spec.storage, "versioning", "force_destroy"),
     )
     if spec.storage.location:
         args["bucket_location"] = spec.storage.location
     return args
+
+
+def _boot_disk_gb(plan: StackPlan, pool: str, pinned: int | None) -> int:
+    """The boot disk the disk plan sized for the pool (infra.disk), else the stack's."""
+    return boot_disk_gb(plan, pool) or pinned or DEFAULT_BOOT_DISK_GB
 
 
 def cpu_pool(plan: StackPlan, refs: PoolRefs) -> CpuPoolArgs:
@@ -113,11 +114,13 @@ def cpu_pool(plan: StackPlan, refs: PoolRefs) -> CpuPoolArgs:
         cluster=refs.cluster,
         location=plan.spec.zone,
         node_service_account=refs.node_service_account,
-        machine_type=pool.machine_type,
-        min_nodes=pool.min_nodes,
-        max_nodes=pool.max_nodes,
-        disk_size_gb=boot_disk_gb(plan, "cpu") or pool.disk_size_gb or DEFAULT_BOOT_DISK_GB,
+        disk_size_gb=_boot_disk_gb(plan, "cpu", pool.disk_size_gb),
+        **_same(pool, "machine_type", "min_nodes", "max_nodes"),
     )
+
+
+# The optional fields every accelerator pool has.
+_POOL_FIELDS = ("name", "capacity", "reservation", "autoscaling")
 
 
 def tpu_pool(plan: StackPlan, pool: PoolPlan, refs: PoolRefs) -> TpuSlicePoolArgs:
@@ -126,18 +129,11 @@ def tpu_pool(plan: StackPlan, pool: PoolPlan, refs: PoolRefs) -> TpuSlicePoolArg
         cluster=refs.cluster,
         location=plan.spec.zone,
         node_service_account=refs.node_service_account,
-        name=spec.name,
         machine_type=spec.machine_type,
         topology=spec.topology,
-        slices=spec.slices,
-        capacity=spec.capacity,
-        autoscaling=spec.autoscaling,
-        disk_size_gb=boot_disk_gb(plan, spec.name) or spec.disk_size_gb or DEFAULT_BOOT_DISK_GB,
+        disk_size_gb=_boot_disk_gb(plan, spec.name, spec.disk_size_gb),
+        **_same(spec, *_POOL_FIELDS, "slices", "max_run_duration"),
     )
-    if spec.reservation:
-        args["reservation"] = spec.reservation
-    if spec.max_run_duration:
-        args["max_run_duration"] = spec.max_run_duration
     if plan.spec.extra_tpu_zones:
         args["extra_zones"] = list(plan.spec.extra_tpu_zones)
     return args
@@ -145,32 +141,23 @@ def tpu_pool(plan: StackPlan, pool: PoolPlan, refs: PoolRefs) -> TpuSlicePoolArg
 
 def gpu_pool(plan: StackPlan, gpu: GpuPoolPlan, refs: PoolRefs) -> GpuPoolArgs:
     spec = gpu.spec
-    args = GpuPoolArgs(
+    return GpuPoolArgs(
         cluster=refs.cluster,
         location=plan.spec.zone,
         node_service_account=refs.node_service_account,
-        name=spec.name,
         machine_type=spec.machine_type,
         accelerator_type=spec.accelerator_type,
-        accelerator_count=spec.accelerator_count,
-        nodes=spec.nodes,
-        capacity=spec.capacity,
-        autoscaling=spec.autoscaling,
-        disk_size_gb=spec.disk_size_gb,
+        **_same(spec, *_POOL_FIELDS, "accelerator_count", "nodes", "disk_size_gb"),
     )
-    if spec.reservation:
-        args["reservation"] = spec.reservation
-    return args
 
 
 def kuberay(plan: StackPlan) -> KubeRayOperatorArgs:
     cfg = plan.spec.kuberay
-    args = KubeRayOperatorArgs(
-        install=cfg.install, version=cfg.version, multi_host_tpu=plan.multi_host
+    return KubeRayOperatorArgs(
+        install=cfg.install,
+        multi_host_tpu=plan.multi_host,
+        **_same(cfg, "version", "tpu_webhook_chart"),
     )
-    if cfg.tpu_webhook_chart:
-        args["tpu_webhook_chart"] = cfg.tpu_webhook_chart
-    return args
 
 
 def workspace(plan: StackPlan, hf_token: pulumi.Input[str] | None) -> WorkspaceArgs:
@@ -195,20 +182,6 @@ def kueue(plan: StackPlan) -> KueueArgs:
         namespace=plan.names.namespace,
         version=plan.spec.kueue.version,
     )
-
-
-def pool_ref(pool: PoolPlan) -> TpuPoolRefArgs:
-    spec = pool.spec
-    ref = TpuPoolRefArgs(
-        name=spec.name,
-        machine_type=spec.machine_type,
-        topology=spec.topology,
-        slices=spec.slices,
-        capacity=spec.capacity,
-    )
-    if spec.reservation:
-        ref["reservation"] = spec.reservation
-    return ref
 
 
 def _workload(plan: StackPlan, pool: PoolPlan, image: str) -> dict[str, Any]:
