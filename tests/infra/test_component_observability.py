@@ -16,22 +16,28 @@ from park_gke import testing
 from park_gke.testing import ProgramError
 
 ZONE = "us-east5-b"
-SERVE_POOL = {"name": "serve", "machine_type": "ct6e-standard-8t", "topology": "2x4"}
-TRAIN_POOL = {"name": "train", "machine_type": "ct6e-standard-4t", "topology": "4x4"}
-QWEN = [{"name": "qwen", "source": "Qwen/Qwen3-1.7B"}]
+# Plain dicts, as a program writes them (the components check them, not the type checker).
+SERVE_POOL: Any = {"name": "serve", "machine_type": "ct6e-standard-8t", "topology": "2x4"}
+TRAIN_POOL: Any = {"name": "train", "machine_type": "ct6e-standard-4t", "topology": "4x4"}
+QWEN: Any = [{"name": "qwen", "source": "Qwen/Qwen3-1.7B"}]
 WORKLOAD_KINDS = ("RayService", "RayJob")
 
 
-def _program(**metrics: Any) -> Any:
+def _service() -> Any:
+    return {"project": "p", "location": ZONE, "pool": SERVE_POOL, "models": QWEN}
+
+
+def _program() -> Any:
     def program() -> None:
-        where = {"project": "p", "location": ZONE}
-        chat = park_gke.LlmService("chat", {**where, "pool": SERVE_POOL, "models": QWEN})
-        code = park_gke.LlmService("code", {**where, "pool": SERVE_POOL, "models": QWEN})
-        park_gke.LlmService("other", {**where, "pool": SERVE_POOL, "models": QWEN})  # unwatched
-        job = park_gke.RayTrainingJob("tune", {**where, "pool": TRAIN_POOL, "training": {}})
-        args = {"project": "p", "cluster_name": "gke", "grafana": True}
-        watched = {"training_jobs": [job], "services": [chat, code]}
-        park_gke.RayMetrics("metrics", {**args, **watched, **metrics})
+        chat = park_gke.LlmService("chat", _service())
+        code = park_gke.LlmService("code", _service())
+        park_gke.LlmService("other", _service())  # not handed to RayMetrics
+        training: Any = {"project": "p", "location": ZONE, "pool": TRAIN_POOL, "training": {}}
+        job = park_gke.RayTrainingJob("tune", training)
+        # the workloads themselves: the TypedDict says what they stand for (their names)
+        args: Any = {"project": "p", "cluster_name": "gke", "grafana": True}
+        args.update(training_jobs=[job], services=[chat, code])
+        park_gke.RayMetrics("metrics", args)
 
     return program
 
@@ -134,10 +140,8 @@ def test_log_metrics_are_the_handed_training_jobs(rendered):
 
 def test_without_a_training_job_there_are_no_training_metrics_nor_panels():
     def program() -> None:
-        chat = park_gke.LlmService(
-            "chat", {"project": "p", "location": ZONE, "pool": SERVE_POOL, "models": QWEN}
-        )
-        args = {"project": "p", "cluster_name": "gke", "grafana": True, "services": [chat]}
+        chat = park_gke.LlmService("chat", _service())
+        args: Any = {"project": "p", "cluster_name": "gke", "grafana": True, "services": [chat]}
         park_gke.RayMetrics("metrics", args)
 
     result = testing.run(program, project="p")
@@ -149,7 +153,7 @@ def test_without_a_training_job_there_are_no_training_metrics_nor_panels():
 
 def test_workloads_by_name_for_other_languages_and_a_bad_name_refused():
     def program(services: list[Any]) -> Any:
-        args = {"project": "p", "cluster_name": "gke", "services": services}
+        args: Any = {"project": "p", "cluster_name": "gke", "services": services}
         return lambda: park_gke.RayMetrics("metrics", args)
 
     result = testing.run(program(["chat"]), project="p")
@@ -165,9 +169,7 @@ def test_workloads_by_name_for_other_languages_and_a_bad_name_refused():
 
 def test_the_dashboard_access_selects_the_handed_service_head():
     def program() -> None:
-        chat = park_gke.LlmService(
-            "chat", {"project": "p", "location": ZONE, "pool": SERVE_POOL, "models": QWEN}
-        )
+        chat = park_gke.LlmService("chat", _service())
         park_gke.DashboardAccess(
             "dash",
             {
@@ -176,7 +178,7 @@ def test_the_dashboard_access_selects_the_handed_service_head():
                 "iap_members": ["group:ml@example.com"],
                 "oauth_client_id": "1-abc.apps.googleusercontent.com",
                 "oauth_secret": "iap-oauth",
-                "service": chat,
+                "service": chat,  # type: ignore[typeddict-item]
             },
         )
 

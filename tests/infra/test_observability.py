@@ -103,7 +103,8 @@ def test_tpu_metrics_come_from_the_device_plugin_or_are_dropped():
     assert env["TPU_DEVICE_PLUGIN_HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
     names = [e["name"] for e in worker["template"]["spec"]["containers"][0]["env"]]
     assert names.index("TPU_DEVICE_PLUGIN_HOST_IP") < names.index("TPU_DEVICE_PLUGIN_ADDR")
-    assert all("metricRelabeling" not in m["spec"]["endpoints"][0] for m in metric_plan.pod_monitorings(on))
+    monitors = metric_plan.pod_monitorings(on)
+    assert all("metricRelabeling" not in m["spec"]["endpoints"][0] for m in monitors)
 
     off = _config("dev", tpuMetrics=False)
     worker = _rayjob(off)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
