@@ -188,3 +188,24 @@ def test_the_dashboard_access_selects_the_handed_service_head():
     ]
     heads = [p for p in _workloads(result)["chat"] if p[RAY_NODE_TYPE_LABEL] == "head"]
     assert heads and all(_selects({"matchLabels": service["spec"]["selector"]}, p) for p in heads)
+
+
+def test_the_rl_job_handed_as_a_training_job_is_scraped_by_its_pods_label():
+    from infra.components.rl import RayRlJob
+    from tests.infra.test_observability import _config
+
+    plan = _config("rl")
+
+    def program() -> None:
+        job = RayRlJob("rl", plan, False)
+        args: Any = {"project": "p", "cluster_name": "gke", "training_jobs": [job]}
+        park_gke.RayMetrics("metrics", args)
+
+    result = testing.run(program, project="p")
+    pods = _workloads(result)
+    monitors = [m for m in result.manifests() if m["kind"] == "PodMonitoring"]
+    assert pods and all(
+        sum(_selects(m["spec"]["selector"], pod) for m in monitors) == 1
+        for labels in pods.values()
+        for pod in labels
+    )
