@@ -17,9 +17,9 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, Field, field, fields
+from dataclasses import MISSING, Field, asdict, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 from workloads.protocol import field_of, flag
 
@@ -33,6 +33,19 @@ class ConfigError(ValueError):
 def opt(default: Any, help: str, *, type: Any = str, choices: Sequence[str] | None = None) -> Any:
     """A dataclass field that also describes its CLI flag."""
     return field(default=default, metadata={"help": help, "type": type, "choices": choices})
+
+
+class FlagConfig:
+    """The base of a config dataclass whose fields are flags: it reads and writes mappings."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(cast(Any, self))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Self:
+        """From a mapping of field names (dashes or underscores); values coerced to the fields'
+        types, unknown names refused."""
+        return from_mapping(cls, values, ConfigError)
 
 
 def _coerce(spec: Field[Any], value: Any, error: type[Exception]) -> Any:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from workloads import flags
-from workloads.flags import from_mapping, opt
+from workloads.flags import FlagConfig, opt
 from workloads.protocol import flag, render_entrypoint
 from workloads.rl.rewards import BUILTINS
 from workloads.train.config import (
@@ -46,7 +46,7 @@ __all__ = ["ConfigError", "RLRunConfig", "parse_args", "rl_entrypoint", "to_entr
 
 
 @dataclass(frozen=True)
-class RLRunConfig:
+class RLRunConfig(FlagConfig):
     """Everything a GRPO run on a cluster needs; every field is a ``--flag``."""
 
     # The learner: Ray Train workers, one per chip of the learner slice.
@@ -130,14 +130,6 @@ class RLRunConfig:
     def batch(self) -> int:
         """Completions per learner step."""
         return self.prompts_per_step * self.group_size
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> RLRunConfig:
-        """From a mapping of field names (dashes or underscores); values coerced to types."""
-        return from_mapping(cls, values, ConfigError)
 
 
 def build_parser() -> argparse.ArgumentParser:

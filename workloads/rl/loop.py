@@ -50,29 +50,35 @@ from workloads.train.strategies import autocast, build_mesh, build_optimizer, co
 OnStep = Callable[[int, RolloutPool], None]
 
 
+# The learner's settings that are the RL run's flags of the same name, passed on as they are.
+LEARNER_FLAGS = (
+    "accelerator",
+    "tpu_topology",
+    "tpu_accelerator_type",
+    "torch_tpu_topology",
+    "chips_per_host",
+    "strategy",
+    "micro_batch_size",
+    "activation_checkpointing",
+    "model",
+    "init",
+    "lr",
+    "seed",
+    "storage_path",
+    "run_name",
+    "max_failures",
+)
+
+
 def train_config(cfg: RLRunConfig, world_size: int | None = None) -> TrainConfig:
     """The trainer's config of the learner: the model, its strategy and the Ray Train run."""
-    values: dict[str, Any] = dict(
-        accelerator=cfg.accelerator,
+    values: dict[str, Any] = {name: getattr(cfg, name) for name in LEARNER_FLAGS}
+    return TrainConfig(
+        **values,
         num_workers=world_size or cfg.num_workers,
-        tpu_topology=cfg.tpu_topology,
-        tpu_accelerator_type=cfg.tpu_accelerator_type,
-        torch_tpu_topology=cfg.torch_tpu_topology,
-        chips_per_host=cfg.chips_per_host,
-        strategy=cfg.strategy,
-        micro_batch_size=cfg.micro_batch_size,
-        activation_checkpointing=cfg.activation_checkpointing,
-        model=cfg.model,
-        init=cfg.init,
         seq_len=None,
         global_batch_size=cfg.batch,
-        lr=cfg.lr,
-        seed=cfg.seed,
-        storage_path=cfg.storage_path,
-        run_name=cfg.run_name,
-        max_failures=cfg.max_failures,
     )
-    return TrainConfig(**values)
 
 
 def engine_kwargs(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from workloads import flags
-from workloads.flags import ConfigError, from_mapping, load_config_file, opt
+from workloads.flags import ConfigError, FlagConfig, load_config_file, opt
 from workloads.protocol import TRAIN_COMMAND, render_entrypoint
 from workloads.train.config_rules import (
     ACCELERATORS,
@@ -98,7 +98,7 @@ LOSS_CHUNK_TOKENS = 1024
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(FlagConfig):
     """Everything a training run needs; every field is a ``--flag`` of the entrypoint."""
 
     # Where and how wide.
@@ -255,14 +255,6 @@ class TrainConfig:
         if self.global_batch_size is None:
             raise ConfigError("global_batch_size is unresolved; call resolve() first")
         return self.global_batch_size
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
-        """Build from a mapping whose keys are field names, with dashes or underscores."""
-        return from_mapping(cls, values, ConfigError)
 
 
 # ---- CLI and config file ----------------------------------------------------------------

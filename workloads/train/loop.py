@@ -91,14 +91,7 @@ def make_source(
 
     spec = str(facts.facts_path()) if cfg.data == BUILTIN_PREFIX + "facts" else cfg.data
     tokenizer = model.source.tokenizer
-    encoder = text.Encoder(
-        tokenizer,
-        objective=cfg.objective,
-        text_field=cfg.text_field,
-        messages_field=cfg.messages_field,
-        prompt_field=cfg.prompt_field,
-        response_field=cfg.response_field,
-    )
+    encoder = text.Encoder.for_run(tokenizer, cfg)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return text.TextBatches(
         text.plan_units(spec, split=cfg.data_split),

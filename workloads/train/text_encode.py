@@ -13,6 +13,9 @@ import numpy as np
 
 from workloads.train.data import DataError
 
+# The run's flags an Encoder is made of, named as its keyword arguments (Encoder.for_run).
+RUN_FLAGS = ("objective", "text_field", "messages_field", "prompt_field", "response_field")
+
 
 @dataclass
 class Document:
@@ -49,6 +52,12 @@ class Encoder:
             raise DataError(
                 "--objective sft needs a tokenizer with a chat template (--tokenizer or --model)"
             )
+
+    @classmethod
+    def for_run(cls, tokenizer: Any, cfg: Any) -> Encoder:
+        """The encoder a training run's flags describe: ``cfg`` (a TrainConfig) holds each
+        keyword argument of the constructor as the flag of the same name."""
+        return cls(tokenizer, **{name: getattr(cfg, name) for name in RUN_FLAGS})
 
     def encode(self, record: Any) -> Document | None:
         """The record's document, or None when it has nothing to train on."""

@@ -253,22 +253,10 @@ def plan_slice_env(
     return plan
 
 
-def plan_torch_tpu_env(
-    workers: Sequence[WorkerInfo],
-    *,
-    torch_tpu_topology: str,
-    num_slices: int = 1,
-    base_port: int = DEFAULT_BASE_PORT,
-    session_id: str | None = None,
-) -> dict[int, dict[str, str]]:
-    """The torch_tpu variables for every rank: ``{rank: {name: value}}`` (see plan_slice_env)."""
-    return plan_slice_env(
-        workers,
-        torch_tpu_topology=torch_tpu_topology,
-        num_slices=num_slices,
-        base_port=base_port,
-        session_id=session_id,
-    ).env
+def plan_torch_tpu_env(workers: Sequence[WorkerInfo], **options: Any) -> dict[int, dict[str, str]]:
+    """The torch_tpu variables for every rank: ``{rank: {name: value}}``; the options are
+    :func:`plan_slice_env`'s, whose plan this is without its notes."""
+    return plan_slice_env(workers, **options).env
 
 
 # ---- the Ray side (runs inside Ray Train's backend hooks) ---------------------------------
