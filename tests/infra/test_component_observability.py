@@ -167,29 +167,6 @@ def test_workloads_by_name_for_other_languages_and_a_bad_name_refused():
     assert "args.services[0]" in str(err.value) and "RayMetrics 'metrics'" in str(err.value)
 
 
-def test_the_dashboard_access_selects_the_handed_service_head():
-    def program() -> None:
-        chat = park_gke.LlmService("chat", _service())
-        park_gke.DashboardAccess(
-            "dash",
-            {
-                "project": "p",
-                "domain": "ray.example.com",
-                "iap_members": ["group:ml@example.com"],
-                "oauth_client_id": "1-abc.apps.googleusercontent.com",
-                "oauth_secret": "iap-oauth",
-                "service": chat,  # type: ignore[typeddict-item]
-            },
-        )
-
-    result = testing.run(program, project="p")
-    (service,) = [
-        m for m in result.manifests() if m["kind"] == "Service" and "selector" in m["spec"]
-    ]
-    heads = [p for p in _workloads(result)["chat"] if p[RAY_NODE_TYPE_LABEL] == "head"]
-    assert heads and all(_selects({"matchLabels": service["spec"]["selector"]}, p) for p in heads)
-
-
 def test_the_rl_job_handed_as_a_training_job_is_scraped_by_its_pods_label():
     from infra.components.rl import RayRlJob
     from tests.infra.test_observability import _config
