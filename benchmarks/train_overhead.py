@@ -67,6 +67,9 @@ class _Recording:
     def latest_checkpoint(self) -> Any:
         return self.inner.latest_checkpoint()
 
+    def checkpoint_folder(self, step: int) -> Any:
+        return self.inner.checkpoint_folder(step)
+
     def _keep(self, metrics: dict[str, Any]) -> None:
         # This process's CPU seconds so far: unlike wall time, barely moved by other processes
         # competing for the machine's cores.
