@@ -39,6 +39,9 @@ class LocalRay:
     gcs_port: int = field(default_factory=free_port)
     dashboard_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    # Ray's settings the RayService's pods carry (serve_tuning.ray_env: throughput mode, HAProxy,
+    # direct streaming...): Serve reads them at import in every Ray process.
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def gcs_address(self) -> str:
@@ -80,7 +83,7 @@ class LocalRay:
         ]
 
     def start(self, timeout_s: float = 300) -> None:
-        env = {**os.environ, **ray_auth_env()}
+        env = {**os.environ, **self.env, **ray_auth_env()}
         # The entrypoint says `python`: make it this interpreter (the one with workloads).
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -130,6 +133,20 @@ class LocalRay:
         for pid in _pids_mentioning(str(self.temp_dir)):
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
+
+
+def pods_ray_env(manifest: dict[str, Any] | None) -> dict[str, str]:
+    """The ``RAY_*`` variables with literal values in the head container of a rendered RayService
+    (or RayJob): what the plan gives Ray's processes in the pods, for the local Ray to carry."""
+    spec = (manifest or {}).get("spec") or {}
+    cluster = spec.get("rayClusterConfig") or spec.get("rayClusterSpec") or {}
+    pod = ((cluster.get("headGroupSpec") or {}).get("template") or {}).get("spec") or {}
+    containers = pod.get("containers") or [{}]
+    return {
+        e["name"]: str(e["value"])
+        for e in containers[0].get("env") or []
+        if str(e.get("name", "")).startswith("RAY_") and "value" in e
+    }
 
 
 def ray_auth_env() -> dict[str, str]:

@@ -46,6 +46,7 @@ from infra.tools.local.ray_head import (
     RAY_NUM_CPUS,
     LocalRay,
     LocalRunError,
+    pods_ray_env,
     ray_auth_env,
 )
 from infra.tools.local.rl import run_rl, runs_rl
@@ -115,7 +116,7 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
     # SIGTERM (kill, a supervisor) stops the run as Ctrl-C does: Ray goes down in order.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with _local_ray(run_dir, console) as ray:
+        with _local_ray(run_dir, console, pods_ray_env(rayservice)) as ray:
             try:
                 if rayjob is not None and runs_rl(rayjob):  # GRPO, then serve its policy
                     run_rl(rayjob, ray, run_dir, console, outcome, stack=stack, serve=_serve)
@@ -152,10 +153,10 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def _local_ray(run_dir: Path, console: Console) -> Iterator[LocalRay]:
+def _local_ray(run_dir: Path, console: Console, env: dict[str, str]) -> Iterator[LocalRay]:
     # Short path: Ray's unix sockets live under the temp dir (107-byte limit).
     temp_dir = Path(tempfile.mkdtemp(prefix="park-ray-", dir="/tmp"))
-    ray = LocalRay(temp_dir=temp_dir, log_path=run_dir / "ray-start.log")
+    ray = LocalRay(temp_dir=temp_dir, log_path=run_dir / "ray-start.log", env=env)
     with console.status("starting a local Ray head..."):
         started = time.monotonic()
         try:
@@ -336,7 +337,8 @@ def _serve(
     console.print(f"running: {escape(shlex.join(command))}", highlight=False, soft_wrap=True)
     stderr_path = run_dir / "serve.log"
     started = time.monotonic()
-    env = {**os.environ, **ray_auth_env(), "PYTHONUNBUFFERED": "1"}
+    # The pods' Ray env here too: cpu_profile reads direct streaming from it.
+    env = {**os.environ, **ray.env, **ray_auth_env(), "PYTHONUNBUFFERED": "1"}
     with stderr_path.open("w") as stderr:
         process = subprocess.Popen(
             command,

@@ -1,0 +1,7 @@
+"""Serving benchmark: bare vLLM vs Ray Serve LLM with vLLM's own load generator.
+
+``cli`` (the run), ``servers`` (what is compared), ``load`` (``vllm bench serve`` in process),
+``cpu`` (CPU by process group), ``stats`` (median and min-max over interleaved trials),
+``profile`` (py-spy budget), ``gpu`` (the same on a CUDA machine), ``vllm_bench`` (the plain
+client). Entry point: ``python benchmarks/serve_overhead.py`` (see benchmarks/README.md).
+"""
