@@ -144,6 +144,9 @@ class Source:
     ip: str | None = None
 
 
+RAY_ROLES: tuple[Literal["head", "worker"], ...] = ("head", "worker")
+
+
 @dataclass(frozen=True)
 class Flow:
     name: str
@@ -165,18 +168,15 @@ def flows(exposed: Exposure) -> list[Flow]:
     internet = Source(ip="198.51.100.7")
     front_end = Source(ip="35.191.0.9")
     public = exposed.public_serve
+    head_ports = (("dashboard", DASHBOARD_PORT), ("GCS", GCS_PORT), ("client", CLIENT_PORT))
     table = [
         Flow("worker → head GCS", ray_pod, "head", GCS_PORT, True),
         Flow("head → worker, ephemeral port", ray_pod, "worker", 33127, True),
         Flow("submitter → head dashboard", submitter, "head", DASHBOARD_PORT, True),
-        Flow("GMP → head metrics", collector, "head", METRICS_PORT, True),
-        Flow("GMP → worker metrics", collector, "worker", METRICS_PORT, True),
-        Flow("cluster client → serve (head)", elsewhere, "head", SERVE_PORT, True),
-        Flow("cluster client → serve (worker)", elsewhere, "worker", SERVE_PORT, True),
+        *(Flow(f"GMP → {r} metrics", collector, r, METRICS_PORT, True) for r in RAY_ROLES),
+        *(Flow(f"cluster client → serve ({r})", elsewhere, r, SERVE_PORT, True) for r in RAY_ROLES),
         Flow("API server → TPU webhook", control_plane, "webhook", 443, True),
-        Flow("other namespace → head dashboard", elsewhere, "head", DASHBOARD_PORT, False),
-        Flow("other namespace → head GCS", elsewhere, "head", GCS_PORT, False),
-        Flow("other namespace → head client", elsewhere, "head", CLIENT_PORT, False),
+        *(Flow(f"other namespace → head {p}", elsewhere, "head", n, False) for p, n in head_ports),
         Flow("GMP → head dashboard", collector, "head", DASHBOARD_PORT, False),
         Flow("internet → head dashboard", internet, "head", DASHBOARD_PORT, False),
         Flow("internet → serve", internet, "head", SERVE_PORT, public),
@@ -191,19 +191,26 @@ def flows(exposed: Exposure) -> list[Flow]:
     if exposed.kuberay_install == "helm":
         operator = Source(KUBERAY_NAMESPACE, dict(KUBERAY_OPERATOR_LABELS))
         neighbour = Source(KUBERAY_NAMESPACE, {"app": "other"})
+        table += _operator_flows("operator (helm)", "head dashboard", operator)
         table += [
-            Flow("operator (helm) → head dashboard", operator, "head", DASHBOARD_PORT, True),
-            Flow("operator (helm) → serve health", operator, "head", SERVE_PORT, True),
             Flow("other kuberay-system pod → dashboard", neighbour, "head", DASHBOARD_PORT, False),
         ]
     else:
         proxy = Source(KUBE_SYSTEM, dict(KONNECTIVITY_LABELS))
         dns = Source(KUBE_SYSTEM, {"k8s-app": "kube-dns"})
+        table += _operator_flows("add-on operator, API proxy", "dashboard", proxy)
         table += [
-            Flow("add-on operator, API proxy → dashboard", proxy, "head", DASHBOARD_PORT, True),
-            Flow("add-on operator, API proxy → serve health", proxy, "head", SERVE_PORT, True),
             Flow("control plane range → dashboard", control_plane, "head", DASHBOARD_PORT, True),
             Flow("control plane range → head GCS", control_plane, "head", GCS_PORT, False),
             Flow("other kube-system pod → dashboard", dns, "head", DASHBOARD_PORT, False),
         ]
     return table
+
+
+def _operator_flows(who: str, dashboard: str, operator: Source) -> list[Flow]:
+    """What the KubeRay operator (helm's, or the add-on's through the API proxy) must reach on
+    the head: the dashboard (jobs, serve deploys) and serve's health check."""
+    return [
+        Flow(f"{who} → {dashboard}", operator, "head", DASHBOARD_PORT, True),
+        Flow(f"{who} → serve health", operator, "head", SERVE_PORT, True),
+    ]
