@@ -83,7 +83,48 @@ def schema(package_version: str | None = None) -> dict[str, Any]:
         analyzed["type_definitions"],
         sorted(analyzed["dependencies"], key=lambda d: f"{d.name}{d.version}"),
     )
-    return spec.to_json()
+    return describe_enum_members(mark_secrets(spec.to_json(), secret_properties()))
+
+
+def secret_properties() -> dict[str, dict[str, list[str]]]:
+    """component → schema section → the properties Pulumi keeps encrypted (the SDK's analyzer
+    has no marker for a secret): every kubeconfig, given or handed out (one may carry a
+    credential), and the HF token the Workspace stores."""
+    from typing import get_type_hints
+
+    out: dict[str, dict[str, list[str]]] = {}
+    for component in components():
+        args = get_type_hints(vars(component)["__init__"]).get("args")
+        given = ["kubeconfig"] if args is not None and "kubeconfig" in args.__annotations__ else []
+        if component.__name__ == "Workspace":
+            given.append("hfToken")
+        handed = ["kubeconfig"] if "kubeconfig" in component.__annotations__ else []
+        sections = {"inputProperties": given, "properties": handed}
+        out[component.__name__] = {k: v for k, v in sections.items() if v}
+    return {k: v for k, v in out.items() if v}
+
+
+def mark_secrets(spec: dict[str, Any], secrets: dict[str, dict[str, list[str]]]) -> dict[str, Any]:
+    """`spec` with each of `secrets` marked `"secret": true` (a KeyError for one it lacks)."""
+    for component, sections in secrets.items():
+        resource = spec["resources"][f"{NAME}:index:{component}"]
+        for section, props in sections.items():
+            for prop in props:
+                resource[section][prop]["secret"] = True
+    return spec
+
+
+def describe_enum_members(spec: dict[str, Any]) -> dict[str, Any]:
+    """Each enum value described from the data it comes from (a machine type's chips and
+    topologies, a topology's chips): the analyzer reads member docstrings only from source."""
+    from infra.components._types import member_docs
+
+    for token, body in spec.get("types", {}).items():
+        docs = member_docs(token.rsplit(":", 1)[-1])
+        for member in body.get("enum", []):
+            if not member.get("description") and member["value"] in docs:
+                member["description"] = docs[member["value"]]
+    return spec
 
 
 def main() -> None:

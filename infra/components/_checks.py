@@ -11,6 +11,7 @@ takes its value (a TpuSlicePool for `pool`) stands for what it hands on (`as_arg
 from __future__ import annotations
 
 import difflib
+import enum
 import types
 import typing
 from collections.abc import Mapping
@@ -99,8 +100,10 @@ def _shape(value: Any, hint: Any, path: str) -> list[str]:
         integral = isinstance(value, float) and value.is_integer()  # numbers from the wire
         ok = (isinstance(value, int) and not isinstance(value, bool)) or integral
         return [] if ok else [_wrong(value, hint, path)]
-    if hint is str:
-        return [] if isinstance(value, str) else [_wrong(value, hint, path)]
+    if hint is str or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+        # an enum argument (infra/components/_types.py) takes its plain string too; the rules
+        # say which values are allowed
+        return [] if isinstance(value, str) else [_wrong(value, str, path)]
     return []
 
 

@@ -202,7 +202,7 @@ def _workload(plan: StackPlan, pool: PoolPlan, image: str) -> dict[str, Any]:
 def training(plan: StackPlan, hf_token: bool) -> RayTrainingJobArgs:
     assert plan.training is not None
     job = plan.training
-    settings = job.spec.model_dump(by_alias=True, exclude={"enabled", "pool", "image"})
+    settings = job.spec.model_dump(exclude={"enabled", "pool", "image"})  # TrainingArgs
     return RayTrainingJobArgs(
         **_workload(plan, job.pool, job.image),  # type: ignore[typeddict-item]
         training=settings,

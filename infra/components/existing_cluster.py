@@ -7,6 +7,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 
 from infra.components._base import ClusterComponent, bad_value
+from infra.components._types import KubeRayInstallArg
 from infra.plan import existing_cluster
 from infra.plan.cluster import kubeconfig as kubeconfig_for
 
@@ -20,8 +21,8 @@ class ExistingClusterArgs(TypedDict):
     """The cluster's zone (TPU slice pools are zonal)."""
     name: str
     """The GKE cluster's name."""
-    kuberay_install: NotRequired[str]
-    """addon (default: GKE's Ray Operator add-on must be enabled) or helm."""
+    kuberay_install: NotRequired[KubeRayInstallArg]
+    """`addon` (GKE Ray Operator add-on, with the TPU webhook) or `helm`. Default: addon."""
     node_service_account: NotRequired[pulumi.Input[str]]
     """The e-mail the new node pools run as (default: the cluster's own node service account)."""
     kubeconfig: NotRequired[pulumi.Input[str]]

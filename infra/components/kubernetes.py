@@ -22,6 +22,7 @@ from infra.components._base import (
     stack_of,
 )
 from infra.components._naming import child_name, claim, cluster_key, renamed
+from infra.components._types import KubeRayInstallArg
 from infra.names import HF_SECRET_KEY, stack_names
 from infra.plan.network_policy import Exposure
 from infra.plan.operator import HelmReleasePlan, helm_releases
@@ -97,14 +98,14 @@ class KubeRayOperatorArgs(TypedDict):
     nothing to create here), or the kuberay-operator Helm chart, plus cert-manager and the
     KubeRay TPU webhook when the cluster has multi-host TPU slices."""
 
-    install: str
-    """addon or helm."""
+    install: KubeRayInstallArg
+    """`addon` (GKE Ray Operator add-on, with the TPU webhook) or `helm`."""
     version: NotRequired[str]
-    """kuberay-operator chart version (helm; default 1.7.0)."""
+    """kuberay-operator chart version (helm). Default: 1.7.0."""
     multi_host_tpu: NotRequired[bool]
     """The cluster has multi-host TPU slices: helm then installs the TPU webhook too."""
     tpu_webhook_chart: NotRequired[str]
-    """helm, multi-host: path of ai-on-gke's kuberay-tpu-webhook chart."""
+    """helm, multi-host: path of the kuberay-tpu-webhook chart."""
     kubeconfig: NotRequired[pulumi.Input[str]]
     """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
     of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
@@ -156,11 +157,11 @@ class WorkspaceArgs(TypedDict):
     stack: NotRequired[str]
     """Names derive from it (the KSA park-<stack>-workload); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
-    """The namespace (default park)."""
-    kuberay_install: NotRequired[str]
-    """addon (default) or helm: where the operator calls the Ray heads from."""
+    """Kubernetes namespace of the Ray workloads. Default: park."""
+    kuberay_install: NotRequired[KubeRayInstallArg]
+    """`addon` (GKE Ray Operator add-on, with the TPU webhook) or `helm`. Default: addon."""
     master_cidr: NotRequired[str]
-    """The control plane's /28 (the add-on reaches pods through the API server from there)."""
+    """/28 of the private control plane. Default: 172.16.0.0/28."""
     expose_serve: NotRequired[bool]
     """Let the internet reach Serve's port (a public LoadBalancer)."""
     expose_dashboard: NotRequired[bool]

@@ -4,9 +4,9 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
+from infra.components._args import TpuPoolRefArgs
 from infra.components._base import KubernetesComponent
 from infra.components.kubernetes import custom_resource, helm_release
-from infra.components.workloads import TpuPoolRefArgs
 from infra.plan import kueue
 
 
@@ -17,9 +17,9 @@ class KueueArgs(TypedDict):
     queued_pools: list[TpuPoolRefArgs]
     """The pools with capacity queued; jobs name a pool's LocalQueue (the pool's name)."""
     namespace: NotRequired[str]
-    """The namespace the LocalQueues serve (default park)."""
+    """Kubernetes namespace of the Ray workloads. Default: park."""
     version: NotRequired[str]
-    """Kueue chart version (default 0.19.2)."""
+    """Kueue Helm chart version (OCI, registry.k8s.io). Default: 0.19.2."""
     kubeconfig: NotRequired[pulumi.Input[str]]
     """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
     of its own; unset: the provider in its options (providers={"kubernetes": ...})."""

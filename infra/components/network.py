@@ -19,19 +19,19 @@ class NetworkArgs(TypedDict):
     stack: NotRequired[str]
     """Names derive from it (park-<stack>-vpc, ...); default: the Pulumi stack's name."""
     existing_network: NotRequired[str]
-    """Use this network instead of creating a VPC (its subnet carries the pods/services ranges)."""
+    """Use this network instead of creating a VPC."""
     existing_subnetwork: NotRequired[str]
-    """The existing network's subnet."""
+    """Its subnet, carrying the pods/services ranges."""
     subnet_cidr: NotRequired[str]
-    """Node range of the new subnet (default 10.10.0.0/20)."""
+    """Node range of the new subnet. Default: 10.10.0.0/20."""
     pods_cidr: NotRequired[str]
-    """Secondary range for pods (default 10.16.0.0/14)."""
+    """Secondary range for pods. Default: 10.16.0.0/14."""
     services_cidr: NotRequired[str]
-    """Secondary range for services (default 10.20.0.0/20)."""
+    """Secondary range for services. Default: 10.20.0.0/20."""
     pods_range_name: NotRequired[str]
-    """Name of the pods secondary range (default pods)."""
+    """Name of the pods secondary range. Default: pods."""
     services_range_name: NotRequired[str]
-    """Name of the services secondary range (default services)."""
+    """Name of the services secondary range. Default: services."""
 
 
 NETWORK_FIELDS = (

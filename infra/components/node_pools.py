@@ -10,12 +10,14 @@ from pulumi_gcp.container import NodePool
 from infra.components._args import TpuPoolRefArgs
 from infra.components._base import Component, plain, region_of, with_cluster
 from infra.components._naming import claim, renamed
+from infra.components._types import CapacityArg, TpuMachineTypeArg, TpuTopologyArg
 from infra.names import ROLE_LABEL
 from infra.plan import node_pools
 from infra.plan.node_pools import NodePoolPlan
 from infra.resolve import PoolPlan, StackPlan
 
 _Args = TypeVar("_Args")
+
 
 def pool_ref(pool: PoolPlan) -> TpuPoolRefArgs:
     """What a RayTrainingJob, LlmService or Kueue takes as a TPU pool: TpuSlicePool.pool_ref."""
@@ -27,7 +29,6 @@ def pool_ref(pool: PoolPlan) -> TpuPoolRefArgs:
         slices=spec.slices,
         capacity=spec.capacity,
     )
-
     if spec.reservation:
         ref["reservation"] = spec.reservation
     return ref
@@ -87,6 +88,7 @@ class _Pool(Component):
             opts=renamed(self.child_options(), resource_name, plan.name),
         )
 
+
 # Each pool's arguments repeat the fields every pool has rather than inherit them: Pulumi's
 # schema analyzer reads a field's description only from the class that declares it.
 
@@ -106,15 +108,15 @@ class CpuPoolArgs(TypedDict):
     project: NotRequired[str]
     """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
     disk_size_gb: NotRequired[int]
-    """Boot disk size, at least 15."""
+    """Boot disk, GB; unset: what its pods need (`park validate`)."""
     name: NotRequired[str]
     """The GKE node pool's name (default: the component's name)."""
     machine_type: NotRequired[str]
-    """Machine type (default e2-standard-8)."""
+    """Machine type. Default: e2-standard-8."""
     min_nodes: NotRequired[int]
-    """Autoscaling minimum (default 1)."""
+    """Autoscaling minimum. Default: 1."""
     max_nodes: NotRequired[int]
-    """Autoscaling maximum (default 3)."""
+    """Autoscaling maximum. Default: 3."""
 
 
 class TpuSlicePoolArgs(TypedDict):
@@ -132,26 +134,26 @@ class TpuSlicePoolArgs(TypedDict):
     project: NotRequired[str]
     """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
     disk_size_gb: NotRequired[int]
-    """Boot disk size, at least 15."""
+    """Boot disk, GB; unset: what its pods need (`park validate`)."""
     name: NotRequired[str]
     """The pool's name (default: the component's name); its node pools are <name>-s<i> and
     its nodes carry the label park-gke/pool=<name>."""
-    machine_type: str
+    machine_type: TpuMachineTypeArg
     """ct6e-standard-1t, -4t or -8t."""
-    topology: str
-    """A topology the machine type offers, e.g. 2x4, 4x4."""
+    topology: TpuTopologyArg
+    """Slice topology the machine type offers (e.g. 2x4, 4x4)."""
     slices: NotRequired[int]
-    """Number of slices (default 1)."""
-    capacity: NotRequired[str]
-    """on-demand (default), spot, reservation, flex-start or queued."""
+    """Number of slices (node pools). Default: 1."""
+    capacity: NotRequired[CapacityArg]
+    """on-demand, spot, reservation, flex-start or queued. Default: on-demand."""
     reservation: NotRequired[str]
-    """Reservation name (capacity reservation only)."""
+    """Reservation name (capacity `reservation` only)."""
     autoscaling: NotRequired[bool]
-    """Scale each slice between 0 and its hosts (default true)."""
+    """Scale each slice between 0 and its hosts. Default: true."""
     max_run_duration: NotRequired[str]
-    """flex-start: longest a node lives, e.g. 86400s."""
+    """flex-start: longest a node lives, e.g. `86400s`."""
     extra_zones: NotRequired[list[str]]
-    """Zones to accept beyond the catalog's known zones of the generation."""
+    """Zones to accept beyond the catalog's known zones of the TPU generation."""
 
 
 class GpuPoolArgs(TypedDict):
@@ -169,7 +171,7 @@ class GpuPoolArgs(TypedDict):
     project: NotRequired[str]
     """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
     disk_size_gb: NotRequired[int]
-    """Boot disk size, at least 15."""
+    """Boot disk, GB (at least 15). Default: 200."""
     name: NotRequired[str]
     """The pool's name (default: the component's name)."""
     machine_type: str
@@ -177,15 +179,15 @@ class GpuPoolArgs(TypedDict):
     accelerator_type: str
     """e.g. nvidia-h100-80gb."""
     accelerator_count: NotRequired[int]
-    """GPUs per node (default 8)."""
+    """GPUs per node. Default: 8."""
     nodes: NotRequired[int]
-    """Maximum nodes (default 1)."""
-    capacity: NotRequired[str]
-    """on-demand (default), spot, reservation or flex-start."""
+    """Maximum nodes (0 while idle). Default: 1."""
+    capacity: NotRequired[CapacityArg]
+    """on-demand, spot, reservation or flex-start. Default: on-demand."""
     reservation: NotRequired[str]
-    """Reservation name (capacity reservation only)."""
+    """Reservation name (capacity `reservation` only)."""
     autoscaling: NotRequired[bool]
-    """Scale between 0 and nodes (default true)."""
+    """Scale between 0 and `nodes`. Default: true."""
 
 
 class CpuPool(_Pool):
@@ -223,6 +225,8 @@ class TpuSlicePool(_Pool):
     """TPU hosts (nodes) of every slice."""
     node_pool_names: pulumi.Output[list[str]]
     """One GKE node pool per slice."""
+    pool_ref: pulumi.Output[TpuPoolRefArgs]
+    """The pool's reference: what a RayTrainingJob, LlmService or Kueue takes as its pool."""
 
     def __init__(
         self, name: str, args: TpuSlicePoolArgs, opts: pulumi.ResourceOptions | None = None
@@ -259,6 +263,7 @@ class TpuSlicePool(_Pool):
         self.chips = pulumi.Output.from_input(pool.total_chips)
         self.hosts = pulumi.Output.from_input(pool.total_hosts)
         self.node_pool_names = pulumi.Output.all(*(p.name for p in self.node_pools))
+        self.pool_ref = pulumi.Output.from_input(self.ref)
         self.register(
             machine_type=pool.slice.machine_type, topology=pool.slice.topology, slices=pool.slices
         )

@@ -30,19 +30,19 @@ class StorageArgs(TypedDict):
     stack: NotRequired[str]
     """Names derive from it (park-<stack>-workload, ...); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
-    """The Ray pods' namespace (default park)."""
+    """Kubernetes namespace of the Ray workloads. Default: park."""
     bucket: NotRequired[str]
-    """Bucket name (default <project>-<stack>-park)."""
+    """Bucket name (default `<project>-<stack>-park`)."""
     bucket_location: NotRequired[str]
     """Bucket location (default: the region)."""
     versioning: NotRequired[bool]
-    """Object versioning (default true)."""
+    """Object versioning. Default: true."""
     force_destroy: NotRequired[bool]
-    """Let `pulumi destroy` delete a non-empty bucket (default false)."""
+    """Let `pulumi destroy` delete a non-empty bucket. Default: false."""
     repository: NotRequired[str]
-    """Registry repository id (default park-<stack>)."""
+    """Repository id (default `park-<stack>`)."""
     create_repository: NotRequired[bool]
-    """False: use an existing repository of that id, e.g. one several stacks share."""
+    """`false`: use an existing repository, e.g. one stacks share. Default: true."""
 
 
 class Storage(Component):

@@ -9,6 +9,14 @@ from pydantic import Field
 
 from infra.spec._model import _Model
 
+# Named, so the component arguments' enums (infra/components/_types.py) are these very values.
+Strategy = Literal["ddp", "fsdp2"]
+TrainingInit = Literal["auto", "pretrained", "config"]
+ModelSize = Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"]
+LrSchedule = Literal["cosine", "linear", "constant"]
+Objective = Literal["clm", "sft"]
+ExportDtype = Literal["auto", "float32", "bfloat16"]
+
 
 class TrainingConfig(_Model):
     """The training RayJob: a Hugging Face causal LM (or a GPT preset) on the stack's data.
@@ -22,7 +30,7 @@ class TrainingConfig(_Model):
     """TPU pool it runs on."""
     image: str | None = None
     """Image (default: park-workloads in the stack's registry)."""
-    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
+    strategy: Strategy = "fsdp2"
     """`ddp` or `fsdp2`."""
     # A Hugging Face causal LM: hub id, gs://..., a path under the bucket mount, or
     # park:tiny-llama (built on the worker). Unset: the GPT preset of model_size.
@@ -30,9 +38,9 @@ class TrainingConfig(_Model):
     """HF causal LM: hub id, `gs://`, a bucket-mount path, `park:tiny-llama`."""
     tokenizer: str | None = None
     """Tokenizer source like `model` (default: the model's)."""
-    init: Literal["auto", "pretrained", "config"] = "auto"
+    init: TrainingInit = "auto"
     """`pretrained` weights or `config` (from scratch); `auto`: by source."""
-    model_size: Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"] = "gpt2-small"
+    model_size: ModelSize = "gpt2-small"
     """GPT preset when no `model`: tiny, small, gpt2-small/-medium, 1b."""
     steps: int = Field(1000, ge=1)
     """Optimizer steps in total (a resumed run continues to it)."""
@@ -48,7 +56,7 @@ class TrainingConfig(_Model):
     """Peak learning rate (AdamW)."""
     warmup_steps: int = Field(10, ge=0)
     """Linear warmup steps, then `lrSchedule`."""
-    lr_schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    lr_schedule: LrSchedule = "cosine"
     """`cosine`, `linear` (to `minLrRatio`) or `constant`."""
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     """Final learning rate as a fraction of the peak."""
@@ -56,7 +64,7 @@ class TrainingConfig(_Model):
     # folder, under the bucket mount or gs://...), hf:NAME[:CONFIG], or park:facts.
     data: str = "synthetic"
     """`synthetic`, tokens, jsonl/json/parquet/txt, `hf:NAME`, `park:facts`."""
-    objective: Literal["clm", "sft"] = "clm"
+    objective: Objective = "clm"
     """`clm` (packed text) or `sft` (chat template, loss on responses)."""
     data_split: str = "train"
     """Split of an `hf:` data set."""
@@ -76,7 +84,7 @@ class TrainingConfig(_Model):
     """An HF folder at `.../<run>/export/final` when the run ends."""
     export_every: int = Field(0, ge=0)
     """Also export at every Nth checkpoint (0: only at the end)."""
-    export_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    export_dtype: ExportDtype = "auto"
     """`auto` (bf16 when trained in bf16), `float32`, `bfloat16`."""
     export_max_shard_size: str = Field("5GB", pattern=r"^[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)$")
     """Largest safetensors file, e.g. `5GB`; more get an index."""
@@ -149,7 +157,7 @@ class RlConfig(_Model):
     """Learner steps in total."""
     learning_rate: float = Field(1e-6, ge=0)
     """Learning rate (AdamW)."""
-    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
+    strategy: Strategy = "fsdp2"
     """Learner: `ddp` or `fsdp2`."""
     micro_batch_size: int | None = Field(None, ge=1)
     """Completions per chip per pass; unset: the most that fit."""

@@ -19,6 +19,10 @@ from infra.versions import KUBERAY_VERSION, KUEUE_VERSION
 
 Capacity = Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
 CAPACITY_TYPES: tuple[str, ...] = get_args(Capacity)
+# Named, so the component arguments' enums (infra/components/_types.py) are these very values.
+ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"]
+KubeRayInstall = Literal["addon", "helm"]
+UpgradeStrategy = Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"]
 # The serving engines: the names of infra/engines.py's records (a row there is a value here).
 if TYPE_CHECKING:
     EngineName = str
@@ -59,7 +63,7 @@ class NetworkConfig(_Model):
 class ClusterConfig(_Model):
     name: str | None = None
     """GKE cluster name (default `park-<stack>`)."""
-    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    release_channel: ReleaseChannel = "REGULAR"
     """RAPID, REGULAR, STABLE or EXTENDED; upgrades the cluster."""
     # None: the channel's default version. A pin is GKE's initial version (a minor such as
     # "1.35" takes its newest patch); the channel upgrades the cluster from there.
@@ -91,7 +95,7 @@ class CpuPoolConfig(_Model):
 
 
 class KubeRayConfig(_Model):
-    install: Literal["addon", "helm"] = "addon"
+    install: KubeRayInstall = "addon"
     """`addon` (GKE Ray Operator add-on, with the TPU webhook) or `helm`."""
     version: str = KUBERAY_VERSION
     """kuberay-operator chart version (helm)."""
@@ -151,7 +155,7 @@ class GpuPoolConfig(_Model):
     autoscaling: bool = True
     """Scale between 0 and `nodes`."""
     disk_size_gb: int = Field(200, ge=15)
-    """Boot disk size."""
+    """Boot disk, GB (at least 15)."""
 
 
 class StorageConfig(_Model):
@@ -191,7 +195,8 @@ class ServedModel(_Model):
     # stand in for the source's at preview. Default: the source's own; for source: training,
     # park:training.model.
     base_model: str | None = None
-    """What a fine-tuned source was trained from (its facts)."""
+    """The model a fine-tuned source was trained from: its facts (architecture, size) stand in
+    for the source's at preview, when its config cannot be read then (a run not yet done)."""
     tensor_parallel_size: int | None = None
     """Default: every chip of one slice."""
     max_model_len: int = Field(8192, ge=16)
@@ -199,7 +204,7 @@ class ServedModel(_Model):
     enable_expert_parallel: bool = False
     """For MoE models."""
     min_replicas: int = Field(1, ge=0)
-    """Serve autoscaling minimum."""
+    """Serve autoscaling minimum; each replica holds a whole slice."""
     max_replicas: int = Field(1, ge=1)
     """Serve autoscaling maximum."""
     engine_kwargs: dict[str, Any] = {}
@@ -216,10 +221,11 @@ class ServingConfig(_Model):
     engine: EngineName = Field(engines.DEFAULT_ENGINE, description=engines.describe())
     models: list[ServedModel] = []
     """Served models."""
-    upgrade_strategy: Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"] = "None"
-    """`None` (in place), `NewCluster` (blue/green: 2x TPUs), ..."""
+    upgrade_strategy: UpgradeStrategy = "None"
+    """`None` (in place), `NewCluster` (blue/green: twice the slices) or
+    `NewClusterWithIncrementalUpgrade`."""
     expose_publicly: bool = False
-    """LoadBalancer for the OpenAI endpoint (default ClusterIP)."""
+    """A LoadBalancer for the OpenAI endpoint (else a ClusterIP Service)."""
 
 
 class PricesConfig(_Model):
@@ -323,7 +329,7 @@ class StackConfig(_Model):
     zone: str
     """Zone of the cluster and every pool; must offer TPU v6e."""
     extra_tpu_zones: list[str] = []
-    """Zones to accept beyond the catalog's known v6e zones."""
+    """Zones to accept beyond the catalog's known zones of the TPU generation."""
     namespace: str = "park"
     """Kubernetes namespace of the Ray workloads."""
     # park:hfToken, a Pulumi secret (or an ESC environment's pulumiConfig): one Hugging Face

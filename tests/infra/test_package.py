@@ -5,7 +5,6 @@ component and the argument, and a schema the SDK's own analyzer infers, held as 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,9 @@ import pytest
 from pulumi.provider.experimental.component import ComponentProvider
 
 import park_gke
-from infra.components import args_from
-from infra.spec import models
-from infra.stack import from_file
 from infra.tools.render import ProgramError, run_under_mocks
 from park_gke import provider, testing
-from tests.conftest import ROOT, STACKS_DIR
+from tests.conftest import ROOT
 
 ZONE = "us-east5-b"
 SA = "nodes@p.iam.gserviceaccount.com"
@@ -198,14 +194,6 @@ def test_each_component_builds_through_the_provider_other_languages_use(name):
         assert below.get(type_token) == count, (type_token, below)
 
 
-def _camel(value: Any) -> Any:
-    from pydantic.alias_generators import to_camel
-
-    if isinstance(value, str):
-        return to_camel(value)
-    raise TypeError(value)
-
-
 def _wire(value: Any) -> Any:
     """Argument names camelCased (values kept), as another language's SDK sends them."""
     from pydantic.alias_generators import to_camel
@@ -344,34 +332,6 @@ def test_a_missing_argument_through_the_provider_names_the_component_and_the_fie
     assert "Missing required input 'topology' on 'TpuSlicePool'" in str(err.value)
 
 
-# ---- the schema --------------------------------------------------------------------------------
-
-SCHEMA = ROOT / "provider" / "schema.json"
-
-
-def test_the_schema_the_analyzer_infers_is_the_committed_golden():
-    now = provider.schema()
-    assert now == json.loads(SCHEMA.read_text()), (
-        "the components' arguments or outputs changed: run "
-        "`python -m park_gke.provider > provider/schema.json` and review the diff"
-    )
-
-
-def test_every_schema_property_says_what_it_is():
-    schema = json.loads(SCHEMA.read_text())
-    undocumented = [
-        f"{token}.{prop}"
-        for token, spec in [*schema["resources"].items(), *schema["types"].items()]
-        for section in ("inputProperties", "properties")
-        for prop, body in spec.get(section, {}).items()
-        if not body.get("description")
-    ]
-    assert not undocumented
-    for token, spec in schema["resources"].items():
-        assert spec.get("description"), token
-        assert spec["isComponent"] is True
-
-
 def test_the_plugin_manifest_hosts_the_components():
     import yaml
 
@@ -380,58 +340,6 @@ def test_the_plugin_manifest_hosts_the_components():
     entry = (ROOT / "provider" / "__main__.py").read_text()
     assert "park_gke.provider import main" in entry
     assert (ROOT / "provider" / "requirements.txt").read_text().splitlines()[-1] == ".."
-
-
-# ---- the arguments follow the stack config ---------------------------------------------------
-
-# (args class, spec model, spec fields the component sets itself or takes under another name)
-MIRRORS = [
-    ("TpuSlicePoolArgs", models.TpuPoolConfig, {}),
-    ("GpuPoolArgs", models.GpuPoolConfig, {}),
-    ("CpuPoolArgs", models.CpuPoolConfig, {}),
-    ("ServedModelArgs", models.ServedModel, {}),
-    ("NetworkArgs", models.NetworkConfig, {"master_cidr": "ClusterArgs"}),
-    ("ClusterArgs", models.ClusterConfig, {}),
-    (
-        "StorageArgs",
-        models.StorageConfig,
-        {"location": "bucket_location", "mount_path": "workloads"},
-    ),
-    ("RegistryArgs", models.RegistryConfig, {}),
-    (
-        "LlmServiceArgs",
-        models.ServingConfig,
-        {"enabled": "", "pool": "pool", "hf_token": "hf_token"},
-    ),
-    (
-        "KubeRayOperatorArgs",
-        models.KubeRayConfig,
-        {"logging": "ClusterArgs", "monitoring": "ClusterArgs"},
-    ),
-]
-
-
-@pytest.mark.parametrize(("args_name", "model", "elsewhere"), MIRRORS, ids=[m[0] for m in MIRRORS])
-def test_every_stack_key_of_a_section_is_a_component_argument(args_name, model, elsewhere):
-    """A key added to the stack config without its component argument fails here."""
-    if args_name == "RegistryArgs":  # the registry is part of Storage
-        fields = set(park_gke.StorageArgs.__annotations__)
-        expected = {"repository": "repository", "create": "create_repository"}
-        assert set(expected.values()) <= fields
-        assert set(model.model_fields) == set(expected)
-        return
-    fields = set(getattr(park_gke, args_name).__annotations__)
-    missing = set(model.model_fields) - fields - set(elsewhere)
-    assert not missing
-
-
-def test_the_training_argument_is_the_training_section():
-    """RayTrainingJob takes park:training's own keys: every one is accepted, none invented."""
-    plan = from_file(STACKS_DIR / "Pulumi.prod.yaml")
-    settings = args_from.training(plan, False)["training"]
-    keys = set(models.TrainingConfig.model_fields) - {"enabled", "pool", "image"}
-    assert set(settings) == {_camel(k) for k in keys}
-    assert models.TrainingConfig.model_validate(settings)  # stack-file spelling, as documented
 
 
 def test_the_package_is_what_the_wheel_ships():

@@ -332,13 +332,14 @@ def test_a_refusal_through_the_provider_is_an_input_properties_error():
     from tests.infra.test_package import _wire
 
     host = provider.ParkComponentProvider(provider.components(), provider.NAME, None, "0.0.0")
-    wire = _wire({**POOL, **SERVE_POOL, "machine_type": "ct6e-standard-9t"})
+    # a topology of the schema's enum that this machine type does not offer: the rules' refusal
+    wire = _wire({**POOL, **SERVE_POOL, "topology": "4x4"})
     with pytest.raises(ProgramError) as err:
         testing.run(lambda: host.construct("it", "park-gke:index:TpuSlicePool", wire, None))
     cause = err.value.__cause__
     assert isinstance(cause, InputPropertiesError), type(cause)
-    assert [e["property_path"] for e in cause.errors or []] == ["machineType"]
-    assert "TpuSlicePool 'it'" in cause.message and "ct6e-standard-9t" in cause.message
+    assert [e["property_path"] for e in cause.errors or []] == ["topology"]
+    assert "TpuSlicePool 'it'" in cause.message and "allowed: 2x4" in cause.message
     assert isinstance(host, ComponentProvider)
 
 

@@ -111,7 +111,7 @@ def test_an_existing_cluster_with_a_multi_host_training_job_composes():
                 "namespace": space,  # type: ignore[typeddict-item]
                 "bucket": storage,  # type: ignore[typeddict-item]
                 "kubeconfig": cluster.kubeconfig,
-                "training": {"strategy": "fsdp2", "steps": 20, "globalBatchSize": 64},
+                "training": {"strategy": "fsdp2", "steps": 20, "global_batch_size": 64},
             },
             pulumi.ResourceOptions(depends_on=[*space.ready, *pool.node_pools]),
         )
