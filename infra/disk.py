@@ -114,6 +114,11 @@ class StagedModel:
     used_by: tuple[str, ...]  # config keys naming it
 
 
+def _whole_mib(size: int) -> str:
+    """A Kubernetes quantity in whole MiB, rounded up: an emptyDir's sizeLimit."""
+    return f"{math.ceil(size / MIB)}Mi"
+
+
 @dataclass(frozen=True)
 class PodDisk:
     """One pod's local disk: its scratch emptyDir, its gcsfuse file cache, and what goes
@@ -150,11 +155,13 @@ class PodDisk:
 
     @property
     def scratch_limit(self) -> str:
-        return f"{math.ceil(self.scratch_bytes / MIB)}Mi"
+        """The scratch emptyDir's sizeLimit."""
+        return _whole_mib(self.scratch_bytes)
 
     @property
     def cache_limit(self) -> str:
-        return f"{math.ceil(self.cache_volume_bytes / MIB)}Mi"
+        """The file cache emptyDir's sizeLimit."""
+        return _whole_mib(self.cache_volume_bytes)
 
     @property
     def file_cache_mb(self) -> int:
