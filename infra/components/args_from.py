@@ -10,7 +10,7 @@ from typing import Any
 
 import pulumi
 
-from infra.components.cluster import ClusterArgs
+from infra.components.cluster import CLUSTER_FIELDS, CLUSTER_NETWORK_FIELDS, ClusterArgs
 from infra.components.kubernetes import KubeRayOperatorArgs, WorkspaceArgs
 from infra.components.kueue import KueueArgs
 from infra.components.network import NETWORK_FIELDS, NetworkArgs
@@ -67,19 +67,9 @@ def cluster(
         ray_logging=spec.kuberay.logging,
         ray_monitoring=spec.kuberay.monitoring,
         gateway_api=spec.observability.expose_dashboard,
-        **_same(cfg, *_CLUSTER_FIELDS),
-        **_same(spec.network, "master_cidr", "pods_range_name", "services_range_name"),
+        **_same(cfg, *CLUSTER_FIELDS),
+        **_same(spec.network, *CLUSTER_NETWORK_FIELDS),
     )
-
-
-_CLUSTER_FIELDS = (
-    "release_channel",
-    "version",
-    "dns_endpoint",
-    "private_nodes",
-    "private_endpoint",
-    "deletion_protection",
-)
 
 
 def storage(

@@ -73,6 +73,18 @@ class ClusterArgs(TypedDict):
     to the internet or public nodes is refused unless named here; elsewhere a warning."""
 
 
+# The arguments that are park:cluster's and park:network's fields of the same name.
+CLUSTER_FIELDS = (
+    "release_channel",
+    "version",
+    "dns_endpoint",
+    "private_nodes",
+    "private_endpoint",
+    "deletion_protection",
+)
+CLUSTER_NETWORK_FIELDS = ("master_cidr", "pods_range_name", "services_range_name")
+
+
 class Cluster(ClusterComponent):
     """A GKE Standard cluster ready for TPU slice pools and KubeRay."""
 
@@ -104,19 +116,10 @@ class Cluster(ClusterComponent):
             "gcp:region": region_of(args["location"]),
             "park:zone": args["location"],
             "park:cluster": {
-                **plain(
-                    args,
-                    "name",
-                    "release_channel",
-                    "version",
-                    "dns_endpoint",
-                    "private_nodes",
-                    "private_endpoint",
-                    "deletion_protection",
-                ),
+                **plain(args, "name", *CLUSTER_FIELDS),
                 **({"masterAuthorizedNetworks": authorized} if authorized else {}),
             },
-            "park:network": plain(args, "master_cidr", "pods_range_name", "services_range_name"),
+            "park:network": plain(args, *CLUSTER_NETWORK_FIELDS),
             "park:kuberay": {
                 "install": "addon" if addon else "helm",
                 **({"logging": args["ray_logging"]} if "ray_logging" in args else {}),
