@@ -1,9 +1,12 @@
 """What every public component shares: its arguments checked with the stack's own rules.
 
-A component builds the part of a stack spec its arguments describe (a pool, a training job...),
-runs it through the pipeline every stack takes (infra.stack: types, every rule, resolve), and
-plans from the result. So a component used from any Pulumi program is held to the same catalog
-and rules as a stack file, and its errors name the component, the argument and what is allowed.
+Used on its own, a component builds the part of a stack spec its arguments describe (a pool, a
+training job...), runs it once through the pipeline every stack takes (infra.stack: types,
+every rule, resolve) and plans from the result. So it is held to the same catalog and rules as
+a stack file, and its errors name the component, the argument and what is allowed. Built by the
+stack program (infra.program), it plans from the program's StackPlan instead (checked_plan):
+the stack was checked and resolved once, as a whole. `Component` is the base every component
+class derives from: registration, argument checks, planning, refusals and outputs.
 """
 
 import inspect
