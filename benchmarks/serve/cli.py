@@ -82,6 +82,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep-logs", type=Path, default=None, help="copy server logs here")
     parser.add_argument("--gpu", action="store_true", help="CUDA vLLM: benchmarks/serve/gpu.py")
+    parser.add_argument("--gpu-model", default="Qwen/Qwen3-8B", help="--gpu: catalogued shape")
     return parser.parse_args(argv)
 
 
@@ -132,7 +133,7 @@ def run(
             cm = (
                 servers.bare_vllm(model, served, servers.engine_flags(engine_kwargs), work)
                 if v.config is None
-                else servers.ray_serve_llm(side, v.config, v.env, work)
+                else servers.ray_serve_llm(side, v.config, v.env, work, v.module)
             )
             up[side] = server = stack.enter_context(cm)
             log(f"{side} up in {server.startup_s:.0f}s at {server.base_url}")

@@ -56,6 +56,7 @@ class Variant:
     config: dict[str, Any] | None
     env: dict[str, str]
     note: str
+    module: str = "workloads.serve.local"  # deploys ``config`` and prints the endpoint
 
 
 def rendered_serve_config(tuned: bool = True) -> dict[str, Any]:
@@ -90,6 +91,14 @@ def variants(extra_env: dict[str, str]) -> dict[str, Variant]:
         ),
         "ray_defaults": Variant(
             "ray_defaults", untuned, {}, "Ray 2.60's defaults: no serve_tuning keys, no env"
+        ),
+        # The shipped deployment with Ray's default worker priority: what RAY_worker_niceness=0
+        # (serve_tuning.THROUGHPUT_ENV) changes.
+        "ray_nice15": Variant(
+            "ray_nice15",
+            tuned,
+            {**env, **extra_env, "RAY_worker_niceness": "15"},
+            "as shipped but Ray's workers (the LLM replica and vLLM's engine) at nice 15",
         ),
     }
 
@@ -183,14 +192,18 @@ def bare_vllm(
 
 @contextmanager
 def ray_serve_llm(
-    side: str, serve_config: dict[str, Any], env: dict[str, str], work: Path
+    side: str,
+    serve_config: dict[str, Any],
+    env: dict[str, str],
+    work: Path,
+    module: str = "workloads.serve.local",
 ) -> Iterator[Server]:
-    """``python -m workloads.serve.local --keep`` on the rendered config, with ``env`` in the
-    environment of Ray's processes (what the RayService pods get)."""
+    """``python -m workloads.serve.local --keep`` (or ``module``) on the rendered config, with
+    ``env`` in the environment of Ray's processes (what the RayService pods get)."""
     config = work / f"{side}.serveConfigV2.yaml"
     config.write_text(yaml.safe_dump(serve_config))
     log, started = work / f"{side}.log", time.monotonic()
-    cmd = [sys.executable, "-m", "workloads.serve.local", "--serve-config", str(config), "--keep"]
+    cmd = [sys.executable, "-m", module, "--serve-config", str(config), "--keep"]
     proc = _popen(cmd, log, env)
     try:
         deadline, endpoint = time.monotonic() + 900, None

