@@ -62,67 +62,26 @@ TpuTopology = values_enum(
     (t for m in catalog.MACHINE_TYPES.values() for t in m.topologies),
     prefix="T",
 )
-Capacity = values_enum(
-    "Capacity", "How a pool's nodes are obtained and billed.", models.CAPACITY_TYPES
+# (enum, what it is, the spec field whose Literal it is)
+_FROM_SPEC: tuple[tuple[str, str, type[BaseModel], str], ...] = (
+    ("Capacity", "How a pool's nodes are obtained and billed.", models.TpuPoolConfig, "capacity"),
+    ("ReleaseChannel", "The GKE release channel.", models.ClusterConfig, "release_channel"),
+    ("KubeRayInstall", "GKE's Ray Operator add-on or Helm.", models.KubeRayConfig, "install"),
+    ("ServingEngine", "The serving engine (and its image).", models.ServingConfig, "engine"),
+    ("UpgradeStrategy", "How a RayService upgrades.", models.ServingConfig, "upgrade_strategy"),
+    ("Strategy", "Data parallelism of the trainer.", jobs.TrainingConfig, "strategy"),
+    ("TrainingInit", "Where the first weights come from.", jobs.TrainingConfig, "init"),
+    ("ModelSize", "A GPT preset.", jobs.TrainingConfig, "model_size"),
+    ("LrSchedule", "The learning-rate schedule.", jobs.TrainingConfig, "lr_schedule"),
+    ("Objective", "The training objective.", jobs.TrainingConfig, "objective"),
+    ("ExportDtype", "The exported weights' dtype.", jobs.TrainingConfig, "export_dtype"),
 )
-ReleaseChannel = values_enum(
-    "ReleaseChannel",
-    "The GKE release channel that upgrades the cluster.",
-    literal_values(models.ClusterConfig, "release_channel"),
-)
-KubeRayInstall = values_enum(
-    "KubeRayInstall",
-    "How KubeRay gets onto the cluster: GKE's Ray Operator add-on or the Helm chart.",
-    literal_values(models.KubeRayConfig, "install"),
-)
-ServingEngine = values_enum(
-    "ServingEngine",
-    "The serving engine (and its image).",
-    literal_values(models.ServingConfig, "engine"),
-)
-UpgradeStrategy = values_enum(
-    "UpgradeStrategy",
-    "How the RayService is upgraded.",
-    literal_values(models.ServingConfig, "upgrade_strategy"),
-)
-Strategy = values_enum(
-    "Strategy", "Data parallelism of the trainer.", literal_values(jobs.TrainingConfig, "strategy")
-)
-TrainingInit = values_enum(
-    "TrainingInit",
-    "Where the model's first weights come from.",
-    literal_values(jobs.TrainingConfig, "init"),
-)
-ModelSize = values_enum(
-    "ModelSize", "A GPT preset.", literal_values(jobs.TrainingConfig, "model_size")
-)
-LrSchedule = values_enum(
-    "LrSchedule", "The learning-rate schedule.", literal_values(jobs.TrainingConfig, "lr_schedule")
-)
-Objective = values_enum(
-    "Objective", "The training objective.", literal_values(jobs.TrainingConfig, "objective")
-)
-ExportDtype = values_enum(
-    "ExportDtype",
-    "The dtype of the exported Hugging Face weights.",
-    literal_values(jobs.TrainingConfig, "export_dtype"),
-)
-
-ENUMS: tuple[type[StrEnum], ...] = (
-    TpuMachineType,
-    TpuTopology,
-    Capacity,
-    ReleaseChannel,
-    KubeRayInstall,
-    ServingEngine,
-    UpgradeStrategy,
-    Strategy,
-    TrainingInit,
-    ModelSize,
-    LrSchedule,
-    Objective,
-    ExportDtype,
-)
+SPEC_ENUMS: dict[str, type[StrEnum]] = {
+    name: values_enum(name, doc, literal_values(model, field))
+    for name, doc, model, field in _FROM_SPEC
+}
+Capacity = SPEC_ENUMS["Capacity"]
+ENUMS: tuple[type[StrEnum], ...] = (TpuMachineType, TpuTopology, *SPEC_ENUMS.values())
 
 # What an argument's annotation names: the enum for the analyzer, the plain value for mypy.
 if TYPE_CHECKING:
@@ -143,16 +102,16 @@ else:
     TpuMachineTypeArg = TpuMachineType
     TpuTopologyArg = TpuTopology
     CapacityArg = Capacity
-    ReleaseChannelArg = ReleaseChannel
-    KubeRayInstallArg = KubeRayInstall
-    ServingEngineArg = ServingEngine
-    UpgradeStrategyArg = UpgradeStrategy
-    StrategyArg = Strategy
-    TrainingInitArg = TrainingInit
-    ModelSizeArg = ModelSize
-    LrScheduleArg = LrSchedule
-    ObjectiveArg = Objective
-    ExportDtypeArg = ExportDtype
+    ReleaseChannelArg = SPEC_ENUMS["ReleaseChannel"]
+    KubeRayInstallArg = SPEC_ENUMS["KubeRayInstall"]
+    ServingEngineArg = SPEC_ENUMS["ServingEngine"]
+    UpgradeStrategyArg = SPEC_ENUMS["UpgradeStrategy"]
+    StrategyArg = SPEC_ENUMS["Strategy"]
+    TrainingInitArg = SPEC_ENUMS["TrainingInit"]
+    ModelSizeArg = SPEC_ENUMS["ModelSize"]
+    LrScheduleArg = SPEC_ENUMS["LrSchedule"]
+    ObjectiveArg = SPEC_ENUMS["Objective"]
+    ExportDtypeArg = SPEC_ENUMS["ExportDtype"]
 
 
 def member_docs(enum: str) -> dict[str, str]:

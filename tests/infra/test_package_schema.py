@@ -282,9 +282,10 @@ def test_the_schema_enums_are_the_catalogs_and_the_specs_values():
     topologies = {t for m in catalog.MACHINE_TYPES.values() for t in m.topologies}
     assert set(_enum("TpuTopology")) == topologies
     assert _enum("Capacity") == list(models.CAPACITY_TYPES)
-    spec_of = {"ServingEngine": (models.ServingConfig, "engine")}
-    for name, (model, field) in spec_of.items():
-        assert _enum(name) == list(typing.get_args(model.model_fields[field].annotation))
+    engines = typing.get_args(models.ServingConfig.model_fields["engine"].annotation)
+    assert _enum("ServingEngine") == list(engines)
+    assert _enum("Strategy") == list(typing.get_args(jobs.Strategy))
+    assert _enum("ReleaseChannel") == list(typing.get_args(models.ReleaseChannel))
     enums = [t for t in _schema()["types"].values() if "enum" in t]
     assert len(enums) == len(_types.ENUMS)
 
