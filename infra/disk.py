@@ -155,12 +155,10 @@ class PodDisk:
 
     @property
     def scratch_limit(self) -> str:
-        """The scratch emptyDir's sizeLimit."""
         return _whole_mib(self.scratch_bytes)
 
     @property
     def cache_limit(self) -> str:
-        """The file cache emptyDir's sizeLimit."""
         return _whole_mib(self.cache_volume_bytes)
 
     @property
@@ -211,13 +209,6 @@ class DiskPlan:
 # ---- per workload ---------------------------------------------------------------------------
 
 
-def _weights_bytes(facts: model_facts.ModelFacts | None) -> int | None:
-    """Stored weights: parameters at the checkpoint's dtype (the facts resolve looked up)."""
-    if facts is None or facts.params is None:
-        return None
-    return facts.params * facts.dtype_bytes
-
-
 def _training_facts(training: TrainingPlan) -> model_facts.ModelFacts | None:
     return training.facts.facts
 
@@ -265,7 +256,7 @@ def training_pod(training: TrainingPlan) -> PodDisk:
     if spec.model and spec.model.startswith("gs://"):
         # another bucket's model is mirrored once per node into the cache (workloads/train/
         # storage.mirror); our own bucket's is read through the mount
-        mirrored = _weights_bytes(_training_facts(training)) or 0
+        mirrored = model_facts.weights_bytes(_training_facts(training)) or 0
         scratch.append(Item("model mirrored from another bucket", mirrored, spec.model))
     bucket: list[Item] = []
     ckpt = _checkpoint_bytes(training)
@@ -279,7 +270,7 @@ def training_pod(training: TrainingPlan) -> PodDisk:
             )
         )
     if training.export_path:
-        weights = _weights_bytes(_training_facts(training))
+        weights = model_facts.weights_bytes(_training_facts(training))
         if weights is not None:
             bucket.append(Item("export (safetensors, to the bucket)", weights))
     return PodDisk("training-worker", training.pool.name, tuple(scratch), 0, tuple(bucket))
@@ -288,7 +279,7 @@ def training_pod(training: TrainingPlan) -> PodDisk:
 def serving_file_cache_bytes(serving: ServingPlan) -> int:
     """The gcsfuse file cache of a serving worker: the largest model one replica loads (every
     host reads every safetensors file of its model), so a restarted replica loads from disk."""
-    sizes = [_weights_bytes(m.facts.facts) or 0 for m in serving.models]
+    sizes = [model_facts.weights_bytes(m.facts.facts) or 0 for m in serving.models]
     return max(sizes, default=0)
 
 
@@ -305,7 +296,7 @@ def serving_pod(serving: ServingPlan, bucket: str) -> PodDisk:
     for m in serving.models:
         source = m.source or ""
         if source.startswith("gs://") and not source.startswith(f"gs://{bucket}/"):
-            size = _weights_bytes(m.facts.facts) or 0
+            size = model_facts.weights_bytes(m.facts.facts) or 0
             scratch.append(Item(f"{m.spec.name} mirrored from another bucket", size, source))
     cache = serving_file_cache_bytes(serving)
     return PodDisk("serving-worker", serving.pool.name, tuple(scratch), cache)
@@ -315,7 +306,7 @@ def rl_pods(rl: RlPlan) -> list[PodDisk]:
     """park:rl's pods: a learner host like a training host (the policy's checkpoints go to the
     bucket), a rollout host like a serving host (its file cache holds the published policy,
     which every engine reloads at each version), its head and submitter."""
-    weights = _weights_bytes(rl.facts.facts) or 0
+    weights = model_facts.weights_bytes(rl.facts.facts) or 0
     hub = rl.spec.data.startswith("hf:")
     learner = [
         _ray_logs(rl.learner.slice.chips_per_host),
@@ -392,17 +383,17 @@ def _staged(plan: StackPlan) -> tuple[StagedModel, ...]:
     training = plan.training
     # staged: trainer_model_source gave the run the copy in the bucket
     if training is not None and training.spec.model and training.model_path != training.spec.model:
-        weights = _weights_bytes(_training_facts(training))
+        weights = model_facts.weights_bytes(_training_facts(training))
         found[training.spec.model] = (["park:training.model"], weights)
     rl = plan.rl
     if rl is not None and rl.model_path != rl.spec.model:
-        keys, _ = found.setdefault(rl.spec.model, ([], _weights_bytes(rl.facts.facts)))
+        keys, _ = found.setdefault(rl.spec.model, ([], model_facts.weights_bytes(rl.facts.facts)))
         keys.append("park:rl.model")
     if plan.serving is not None:
         for m in plan.serving.models:
             if needs_staging(m.source):
                 assert m.source is not None
-                keys, _ = found.setdefault(m.source, ([], _weights_bytes(m.facts.facts)))
+                keys, _ = found.setdefault(m.source, ([], model_facts.weights_bytes(m.facts.facts)))
                 keys.append(f"{m.key}.source")
     return tuple(
         StagedModel(

@@ -60,12 +60,6 @@ class HostMemory:
         return self.total_bytes <= self.request_bytes
 
 
-def _weights_bytes(facts: model_facts.ModelFacts | None) -> int | None:
-    if facts is None or facts.params is None:
-        return None
-    return facts.params * facts.dtype_bytes
-
-
 def _largest_tensor_bytes(facts: model_facts.ModelFacts | None) -> int | None:
     """The largest single tensor of a model in fp32 (the embedding or the LM head)."""
     if facts is None:
@@ -98,7 +92,7 @@ def training_memory(training: TrainingPlan) -> HostMemory:
         from workloads.train.config import parse_size
 
         shard = parse_size(spec.export_max_shard_size)
-        weights = _weights_bytes(training.facts.facts) or shard * ranks
+        weights = model_facts.weights_bytes(training.facts.facts) or shard * ranks
         owners = min(ranks, math.ceil(weights / shard))  # shards go round-robin to ranks
         items.append(
             Item(

@@ -93,11 +93,18 @@ class FactsLookup:
     error: str | None = None
 
 
-# A model folder's file by name: its bytes (the first `limit` when given), or None when absent.
-Reader = Callable[..., bytes | None]
+def weights_bytes(facts: ModelFacts | None) -> int | None:
+    """Stored weights: parameters at the checkpoint's dtype; None when the size is not known
+    (the disk plan and the host memory plan size copies of them)."""
+    if facts is None or facts.params is None:
+        return None
+    return facts.params * facts.dtype_bytes
 
 
 # ---- config.json ----------------------------------------------------------------------------
+
+# A model folder's file by name: its bytes (the first `limit` when given), or None when absent.
+Reader = Callable[..., bytes | None]
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
