@@ -48,7 +48,8 @@ _EXPORTS = {
     "LlmService": "infra.components.workloads",
     "LlmServiceArgs": "infra.components.workloads",
     "ServedModelArgs": "infra.components.workloads",
-    "TpuPoolRefArgs": "infra.components.workloads",
+    "TpuPoolRefArgs": "infra.components._args",
+    "TrainingArgs": "infra.components._args",
     "RayMetrics": "infra.components.observability",
     "RayMetricsArgs": "infra.components.observability",
     "DashboardAccess": "infra.components.observability",
@@ -105,6 +106,7 @@ __all__ = [
     "TpuPoolRefArgs",
     "TpuSlicePool",
     "TpuSlicePoolArgs",
+    "TrainingArgs",
     "Workspace",
     "WorkspaceArgs",
     "kubernetes_provider",
@@ -125,6 +127,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from infra.components._args import TpuPoolRefArgs, TrainingArgs
     from infra.components._base import ComponentArgsError
     from infra.components.cluster import AuthorizedNetworkArgs, Cluster, ClusterArgs
     from infra.components.existing_cluster import ExistingCluster, ExistingClusterArgs
@@ -158,5 +161,4 @@ if TYPE_CHECKING:
         RayTrainingJob,
         RayTrainingJobArgs,
         ServedModelArgs,
-        TpuPoolRefArgs,
     )
