@@ -19,6 +19,7 @@ from infra.stack import read_offline
 from infra.tools.render import run_under_mocks
 from park_gke import testing
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR
+from tests.infra.test_package import MINIMAL
 
 ZONE = "us-east5-b"
 SA = "nodes@p.iam.gserviceaccount.com"
@@ -126,3 +127,19 @@ def test_a_component_on_its_own_resolves_its_arguments_once(
     assert result.resources
     assert calls["resolve"] == components, dict(calls)
     assert calls["check"] <= components, dict(calls)
+
+
+# Components that plan nothing a stack resolves: KubeRay's charts and the namespace.
+UNRESOLVED = {"KubeRayOperator", "Workspace"}
+
+
+@pytest.mark.parametrize("name", sorted(MINIMAL))
+def test_every_component_on_its_own_resolves_at_most_once(name: str, calls: Counter[str]) -> None:
+    import park_gke
+
+    args, _ = MINIMAL[name]
+    component = getattr(park_gke, name)
+    result = testing.run(lambda: component("it", dict(args)), project="p")
+    assert any(r.type == f"park-gke:index:{name}" for r in result.resources)
+    assert calls["resolve"] == (0 if name in UNRESOLVED else 1), dict(calls)
+    assert calls["check"] <= 1, dict(calls)
