@@ -351,3 +351,39 @@ def test_inputs_that_may_be_unknown_at_preview_take_outputs():
     ]
     for component, prop in takes_outputs:
         assert not _prop(component, "inputProperties", prop).get("plain"), (component, prop)
+
+
+def test_a_value_outside_an_enum_is_refused_at_its_property_through_the_provider():
+    """YAML (or an untyped call) sending a machine type the catalog lacks: the SDK maps the
+    input through the schema's enum and refuses it at the property, before the component."""
+    from pulumi.errors import InputPropertyError
+
+    from infra.tools.render import ProgramError
+    from park_gke import testing
+    from tests.infra.test_package import MINIMAL, _wire
+
+    host = provider.ParkComponentProvider(provider.components(), provider.NAME, None, "0.0.0")
+    wire = _wire({**MINIMAL["TpuSlicePool"][0], "machine_type": "ct6e-standard-9t"})
+    with pytest.raises(ProgramError) as err:
+        testing.run(lambda: host.construct("it", "park-gke:index:TpuSlicePool", wire, None))
+    cause = err.value.__cause__
+    assert isinstance(cause, InputPropertyError)
+    assert "machineType" in str(cause) and "TpuMachineType" in str(cause)
+
+
+def test_python_callers_pass_plain_strings_or_the_enum_members():
+    from park_gke import testing
+    from tests.infra.test_package import MINIMAL
+
+    args = MINIMAL["TpuSlicePool"][0]
+    members = {"machine_type": _types.TpuMachineType(args["machine_type"]), "capacity": "spot"}
+
+    refs = []
+
+    def build() -> None:
+        park_gke.TpuSlicePool("plain", {**args, "name": "plain"})
+        refs.append(park_gke.TpuSlicePool("members", {**args, **members, "name": "members"}).ref)
+
+    testing.run(build, project="p")
+    assert type(refs[0]["machine_type"]) is str  # planned from, as the spec holds it
+    assert refs[0]["machine_type"] == args["machine_type"] and refs[0]["capacity"] == "spot"
