@@ -7,7 +7,6 @@ registration; we keep its type, name, parent and inputs (secrets masked). This i
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import threading
@@ -281,32 +280,42 @@ def run_program(
     secret_keys: list[str] | None = None,
     *,
     prevalidate: bool = True,
+    plan: StackPlan | None = None,
 ) -> Rendered:
-    """Run infra.program.main() under mocks with these config values; return what it registered."""
+    """Run the stack program under mocks with these config values; return what it registered.
+
+    The stack is resolved once: `plan` when given (resolved from these values), else here
+    before the run (a bad config raises ConfigError and registers nothing), else, with
+    `prevalidate` False, by the program itself (infra.program.main, as `pulumi up` runs it)."""
     from infra import program
 
-    # Validate first: a bad config registers nothing (the program validates again itself).
-    parsed = stack_front.from_values(values, stack, secret_keys or ()) if prevalidate else None
+    if plan is None and prevalidate:
+        plan = stack_front.from_values(values, stack, secret_keys or ())
+    built: list[StackPlan] = [] if plan is None else [plan]
+
+    def run() -> None:
+        if not built:
+            built.append(program.load_plan()[0])
+        program.build(built[0], program.read_pulumi_config()[1])
+
     resources, outputs = run_under_mocks(
-        program.main,
+        run,
         stack=stack,
         project=str(values.get("gcp:project", "project")),
         config=values,
         secret_keys=secret_keys,
     )
-    parsed = parsed or stack_front.from_values(values, stack, secret_keys or ())
-    return Rendered(plan=parsed, resources=resources, outputs=outputs)
+    return Rendered(plan=built[0], resources=resources, outputs=outputs)
 
 
 def render_stack_file(
     path: Path, stack: str | None = None, esc_config: Path | None = None
 ) -> Rendered:
     offline = stack_front.read_offline(path, stack, esc_config)
-    plan = stack_front.from_file(
+    plan = stack_front.from_file(  # names unopened ESC environments in its errors
         path, stack, esc_config
-    )  # names unopened ESC environments in its errors
-    rendered = run_program(offline.values, offline.stack, offline.secret_keys, prevalidate=False)
-    return dataclasses.replace(rendered, plan=plan)
+    )
+    return run_program(offline.values, offline.stack, offline.secret_keys, plan=plan)
 
 
 # ---------------------------------------------------------------------------------------------

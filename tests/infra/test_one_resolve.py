@@ -143,3 +143,14 @@ def test_every_component_on_its_own_resolves_at_most_once(name: str, calls: Coun
     assert any(r.type == f"park-gke:index:{name}" for r in result.resources)
     assert calls["resolve"] == (0 if name in UNRESOLVED else 1), dict(calls)
     assert calls["check"] <= 1, dict(calls)
+
+
+@pytest.mark.parametrize("stack", ["dev", "rl"])
+def test_an_offline_render_resolves_and_checks_once(stack: str, calls: Counter[str]) -> None:
+    """`park render | validate | cost` read the stack file, then run the program: one resolve
+    for both (the plan from_file returns is the one the program builds from)."""
+    from infra.tools.render import render_stack_file
+
+    rendered = render_stack_file(STACKS_DIR / f"Pulumi.{stack}.yaml", stack)
+    assert rendered.resources
+    assert dict(calls) == {"resolve": 1, "check": 1}, f"stack {stack}: {dict(calls)}"
