@@ -37,7 +37,12 @@ def _provider_class() -> type:
 
     class ParkComponentProvider(ComponentProvider):
         """The SDK's component provider, with a component's refused arguments answered as the
-        SDK's input error (each problem at its property path), not a Python traceback."""
+        SDK's input error (each problem at its property path), not a Python traceback, and
+        serving `schema()` (the SDK's own would lack what it post-processes)."""
+
+        def __init__(self, components, name, namespace=None, version="0.0.0"):
+            super().__init__(components, name, namespace, version)
+            self.schema = json.dumps(schema(version))
 
         def construct(self, name, resource_type, inputs, options=None):
             try:
@@ -70,11 +75,11 @@ def __getattr__(name: str) -> Any:
 
 
 def schema(package_version: str | None = None) -> dict[str, Any]:
-    """The package schema, as the SDK's analyzer infers it (what the CLI would get)."""
-    from pulumi.provider.experimental.analyzer import Analyzer
+    """The package schema, as the SDK's analyzer infers it, with what it leaves out filled in:
+    inherited arguments' descriptions (analyzer), secrets and enum member descriptions."""
     from pulumi.provider.experimental.schema import generate_schema
 
-    analyzed = Analyzer(NAME).analyze(components())
+    analyzed = analyzer().analyze(components())
     spec = generate_schema(
         NAME,
         package_version or version(),
@@ -84,6 +89,44 @@ def schema(package_version: str | None = None) -> dict[str, Any]:
         sorted(analyzed["dependencies"], key=lambda d: f"{d.name}{d.version}"),
     )
     return describe_enum_members(mark_secrets(spec.to_json(), secret_properties()))
+
+
+def analyzer() -> Any:
+    """The SDK's analyzer, reading an inherited argument's description from the TypedDict that
+    declares it: the SDK reads a field's docstring only from the class it analyzes, and Python
+    3.11 keeps no TypedDict bases at runtime (`__mro__` is (cls, dict, object)), so the bases
+    are read from the class's source, as the SDK reads the docstrings."""
+
+    from pulumi.provider.experimental.analyzer import Analyzer
+
+    class Inheriting(Analyzer):
+        def get_docstring(self, typ: type, name: str) -> str | None:
+            own: str | None = super().get_docstring(typ, name)
+            if own is not None:
+                return own
+            for base in typeddict_bases(typ):
+                if name in base.__annotations__:
+                    return self.get_docstring(base, name)
+            return None
+
+    return Inheriting(NAME)
+
+
+def typeddict_bases(typ: type) -> list[type]:
+    """The TypedDicts `typ` names as its bases in its source (none for another class)."""
+    import ast
+    import inspect
+    import sys
+    import textwrap
+    from typing import is_typeddict
+
+    if not is_typeddict(typ):
+        return []
+    (node,) = ast.parse(textwrap.dedent(inspect.getsource(typ))).body
+    assert isinstance(node, ast.ClassDef)
+    scope = vars(sys.modules[typ.__module__])
+    named = [scope.get(b.id) for b in node.bases if isinstance(b, ast.Name)]
+    return [b for b in named if isinstance(b, type) and is_typeddict(b)]
 
 
 def secret_properties() -> dict[str, dict[str, list[str]]]:

@@ -1,11 +1,14 @@
 """Argument types more than one component takes: a TPU pool's reference (a TpuSlicePool's
-output, a workload's and Kueue's input) and the training job's settings.
+output, a workload's and Kueue's input), the training job's settings and the `kubeconfig` every
+Kubernetes component takes.
 
 Fields that stand for a stack-spec field say what its docstring says, with its default
 (`infra.components._types.spec_doc`; tests/infra/test_package.py holds them to it).
 """
 
 from typing import NotRequired, TypedDict
+
+import pulumi
 
 from infra.components._types import (
     CapacityArg,
@@ -18,6 +21,15 @@ from infra.components._types import (
     TpuTopologyArg,
     TrainingInitArg,
 )
+
+
+class KubeconfigArgs(TypedDict):
+    """What every Kubernetes component's arguments start from (a base: its subclasses' schema
+    descriptions come from here, park_gke.provider.schema)."""
+
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
+    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 class TpuPoolRefArgs(TypedDict):

@@ -5,7 +5,7 @@ Give these components a Kubernetes provider in their options
 Server-side apply: KubeRay's CRDs are too large for client-side apply's annotation.
 """
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired
 
 import pulumi
 from pulumi_kubernetes import Provider
@@ -14,6 +14,7 @@ from pulumi_kubernetes.core.v1 import Namespace, Secret, ServiceAccount
 from pulumi_kubernetes.helm.v3 import Release
 from pulumi_kubernetes.networking.v1 import NetworkPolicy
 
+from infra.components._args import KubeconfigArgs
 from infra.components._base import (
     KubernetesComponent,
     bad_value,
@@ -93,7 +94,7 @@ def custom_resource(
     )
 
 
-class KubeRayOperatorArgs(TypedDict):
+class KubeRayOperatorArgs(KubeconfigArgs):
     """How KubeRay gets onto the cluster: GKE's Ray Operator add-on (enabled on the Cluster:
     nothing to create here), or the kuberay-operator Helm chart, plus cert-manager and the
     KubeRay TPU webhook when the cluster has multi-host TPU slices."""
@@ -106,9 +107,6 @@ class KubeRayOperatorArgs(TypedDict):
     """The cluster has multi-host TPU slices: helm then installs the TPU webhook too."""
     tpu_webhook_chart: NotRequired[str]
     """helm, multi-host: path of the kuberay-tpu-webhook chart."""
-    kubeconfig: NotRequired[pulumi.Input[str]]
-    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
-    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 class KubeRayOperator(KubernetesComponent):
@@ -148,7 +146,7 @@ class KubeRayOperator(KubernetesComponent):
         self.register(mode=self.mode)
 
 
-class WorkspaceArgs(TypedDict):
+class WorkspaceArgs(KubeconfigArgs):
     """The Ray pods' namespace, their Kubernetes service account (bound through Workload
     Identity), the HF token Secret, and the NetworkPolicy that lets in what Ray on GKE needs."""
 
@@ -168,9 +166,6 @@ class WorkspaceArgs(TypedDict):
     """Let Google's front ends (the IAP Gateway) reach the dashboard."""
     hf_token: NotRequired[pulumi.Input[str]]
     """A Hugging Face token (a secret): stored as a Secret the pods read as a file."""
-    kubeconfig: NotRequired[pulumi.Input[str]]
-    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
-    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 class Workspace(KubernetesComponent):

@@ -1,16 +1,16 @@
 """Kueue for queued (DWS) TPU capacity: the Helm release, then its objects (CRDs come first)."""
 
-from typing import NotRequired, TypedDict
+from typing import NotRequired
 
 import pulumi
 
-from infra.components._args import TpuPoolRefArgs
+from infra.components._args import KubeconfigArgs, TpuPoolRefArgs
 from infra.components._base import KubernetesComponent
 from infra.components.kubernetes import custom_resource, helm_release
 from infra.plan import kueue
 
 
-class KueueArgs(TypedDict):
+class KueueArgs(KubeconfigArgs):
     """Kueue and, per queued TPU pool, a ResourceFlavor, ClusterQueue and LocalQueue with the
     DWS (ProvisioningRequest) admission check."""
 
@@ -20,9 +20,6 @@ class KueueArgs(TypedDict):
     """Kubernetes namespace of the Ray workloads. Default: park."""
     version: NotRequired[str]
     """Kueue Helm chart version (OCI, registry.k8s.io). Default: 0.19.2."""
-    kubeconfig: NotRequired[pulumi.Input[str]]
-    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
-    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 class Kueue(KubernetesComponent):

@@ -89,12 +89,9 @@ class _Pool(Component):
         )
 
 
-# Each pool's arguments repeat the fields every pool has rather than inherit them: Pulumi's
-# schema analyzer reads a field's description only from the class that declares it.
-
-
-class CpuPoolArgs(TypedDict):
-    """The pool Ray heads, KubeRay's submitters and system pods run on."""
+class _PoolArgs(TypedDict):
+    """What every pool takes: the cluster it joins (a base: its subclasses' schema
+    descriptions come from here, park_gke.provider.schema)."""
 
     cluster: pulumi.Input[str]
     """The cluster: Cluster.cluster_id or ExistingCluster.cluster_id (projects/<p>/locations/
@@ -107,6 +104,11 @@ class CpuPoolArgs(TypedDict):
     cluster component is given)."""
     project: NotRequired[str]
     """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
+
+
+class CpuPoolArgs(_PoolArgs):
+    """The pool Ray heads, KubeRay's submitters and system pods run on."""
+
     disk_size_gb: NotRequired[int]
     """Boot disk, GB; unset: what its pods need (`park validate`)."""
     name: NotRequired[str]
@@ -119,20 +121,9 @@ class CpuPoolArgs(TypedDict):
     """Autoscaling maximum. Default: 3."""
 
 
-class TpuSlicePoolArgs(TypedDict):
+class TpuSlicePoolArgs(_PoolArgs):
     """`slices` TPU slices of one (machine type, topology): one GKE node pool per slice."""
 
-    cluster: pulumi.Input[str]
-    """The cluster: Cluster.cluster_id or ExistingCluster.cluster_id (projects/<p>/locations/
-    <zone>/clusters/<name>), or a name in `project`; in Python, the Cluster or ExistingCluster
-    itself, which also gives project, location and node_service_account."""
-    location: NotRequired[str]
-    """The cluster's zone (required unless the cluster component is given)."""
-    node_service_account: NotRequired[pulumi.Input[str]]
-    """The nodes' service account e-mail (Cluster.node_service_account; required unless the
-    cluster component is given)."""
-    project: NotRequired[str]
-    """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
     disk_size_gb: NotRequired[int]
     """Boot disk, GB; unset: what its pods need (`park validate`)."""
     name: NotRequired[str]
@@ -156,20 +147,9 @@ class TpuSlicePoolArgs(TypedDict):
     """Zones to accept beyond the catalog's known zones of the TPU generation."""
 
 
-class GpuPoolArgs(TypedDict):
+class GpuPoolArgs(_PoolArgs):
     """A GPU pool beside the TPU pools, on the same control plane; scales to 0 while idle."""
 
-    cluster: pulumi.Input[str]
-    """The cluster: Cluster.cluster_id or ExistingCluster.cluster_id (projects/<p>/locations/
-    <zone>/clusters/<name>), or a name in `project`; in Python, the Cluster or ExistingCluster
-    itself, which also gives project, location and node_service_account."""
-    location: NotRequired[str]
-    """The cluster's zone (required unless the cluster component is given)."""
-    node_service_account: NotRequired[pulumi.Input[str]]
-    """The nodes' service account e-mail (Cluster.node_service_account; required unless the
-    cluster component is given)."""
-    project: NotRequired[str]
-    """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
     disk_size_gb: NotRequired[int]
     """Boot disk, GB (at least 15). Default: 200."""
     name: NotRequired[str]

@@ -2,10 +2,11 @@
 to the Ray dashboard. Provider submodules load only when a stack uses them."""
 
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired
 
 import pulumi
 
+from infra.components._args import KubeconfigArgs
 from infra.components._base import (
     ComponentArgsError,
     KubernetesComponent,
@@ -22,7 +23,7 @@ from infra.plan.observability import metrics
 from infra.rules.platform import check_observability
 
 
-class RayMetricsArgs(TypedDict):
+class RayMetricsArgs(KubeconfigArgs):
     """Managed Prometheus scrapes of every Ray pod of a namespace, training loss and tokens/s
     as log-based metrics, and an optional Grafana dashboard."""
 
@@ -55,12 +56,9 @@ class RayMetricsArgs(TypedDict):
     """A Grafana dashboard ConfigMap (`grafana_dashboard: "1"`). Default: false."""
     scrape_interval: NotRequired[str]
     """Managed Prometheus scrape interval of Ray pods. Default: 30s."""
-    kubeconfig: NotRequired[pulumi.Input[str]]
-    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
-    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
-class DashboardAccessArgs(TypedDict):
+class DashboardAccessArgs(KubeconfigArgs):
     """The RayService's Ray dashboard on https://<domain>, behind IAP."""
 
     project: str
@@ -80,9 +78,6 @@ class DashboardAccessArgs(TypedDict):
     service: NotRequired[str]
     """The LlmService whose Ray dashboard it exposes: the workload label of its pods (its
     name; default park-serve, the stack program's); in Python, the LlmService itself."""
-    kubeconfig: NotRequired[pulumi.Input[str]]
-    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
-    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 def _observed(args: Any, observability: dict[str, Any], training: bool) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
+from infra.components._args import KubeconfigArgs, TrainingArgs
 from infra.components._args import TpuPoolRefArgs as TpuPoolRefArgs
-from infra.components._args import TrainingArgs
 from infra.components._base import KubernetesComponent, plain, region_of, stack_of
 from infra.components._naming import claim
 from infra.components._posture import ACKNOWLEDGE_FIELD
@@ -20,12 +20,10 @@ from infra.names import APP_NAME_LABEL, RFC1035_NAME, WORKLOAD_LABEL
 from infra.plan import ray as ray_plan
 from infra.resolve import StackPlan
 
-# The two workloads' arguments repeat their common fields rather than inherit them: Pulumi's
-# schema analyzer reads a field's description only from the class that declares it.
 
-
-class RayTrainingJobArgs(TypedDict):
-    """A training RayJob: TorchTrainer, one Ray worker per chip, on `num_slices` slices."""
+class _RayWorkloadArgs(KubeconfigArgs):
+    """What both Ray workloads take: where they run and what their pods use (a base: its
+    subclasses' schema descriptions come from here, park_gke.provider.schema)."""
 
     project: str
     """The GCP project."""
@@ -46,19 +44,21 @@ class RayTrainingJobArgs(TypedDict):
     own pools)."""
     mount_path: NotRequired[str]
     """Where Ray pods see the bucket (GCS FUSE). Default: /data."""
-    image: NotRequired[str]
-    """Image (default: park-workloads in the stack's registry)."""
     tpu_metrics: NotRequired[bool]
     """TPU chip metrics (`ray_tpu_*`, from the TPU device plugin). Default: true."""
+
+
+class RayTrainingJobArgs(_RayWorkloadArgs):
+    """A training RayJob: TorchTrainer, one Ray worker per chip, on `num_slices` slices."""
+
+    image: NotRequired[str]
+    """Image (default: park-workloads in the stack's registry)."""
     training: TrainingArgs
     """park:training's settings, typed (README's config reference); the pool and the image
     are the component's own arguments."""
     hf_token: NotRequired[bool]
     """The workspace holds an HF token Secret (Workspace.hf_token): the pods read it (a gated
     base model)."""
-    kubeconfig: NotRequired[pulumi.Input[str]]
-    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
-    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 class ServedModelArgs(TypedDict):
@@ -86,32 +86,11 @@ class ServedModelArgs(TypedDict):
     """Other vLLM engine arguments."""
 
 
-class LlmServiceArgs(TypedDict):
+class LlmServiceArgs(_RayWorkloadArgs):
     """An OpenAI-compatible endpoint: vLLM through Ray Serve LLM, tensor parallel on a slice."""
 
-    project: str
-    """The GCP project."""
-    location: str
-    """The cluster's zone."""
-    pool: TpuPoolRefArgs
-    """The TPU pool it runs on (in Python, the TpuSlicePool itself)."""
-    stack: NotRequired[str]
-    """Names derive from it (KSA, bucket, registry); default: the Pulumi stack's name."""
-    namespace: NotRequired[str]
-    """The Ray pods' namespace (default park; in Python, the Workspace itself)."""
-    bucket: NotRequired[str]
-    """The bucket the pods mount (default <project>-<stack>-park; in Python, the Storage
-    itself)."""
-    head_node_selector: NotRequired[pulumi.Input[dict[str, str]]]
-    """Node labels the Ray head (and a RayJob's submitter) must run on: CpuPool.node_selector
-    (in Python, the CpuPool itself). Default: none, any untainted node (an existing cluster's
-    own pools)."""
-    mount_path: NotRequired[str]
-    """Where Ray pods see the bucket (GCS FUSE). Default: /data."""
     image: NotRequired[str]
     """Image (default by engine)."""
-    tpu_metrics: NotRequired[bool]
-    """TPU chip metrics (`ray_tpu_*`, from the TPU device plugin). Default: true."""
     models: list[ServedModelArgs]
     """Served models."""
     engine: NotRequired[ServingEngineArg]
@@ -129,9 +108,6 @@ class LlmServiceArgs(TypedDict):
     """The Kubernetes Service of the OpenAI endpoint (default <name>-openai)."""
     hf_token: NotRequired[bool]
     """The workspace holds an HF token Secret (Workspace.hf_token): the pods read it."""
-    kubeconfig: NotRequired[pulumi.Input[str]]
-    """A kubeconfig (Cluster.kubeconfig or ExistingCluster.kubeconfig) for a Kubernetes provider
-    of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
 def _values(args: Mapping[str, Any], section: str, body: dict[str, Any]) -> dict[str, Any]:

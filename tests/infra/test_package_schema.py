@@ -14,7 +14,6 @@ from typing import Any
 
 import pulumi.output
 import pytest
-from pulumi.provider.experimental.analyzer import Analyzer
 from pydantic import BaseModel
 
 import park_gke
@@ -169,7 +168,7 @@ def type_problem(arg_hint: Any, spec_hint: Any) -> str | None:
 
 
 def _docstring(args_name: str, arg: str) -> str:
-    doc = Analyzer("park-gke").get_docstring(_args_class(args_name), arg) or ""
+    doc = provider.analyzer().get_docstring(_args_class(args_name), arg) or ""
     return " ".join(doc.split())
 
 
@@ -256,6 +255,15 @@ def test_the_schema_the_analyzer_infers_is_the_committed_golden():
         "the components' arguments or outputs changed: run "
         "`python -m park_gke.provider > provider/schema.json` and review the diff"
     )
+
+
+def test_the_plugin_serves_the_committed_schema():
+    """What `pulumi package add` gets from the plugin: with the secrets, enum member and
+    inherited argument descriptions the SDK's own analyzer leaves out."""
+    host = provider.ParkComponentProvider(provider.components(), provider.NAME, None, "0.0.0")
+    served = json.loads(host.schema)
+    assert served == provider.schema("0.0.0")
+    assert served["resources"] == _schema()["resources"]
 
 
 def test_every_schema_property_says_what_it_is():
