@@ -48,6 +48,12 @@ class _Pool(Component):
             self.refuse([f"args.{f}: {unless}" for f in missing])
         return {"name": name, **given}  # type: ignore[return-value]
 
+    def pool_spec(self, args: Mapping[str, Any], typed: type, *but: str) -> dict[str, Any]:
+        """The pool's own arguments (not the cluster's, nor `but`), camelCased: its entry in
+        a stack file, whose fields its arguments are named after."""
+        shared = _PoolArgs.__annotations__
+        return plain(args, *(f for f in typed.__annotations__ if f not in shared and f not in but))
+
     def pool_plan(
         self, args: Mapping[str, Any], fields: list[tuple[str, str]], **keys: object
     ) -> StackPlan:
@@ -181,7 +187,7 @@ class CpuPool(_Pool):
     def __init__(self, name: str, args: CpuPoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
         args = self.checked(args, CpuPoolArgs)
-        spec = plain(args, "machine_type", "min_nodes", "max_nodes", "disk_size_gb")
+        spec = self.pool_spec(args, CpuPoolArgs, "name")  # the stack's CPU pool has no name
         plan = self.pool_plan(args, [("park:cpuPool.", "")], **{"park:cpuPool": spec})
         # The boot disk is the argument: the stack program's is the one its disk plan sized.
         pool = node_pools.cpu_pool(plan.spec.cpu_pool, args["location"], args.get("disk_size_gb"))
@@ -213,18 +219,7 @@ class TpuSlicePool(_Pool):
     ):
         super().__init__(name, opts)
         args = self.checked(args, TpuSlicePoolArgs)
-        spec = plain(
-            args,
-            "name",
-            "machine_type",
-            "topology",
-            "slices",
-            "capacity",
-            "reservation",
-            "autoscaling",
-            "max_run_duration",
-            "disk_size_gb",
-        )
+        spec = self.pool_spec(args, TpuSlicePoolArgs, "extra_zones")  # a stack key of its own
         zones = {"park:extraTpuZones": list(args["extra_zones"])} if args.get("extra_zones") else {}
         fields = [
             ("park:tpuPools[0].", ""),
@@ -262,18 +257,7 @@ class GpuPool(_Pool):
     def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
         args = self.checked(args, GpuPoolArgs)
-        spec = plain(
-            args,
-            "name",
-            "machine_type",
-            "accelerator_type",
-            "accelerator_count",
-            "nodes",
-            "capacity",
-            "reservation",
-            "autoscaling",
-            "disk_size_gb",
-        )
+        spec = self.pool_spec(args, GpuPoolArgs)
         plan = self.pool_plan(args, [("park:gpuPools[0].", "")], **{"park:gpuPools": [spec]})
         gpu = next(g for g in plan.gpu_pools if g.spec.name == args["name"])
         gke = node_pools.gpu_pool(gpu.spec, args["location"])
