@@ -77,6 +77,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmups", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved trials per side")
     parser.add_argument("--profile", action="store_true", help="+1 py-spy pass per side/cell")
+    parser.add_argument(
+        "--plain-check", action="store_true", help="+1 plain `vllm_bench` process per side"
+    )
     parser.add_argument("--pin", action="store_true", help="Ray's processes off the model core")
     parser.add_argument("--ray-env", action="append", default=[], metavar="K=V")
     parser.add_argument("--seed", type=int, default=0)
@@ -125,6 +128,7 @@ def run(
     cells = [(e, c) for c in args.concurrency for e in args.endpoints]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     budgets: dict[str, dict[str, Any]] = {}
+    plain: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         for side in sides:
@@ -168,6 +172,9 @@ def run(
                         f"TTFT {t['ttft_ms']['mean']} ms, TPOT {t['tpot_ms']['mean']} ms, other "
                         f"jobs {t['other_jobs_cpu_s']} CPU-s, load {t['load_average_1m']}"
                     )
+        if args.plain_check:
+            for side in all_sides:
+                plain[side] = plain_check(args, up, side, model, served, work, results)
         if args.profile:
             for side in all_sides:
                 for endpoint, c in cells:
@@ -183,6 +190,7 @@ def run(
                     dest.write_bytes(f.read_bytes())
     report = build_report(args, served, engine_kwargs, known, all_sides, cells, results, info)
     report.update(
+        plain_client_check=plain,
         profiles=budgets,
         wall_s=round(time.time() - started, 1),
         machine=machine(load_at_start),
@@ -229,6 +237,48 @@ def measured(
     finally:
         if side == "vllm":
             servers.freeze(server.sid)
+
+
+def plain_check(
+    args: argparse.Namespace,
+    up: dict[str, servers.Server],
+    side: str,
+    model: str,
+    served: str,
+    work: Path,
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+) -> dict[str, Any]:
+    """The goal's cell once more, by the plain client in a process of its own (benchmarks/
+    README.md's command): inside the in-process trials' min-max, or not."""
+    import subprocess
+
+    server = up[side]
+    servers.thaw(server.sid)
+    name = f"plain-{side}.json"
+    c, e = stats.GOAL_CONCURRENCY, stats.GOAL_ENDPOINT
+    argv = _argv(args, server.base_url, model, served, e, c)
+    cmd = [sys.executable, "-m", "benchmarks.serve.vllm_bench", *argv, "--save-result"]
+    cmd += ["--result-dir", str(work), "--result-filename", name]
+    try:
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    finally:
+        if side == "vllm":
+            servers.freeze(server.sid)
+    got = json.loads((work / name).read_text())
+    trials = results.get(side, {}).get(f"{e}/c{c}", [])
+    out: dict[str, Any] = {"command": ["python", "-m", "benchmarks.serve.vllm_bench", *argv]}
+    for figure, key in (
+        ("output_tokens_per_s", "output_throughput"),
+        ("mean_ttft_ms", "mean_ttft_ms"),
+    ):
+        values = [stats.FIGURES[figure](t) for t in trials]
+        value = round(float(got[key]), 2)
+        out[figure] = {
+            "plain": value,
+            "trials_min_max": [min(values), max(values)] if values else None,
+            "within": bool(values) and min(values) <= value <= max(values),
+        }
+    return out
 
 
 def profiled(

@@ -49,7 +49,7 @@ def client_argv(
         *("--num-prompts", str(prompts), "--max-concurrency", str(concurrency)),
         *("--num-warmups", str(warmups), "--temperature", "0"),
         *("--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"),
-        *("--ready-check-timeout-sec", "120"),
+        *("--ready-check-timeout-sec", "120", "--disable-tqdm"),
     ]
 
 

@@ -120,7 +120,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(120)
+        proc.wait(30)  # serve.shutdown() can take minutes; the session is killed next
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -202,6 +202,7 @@ def ray_serve_llm(
     ``env`` in the environment of Ray's processes (what the RayService pods get)."""
     config = work / f"{side}.serveConfigV2.yaml"
     config.write_text(yaml.safe_dump(serve_config))
+    env = {**own_ports_env(), **env}
     log, started = work / f"{side}.log", time.monotonic()
     cmd = [sys.executable, "-m", module, "--serve-config", str(config), "--keep"]
     proc = _popen(cmd, log, env)
@@ -218,6 +219,19 @@ def ray_serve_llm(
         yield Server(side, base, proc.pid, env, time.monotonic() - started)
     finally:
         stop(proc)
+
+
+def own_ports_env() -> dict[str, str]:
+    """Free ports for what Serve binds at fixed ports (S/constants.py: the fallback proxy's
+    8500/9500, HAProxy's metrics 9101 and stats 8404), so that several Ray sides can be
+    resident on one machine. Local to the benchmark; the pods keep Ray's ports."""
+    names = (
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+        "RAY_SERVE_HAPROXY_METRICS_PORT",
+        "RAY_SERVE_HAPROXY_STATS_PORT",
+    )
+    return {name: str(free_port()) for name in names}
 
 
 def replica_direct_url(sid: int) -> str | None:
