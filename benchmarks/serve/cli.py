@@ -29,6 +29,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,17 @@ def _others(up: dict[str, servers.Server], side: str) -> list[int]:
     return sorted({s.sid for name, s in up.items() if s.sid != up[side].sid})
 
 
+@contextlib.contextmanager
+def active(server: servers.Server) -> Iterator[servers.Server]:
+    """The server thawed for its pass; the bare server frozen again after it."""
+    servers.thaw(server.sid)
+    try:
+        yield server
+    finally:
+        if server.side == "vllm":
+            servers.freeze(server.sid)
+
+
 def measured(
     args: argparse.Namespace,
     up: dict[str, servers.Server],
@@ -229,14 +241,9 @@ def measured(
     endpoint: str,
     c: int,
 ) -> dict[str, Any]:
-    server = up[side]
-    servers.thaw(server.sid)
-    try:
+    with active(up[side]) as server:
         argv = _argv(args, server.base_url, model, served, endpoint, c)
         return load.trial(server.sid, argv, _others(up, side))
-    finally:
-        if side == "vllm":
-            servers.freeze(server.sid)
 
 
 def plain_check(
@@ -252,18 +259,13 @@ def plain_check(
     README.md's command): inside the in-process trials' min-max, or not."""
     import subprocess
 
-    server = up[side]
-    servers.thaw(server.sid)
     name = f"plain-{side}.json"
     c, e = stats.GOAL_CONCURRENCY, stats.GOAL_ENDPOINT
-    argv = _argv(args, server.base_url, model, served, e, c)
+    argv = _argv(args, up[side].base_url, model, served, e, c)
     cmd = [sys.executable, "-m", "benchmarks.serve.vllm_bench", *argv, "--save-result"]
     cmd += ["--result-dir", str(work), "--result-filename", name]
-    try:
+    with active(up[side]):
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    finally:
-        if side == "vllm":
-            servers.freeze(server.sid)
     got = json.loads((work / name).read_text())
     trials = results.get(side, {}).get(f"{e}/c{c}", [])
     out: dict[str, Any] = {"command": ["python", "-m", "benchmarks.serve.vllm_bench", *argv]}
@@ -292,9 +294,7 @@ def profiled(
     work: Path,
 ) -> dict[str, Any]:
     """One more pass under py-spy; the per-request and per-token budget of its processes."""
-    server = up[side]
-    servers.thaw(server.sid)
-    try:
+    with active(up[side]) as server:
         argv = _argv(args, server.base_url, model, served, endpoint, c)
         threads = profile.thread_cpu(server.sid)
         with profile.recording(server.sid, work / "profiles" / f"{side}-{endpoint}-c{c}") as got:
@@ -305,9 +305,6 @@ def profiled(
         out = profile.budget(got(), delta, requests, args.output_len)
         out["trial"] = {k: t[k] for k in ("output_tokens_per_s", "ttft_ms", "tpot_ms")}
         return out
-    finally:
-        if side == "vllm":
-            servers.freeze(server.sid)
 
 
 def build_report(
