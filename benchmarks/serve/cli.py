@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -163,10 +164,11 @@ def run(
                 info[side]["pinned"] = cpu.pin(sid)
             if known[side].config is None:
                 servers.freeze(sid)
+        bench = Bench(args, up, model, served, work)
         for r, round_sides in enumerate(order(all_sides, args.rounds)):
             for side in round_sides:
                 for endpoint, c in cells:
-                    t = measured(args, up, side, model, served, endpoint, c)
+                    t = measured(bench, side, endpoint, c)
                     results.setdefault(side, {}).setdefault(f"{endpoint}/c{c}", []).append(t)
                     log(
                         f"round {r} {side} {endpoint} c={c}: {t['output_tokens_per_s']} tok/s, "
@@ -175,13 +177,11 @@ def run(
                     )
         if args.plain_check:
             for side in all_sides:
-                plain[side] = plain_check(args, up, side, model, served, work, results)
+                plain[side] = plain_check(bench, side, results)
         if args.profile:
             for side in all_sides:
                 for endpoint, c in cells:
-                    budgets[f"{side}/{endpoint}/c{c}"] = profiled(
-                        args, up, side, model, served, endpoint, c, work
-                    )
+                    budgets[f"{side}/{endpoint}/c{c}"] = profiled(bench, side, endpoint, c)
         if args.keep_logs:
             args.keep_logs.mkdir(parents=True, exist_ok=True)
             for f in work.rglob("*"):
@@ -202,23 +202,34 @@ def run(
     return 0
 
 
-def _argv(args: argparse.Namespace, url: str, model: str, served: str, e: str, c: int) -> list[str]:
-    return load.client_argv(
-        url,
-        model,
-        served,
-        endpoint=e,
-        concurrency=c,
-        prompts=prompts_for(c, args.prompts),
-        input_len=args.input_len,
-        output_len=args.output_len,
-        warmups=args.warmups,
-        seed=args.seed,
-    )
+@dataclass
+class Bench:
+    """What every pass needs: the options, the resident servers, the model."""
 
+    args: argparse.Namespace
+    up: dict[str, servers.Server]
+    model: str
+    served: str
+    work: Path
 
-def _others(up: dict[str, servers.Server], side: str) -> list[int]:
-    return sorted({s.sid for name, s in up.items() if s.sid != up[side].sid})
+    def argv(self, side: str, endpoint: str, c: int) -> list[str]:
+        a = self.args
+        return load.client_argv(
+            self.up[side].base_url,
+            self.model,
+            self.served,
+            endpoint=endpoint,
+            concurrency=c,
+            prompts=prompts_for(c, a.prompts),
+            input_len=a.input_len,
+            output_len=a.output_len,
+            warmups=a.warmups,
+            seed=a.seed,
+        )
+
+    def others(self, side: str) -> list[int]:
+        """Sessions of the servers not measured in this pass."""
+        return sorted({s.sid for s in self.up.values() if s.sid != self.up[side].sid})
 
 
 @contextlib.contextmanager
@@ -232,28 +243,13 @@ def active(server: servers.Server) -> Iterator[servers.Server]:
             servers.freeze(server.sid)
 
 
-def measured(
-    args: argparse.Namespace,
-    up: dict[str, servers.Server],
-    side: str,
-    model: str,
-    served: str,
-    endpoint: str,
-    c: int,
-) -> dict[str, Any]:
-    with active(up[side]) as server:
-        argv = _argv(args, server.base_url, model, served, endpoint, c)
-        return load.trial(server.sid, argv, _others(up, side))
+def measured(b: Bench, side: str, endpoint: str, c: int) -> dict[str, Any]:
+    with active(b.up[side]) as server:
+        return load.trial(server.sid, b.argv(side, endpoint, c), b.others(side))
 
 
 def plain_check(
-    args: argparse.Namespace,
-    up: dict[str, servers.Server],
-    side: str,
-    model: str,
-    served: str,
-    work: Path,
-    results: dict[str, dict[str, list[dict[str, Any]]]],
+    b: Bench, side: str, results: dict[str, dict[str, list[dict[str, Any]]]]
 ) -> dict[str, Any]:
     """The goal's cell once more, by the plain client in a process of its own (benchmarks/
     README.md's command): inside the in-process trials' min-max, or not."""
@@ -261,12 +257,12 @@ def plain_check(
 
     name = f"plain-{side}.json"
     c, e = stats.GOAL_CONCURRENCY, stats.GOAL_ENDPOINT
-    argv = _argv(args, up[side].base_url, model, served, e, c)
+    argv = b.argv(side, e, c)
     cmd = [sys.executable, "-m", "benchmarks.serve.vllm_bench", *argv, "--save-result"]
-    cmd += ["--result-dir", str(work), "--result-filename", name]
-    with active(up[side]):
+    cmd += ["--result-dir", str(b.work), "--result-filename", name]
+    with active(b.up[side]):
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    got = json.loads((work / name).read_text())
+    got = json.loads((b.work / name).read_text())
     trials = results.get(side, {}).get(f"{e}/c{c}", [])
     out: dict[str, Any] = {"command": ["python", "-m", "benchmarks.serve.vllm_bench", *argv]}
     for figure, key in (
@@ -283,26 +279,18 @@ def plain_check(
     return out
 
 
-def profiled(
-    args: argparse.Namespace,
-    up: dict[str, servers.Server],
-    side: str,
-    model: str,
-    served: str,
-    endpoint: str,
-    c: int,
-    work: Path,
-) -> dict[str, Any]:
+def profiled(b: Bench, side: str, endpoint: str, c: int) -> dict[str, Any]:
     """One more pass under py-spy; the per-request and per-token budget of its processes."""
-    with active(up[side]) as server:
-        argv = _argv(args, server.base_url, model, served, endpoint, c)
+    with active(b.up[side]) as server:
+        argv = b.argv(side, endpoint, c)
         threads = profile.thread_cpu(server.sid)
-        with profile.recording(server.sid, work / "profiles" / f"{side}-{endpoint}-c{c}") as got:
-            t = load.trial(server.sid, argv, _others(up, side))
+        folder = b.work / "profiles" / f"{side}-{endpoint}-c{c}"
+        with profile.recording(server.sid, folder) as got:
+            t = load.trial(server.sid, argv, b.others(side))
         after = profile.thread_cpu(server.sid)
         delta = {k: v - threads.get(k, 0.0) for k, v in after.items()}
-        requests = t["completed"] + args.warmups + 1  # + vLLM's ready check
-        out = profile.budget(got(), delta, requests, args.output_len)
+        requests = t["completed"] + b.args.warmups + 1  # + vLLM's ready check
+        out = profile.budget(got(), delta, requests, b.args.output_len)
         out["trial"] = {k: t[k] for k in ("output_tokens_per_s", "ttft_ms", "tpot_ms")}
         return out
 
