@@ -95,6 +95,9 @@ def _type_problems(value: Any, spec: dict[str, Any], schema: dict, where: str) -
         if ref.startswith("pulumi.json#/Any"):
             return []
         body = schema["types"][ref.removeprefix("#/types/")]
+        if "enum" in body:  # e.g. TpuMachineType: one of its values, as the engine checks
+            allowed = [member["value"] for member in body["enum"]]
+            return [] if value in allowed else [f"{where}: {value!r} is not one of {allowed}"]
         return _object_problems(value, body, schema, where)
     kind = spec.get("type")
     expected = {"string": str, "integer": int, "boolean": bool, "number": (int, float)}
@@ -178,13 +181,14 @@ def test_the_yaml_program_matches_the_generated_schema():
 
 
 def test_the_schema_check_catches_a_wrong_program():
-    """The check above can fail: a typo, a wrong type and a missing input are each found."""
+    """The check above can fail: a typo, a value outside an enum and a missing input are each
+    found."""
     schema = _schema()
     body = schema["resources"]["park-gke:index:TpuSlicePool"]
     wrong = {"cluster": "c", "location": ZONE, "name": "p", "machineType": 8, "topolgy": "4x4"}
     found = _object_problems(wrong, body, schema, "pool")
     assert "pool.topolgy: no such property" in found
-    assert "pool.machineType: 8 is not a string" in found
+    assert any(p.startswith("pool.machineType: 8 is not one of [") for p in found)
     assert "pool.topology: required, missing" in found
 
 
