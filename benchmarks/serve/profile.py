@@ -71,7 +71,8 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model_forward", ("vllm/model_executor", "torch/", "vllm/v1/worker", "vllm/v1/attention")),
     ("engine_core_loop", ("vllm/v1/engine/core.py", "vllm/v1/executor")),
     ("asyncio_loop", ("asyncio/", "uvloop", "selectors.py")),
-    ("threads", ("threading.py", "concurrent/futures")),
+    # Leaf in threading: C code under a thread's run() (uvloop's loop, zmq, socket writes).
+    ("native_under_thread_run", ("threading.py", "concurrent/futures")),
 )
 
 
