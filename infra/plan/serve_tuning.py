@@ -51,14 +51,14 @@ THROUGHPUT_ENV: dict[str, str] = {
     # (S/haproxy_metrics.py:60, :130) the Grafana dashboard reads, and answers /-/healthz on
     # the same port (S/haproxy_templates.py). The controller reads it at start, so: pod env.
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
-    # The raylet starts every worker process at nice 15 (its ``worker_niceness`` config, read
-    # from RAY_worker_niceness at start; Ray's job manager sets it to 0 for its own supervisor,
-    # dashboard/modules/job/job_manager.py:399). The LLM server replica is a worker, and vLLM's
-    # EngineCore and model worker are its children: the whole engine then ran below every
-    # nice-0 process of the host (the raylet, GCS, agents, a client, another job), while the
-    # bare server runs at 0. Measured by benchmarks/serve (benchmarks/README.md).
-    "RAY_worker_niceness": "0",
 }
+# Read and measured, left at Ray's default (so not shipped): RAY_worker_niceness. The raylet
+# starts every worker at nice 15 (its worker_niceness config; Ray's job manager sets 0 for its
+# own supervisor, dashboard/modules/job/job_manager.py:399), so the LLM replica and vLLM's
+# EngineCore and model worker (its children) run at 15 while a bare vLLM server runs at 0. At 0
+# (benchmarks/serve side ray_nice0) the Ray side was slower on 2 cores, not faster: the engine's
+# busy-polling processes then take CPU from the client, HAProxy and the replica's event loop as
+# much as from anything else (benchmarks/README.md).
 # L/constants.py:65-67, read by build_openai_app (L/core/ingress/builder.py:258-279): the
 # LLMServer deployment is the ingress itself, serving vLLM's own FastAPI app
 # (L/engines/vllm/vllm_engine.py:355-386 builds it with vllm.entrypoints.openai.api_server's

@@ -407,10 +407,8 @@ def _ray_source(relative: str) -> str:
 def test_shipped_env_names_are_rays_own() -> None:
     from infra.plan import serve_tuning
 
-    source = (
-        _ray_source("serve/_private/constants.py")
-        + _ray_source("llm/_internal/serve/constants.py")
-        + _ray_source("_private/ray_constants.py")  # RAY_worker_niceness (the raylet's config)
+    source = _ray_source("serve/_private/constants.py") + _ray_source(
+        "llm/_internal/serve/constants.py"
     )
     for name in serve_tuning.ray_env(num_models=1):
         assert f'"{name}"' in source, f"Ray 2.60 reads no {name}"
