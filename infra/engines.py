@@ -32,7 +32,8 @@ class Engine:
 
     name: str  # the value of park:serving.engine
     version: str  # the wheel its image pins (workloads/requirements-serve*.txt)
-    image: str  # its image in the stack's registry (a workloads/Dockerfile target)
+    image: str  # its image in the stack's registry
+    image_target: str  # the workloads/Dockerfile stage that builds it (infra.images)
     runtime: str  # what it runs on, for the docs ("" for the default engine's torch_tpu)
     tp_across_hosts: TpAcrossHosts
     tp_on_one_host: TpOnOneHost
@@ -54,6 +55,7 @@ VLLM_TORCHTPU = Engine(
     name="vllm-torchtpu",
     version="0.29.0",
     image=WORKLOAD_IMAGE,
+    image_target="workloads",
     runtime="",
     # The plugin's Ray executor lists every chip of every TPU host of the Ray cluster
     # as one slice; one host runs the multiprocess executor with torch_tpu's worlds
@@ -79,6 +81,7 @@ VLLM_TPU = Engine(
     name="vllm-tpu",
     version="0.29.0",
     image="park-serve-vllm-tpu",  # its libtpu pins conflict with torch_tpu's
+    image_target="serve-vllm-tpu",
     runtime="JAX",
     # Divisors of the chips, whole hosts past one: Serve LLM's host bundles.
     tp_across_hosts="whole_hosts",

@@ -181,6 +181,17 @@ def stack_names(
     )
 
 
+def run_name(stack: str, job: str, run_id: str | None) -> str:
+    """A run's folder in the bucket (checkpoints, exports): per stack, job and run id."""
+    return f"{stack}-{job}" + (f"-{run_id}" if run_id else "")
+
+
+def job_object_name(component: str, run_id: str | None) -> str:
+    """A RayJob's name: its component's, with the run id a new run of it is named by (the
+    object changes, so `pulumi up` replaces the finished one and KubeRay runs the new one)."""
+    return f"{component}-{run_id}" if run_id else component
+
+
 # ---- Kueue objects of a queued pool --------------------------------------------------------
 
 

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -17,9 +19,17 @@ from infra.spec.errors import ConfigError
 from infra.spec.read import config_keys
 
 
-def read_pulumi_config() -> tuple[dict[str, Any], pulumi.Output[str] | None]:
+@dataclass(frozen=True)
+class Secrets:
+    """The stack's credentials, as Pulumi secrets (the spec only knows that they are set)."""
+
+    hf_token: pulumi.Output[str] | None = None  # park:hfToken
+    iap_oauth_client_secret: pulumi.Output[str] | None = None  # park:iapOauthClientSecret
+
+
+def read_pulumi_config() -> tuple[dict[str, Any], Secrets]:
     """Every park:* and known key from Pulumi config (an unknown park:* key is a typo the
-    config reports, not a setting to ignore); the HF token split off as a Pulumi secret."""
+    config reports, not a setting to ignore); the credentials split off as Pulumi secrets."""
     values: dict[str, Any] = {}
     known = config_keys()
     typos = [k for k in pulumi.runtime.config.CONFIG.get() if k.startswith("park:")]
@@ -31,14 +41,17 @@ def read_pulumi_config() -> tuple[dict[str, Any], pulumi.Output[str] | None]:
             values[key] = json.loads(raw)
         except (TypeError, json.JSONDecodeError):
             values[key] = raw
-    hf_token = None
-    if values.get("park:hfToken") not in (None, ""):
-        hf_token = pulumi.Output.secret(str(values["park:hfToken"]))  # the spec only marks it
-    return values, hf_token
+
+    def secret(key: str) -> pulumi.Output[str] | None:
+        if values.get(key) in (None, ""):
+            return None
+        return pulumi.Output.secret(str(values[key]))  # the spec only marks it
+
+    return values, Secrets(secret("park:hfToken"), secret("park:iapOauthClientSecret"))
 
 
-def load_plan() -> tuple[StackPlan, pulumi.Output[str] | None]:
-    values, hf_token = read_pulumi_config()
+def load_plan() -> tuple[StackPlan, Secrets]:
+    values, secrets = read_pulumi_config()
     # A credential set without --secret sits in plain text in the stack file: refuse it.
     secret_keys = [key for key in values if pulumi.runtime.is_config_secret(key)]
     try:
@@ -48,10 +61,10 @@ def load_plan() -> tuple[StackPlan, pulumi.Output[str] | None]:
         raise pulumi.RunError(str(err)) from None
     for warning in plan.warnings:
         pulumi.log.warn(str(warning))
-    return plan, hf_token
+    return plan, secrets
 
 
-def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
+def build(plan: StackPlan, secrets: Secrets) -> None:
     """The stack as one user of the public components: each gets its arguments from the plan.
 
     Inside `stack_program(plan)` each component plans from its piece of this plan (its pool
@@ -60,26 +73,50 @@ def build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
     from infra.components._naming import stack_program
 
     with stack_program(plan):
-        _build(plan, hf_token)
+        _build(plan, secrets)
 
 
-def _build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
+def _build(plan: StackPlan, secrets: Secrets) -> None:
     # Imported here: the render benchmark and `park validate` never pay for provider modules.
     from infra.components import args_from
     from infra.components.cluster import Cluster
+    from infra.components.images import WorkloadImage
     from infra.components.kubernetes import KubeRayOperator, Workspace, kubernetes_provider
     from infra.components.kueue import Kueue
     from infra.components.network import Network
     from infra.components.node_pools import CpuPool, GpuPool, TpuSlicePool
     from infra.components.observability import DashboardAccess, RayMetrics
+    from infra.components.project import ProjectApis
+    from infra.components.staging import ModelStaging
     from infra.components.storage import Storage
     from infra.components.workloads import LlmService, RayTrainingJob
+    from infra.plan import project, staging
 
-    network = Network("network", args_from.network(plan))
-    cluster = Cluster("gke", args_from.cluster(plan, network.network_name, network.subnetwork_name))
+    # A new project has every API off: each component below waits for the ones it calls.
+    apis = ProjectApis.of_plan("project", plan.spec.project, project.apis(plan))
+    after_apis = pulumi.ResourceOptions(depends_on=[apis])
+    network = Network("network", args_from.network(plan), after_apis)
+    cluster = Cluster(
+        "gke", args_from.cluster(plan, network.network_name, network.subnetwork_name), after_apis
+    )
     after_cluster: list[pulumi.Resource] = [cluster.resource]
     node_sa = cluster.node_service_account
-    storage = Storage("storage", args_from.storage(plan, node_sa, cluster.name))
+    storage = Storage("storage", args_from.storage(plan, node_sa, cluster.name), after_apis)
+    # Every image the pods run is in the registry before any of them is created: the pods get
+    # the pushed digest, an Output of the build.
+    built = {
+        build.ref: WorkloadImage(
+            f"image-{build.name}",
+            {"repository": build.repository, "tag": build.tag, "target": build.target},
+            pulumi.ResourceOptions(depends_on=[apis, storage]),
+        ).ref
+        for build in plan.images
+    }
+
+    def image(ref: str) -> pulumi.Input[str]:
+        """What pods run: the build of `ref`, or `ref` itself when the stack pins it."""
+        return built.get(ref, ref)
+
     pools = args_from.PoolRefs(cluster=cluster.name, node_service_account=node_sa)
     on_cluster = pulumi.ResourceOptions(depends_on=after_cluster)
     cpu = CpuPool("cpu", args_from.cpu_pool(plan, pools), on_cluster)
@@ -97,6 +134,7 @@ def _build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
         providers={"kubernetes": provider}, depends_on=[cluster.resource, cpu.node_pool]
     )
     kuberay = KubeRayOperator("kuberay", args_from.kuberay(plan), in_cluster)
+    hf_token = secrets.hf_token
     space = Workspace("workspace", args_from.workspace(plan, hf_token), in_cluster)
     ready = [*in_cluster.depends_on, *kuberay.ready, *space.ready]  # type: ignore[misc]
     if plan.queued_pools:
@@ -105,29 +143,54 @@ def _build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
         queues = Kueue("kueue", args_from.kueue(plan), in_cluster.merge(after_namespace))
         ready += queues.ready
 
-    def on_pool(pool: str) -> pulumi.ResourceOptions:
-        """A workload waits for the namespace, the operator, its queue and its pool's nodes."""
+    # Hub models are copied into the bucket (awaited Jobs) before any workload reads them:
+    # after the namespace, its KSA and token, the bucket and its Workload Identity binding.
+    stage_jobs = staging.stage_jobs(plan)
+    staged = None
+    if stage_jobs:
+        staged = ModelStaging.of_plan(
+            "staging",
+            stage_jobs,
+            image(staging.stage_image(plan)),
+            cpu.selector,
+            pulumi.ResourceOptions(
+                providers={"kubernetes": provider}, depends_on=[*ready, storage]
+            ),
+        )
+
+    def on_pool(pool: str, models: Sequence[str | None]) -> pulumi.ResourceOptions:
+        """A workload waits for the namespace, the operator, its queue, its pool's nodes and
+        the staging of the models it reads."""
         waits = [*ready, *tpu_pools[pool].node_pools]
+        waits += staged.jobs_for(models) if staged is not None else []
         return pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=waits)
 
     has_token = hf_token is not None
     if plan.training is not None:
         job = args_from.training(plan, has_token)
         job["head_node_selector"] = cpu.selector  # the Ray head runs on the CPU pool
-        RayTrainingJob("park-train", job, on_pool(plan.training.pool.name))
+        job["image"] = image(plan.training.image)
+        RayTrainingJob(
+            "park-train", job, on_pool(plan.training.pool.name, [plan.training.spec.model])
+        )
     if plan.serving is not None:
         service = args_from.serving(plan, has_token)
         service["head_node_selector"] = cpu.selector
-        LlmService("park-serve", service, on_pool(plan.serving.pool.name))
+        service["image"] = image(plan.serving.image)
+        sources = [m.spec.source for m in plan.serving.models]
+        LlmService("park-serve", service, on_pool(plan.serving.pool.name, sources))
     if plan.rl is not None:
-        _rl_job(plan, on_pool(plan.rl.learner.name), has_token, tpu_pools)
+        rl_waits = on_pool(plan.rl.learner.name, [plan.rl.spec.model])
+        _rl_job(plan, rl_waits, has_token, tpu_pools, image(plan.rl.image))
 
     on_namespace = pulumi.ResourceOptions(
-        providers={"kubernetes": provider}, depends_on=space.ready
+        providers={"kubernetes": provider}, depends_on=[apis, *space.ready]
     )
     RayMetrics("metrics", args_from.metrics(plan), on_namespace)
     access = args_from.dashboard(plan)
     if access is not None:
+        if secrets.iap_oauth_client_secret is not None:
+            access["oauth_client_secret"] = secrets.iap_oauth_client_secret
         dashboard = DashboardAccess("dashboard", access, on_namespace)
         pulumi.export("dashboard_url", dashboard.url)
         pulumi.export("dashboard_ip", dashboard.ip_address)
@@ -138,6 +201,7 @@ def _build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("bucket", storage.bucket)
     pulumi.export("registry_url", storage.registry_url)
     pulumi.export("workload_service_account", storage.workload_service_account)
+    pulumi.export("images", built)
     pulumi.export(
         "tpu_pools",
         {p.name: {"chips": p.total_chips, "hosts": p.total_hosts} for p in plan.tpu_pools},
@@ -145,7 +209,11 @@ def _build(plan: StackPlan, hf_token: pulumi.Output[str] | None) -> None:
 
 
 def _rl_job(
-    plan: StackPlan, opts: pulumi.ResourceOptions, has_token: bool, tpu_pools: dict[str, Any]
+    plan: StackPlan,
+    opts: pulumi.ResourceOptions,
+    has_token: bool,
+    tpu_pools: dict[str, Any],
+    image: pulumi.Input[str],
 ) -> None:
     """park:rl's RayJob (infra/plan/rl.py), after both of its pools' nodes."""
     from infra.components.rl import RayRlJob
@@ -153,9 +221,9 @@ def _rl_job(
     assert plan.rl is not None
     rollout = tpu_pools.get(plan.rl.rollout.pool_name)  # a GPU pool: none to wait for here
     waits = pulumi.ResourceOptions(depends_on=list(rollout.node_pools) if rollout else [])
-    RayRlJob("park-rl", plan, has_token, opts.merge(waits))
+    RayRlJob("park-rl", plan, has_token, opts.merge(waits), image=image)
 
 
 def main() -> None:
-    plan, hf_token = load_plan()
-    build(plan, hf_token)
+    plan, secrets = load_plan()
+    build(plan, secrets)

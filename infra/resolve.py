@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from infra import catalog, disk, engine, engines, gke, model_lookup, names
+from infra import catalog, disk, engine, engines, gke, images, model_lookup, names
 from infra.disk import DiskPlan
 from infra.model_facts import FactsLookup
 from infra.resolve_training import fit_training, training_model_facts
@@ -38,7 +38,6 @@ from infra.spec.models import (
     TrainingConfig,
 )
 from infra.training_fit import TrainingFit
-from infra.versions import IMAGE_TAG
 from workloads import protocol
 
 if TYPE_CHECKING:
@@ -168,6 +167,9 @@ class StackPlan:
     warnings: tuple[ConfigProblem, ...] = ()  # valid, but worth saying (infra.rules.warnings)
     disk: DiskPlan | None = None  # scratch, file caches, boot disks, host memory
     rl: RlPlan | None = None  # park:rl's GRPO job (infra.resolve_rl)
+    # The images `pulumi up` builds from this checkout and pushes before any pod runs them
+    # (infra.images); none for a workload that pins its image.
+    images: tuple[images.ImageBuild, ...] = ()
 
     @property
     def stack(self) -> str:
@@ -304,14 +306,31 @@ def upgrade_clusters(strategy: str) -> int:
     return 2 if strategy.startswith("NewCluster") else 1
 
 
+def image_name(section: TrainingConfig | ServingConfig) -> str:
+    """Which of our images a section's pods run when it pins none."""
+    if isinstance(section, ServingConfig):
+        return engines.get(section.engine).image
+    return WORKLOAD_IMAGE
+
+
 def image(spec: StackConfig, registry_url: str, section: TrainingConfig | ServingConfig) -> str:
-    """The configured image, else ours in the stack's registry."""
+    """The configured image, else ours in the stack's registry, tagged by its content."""
     if section.image:
         return section.image
-    name = WORKLOAD_IMAGE
-    if isinstance(section, ServingConfig):
-        name = engines.get(section.engine).image
-    return f"{registry_url}/{name}:{IMAGE_TAG}"
+    return images.default_ref(registry_url, image_name(section))
+
+
+def image_builds(
+    spec: StackConfig, registry_url: str, rl: RlPlan | None
+) -> tuple[images.ImageBuild, ...]:
+    """The images the stack's pods run and the stack pins none of: `pulumi up` builds them."""
+    wanted: dict[str, list[str]] = {}
+    for key, section in (("park:training", spec.training), ("park:serving", spec.serving)):
+        if section.enabled and not section.image:
+            wanted.setdefault(image_name(section), []).append(key)
+    if rl is not None and not rl.spec.image:
+        wanted.setdefault(WORKLOAD_IMAGE, []).append("park:rl")
+    return images.builds(registry_url, wanted)
 
 
 def _names(spec: StackConfig) -> names.StackNames:
@@ -351,7 +370,7 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         pool = by_name[spec.training.pool]
         slices = spec.training.num_slices
         workers, hosts = training_workers(pool, slices)
-        run_name = f"{spec.stack}-{names.TRAINING_JOB_NAME}"
+        run_name = names.run_name(spec.stack, names.TRAINING_JOB_NAME, spec.training.run_id)
         storage_path = f"gs://{stack_names.bucket}/{CHECKPOINTS_PREFIX}"
         facts = training_model_facts(spec.training)
         fit = None
@@ -412,5 +431,6 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         serving=serving,
         cluster_version=gke.cluster_version(cluster.release_channel, pinned),
         rl=rl,
+        images=image_builds(spec, stack_names.registry_url, rl),
     )
     return replace(plan, disk=disk.build(plan))

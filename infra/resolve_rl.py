@@ -22,12 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from infra import disk, engine, engines, model_facts, model_lookup, names, training_fit
+from infra import disk, engine, engines, images, model_facts, model_lookup, names, training_fit
 from infra.model_facts import FactsLookup
 from infra.resolve_training import fit_training
 from infra.spec.models import RlConfig, StackConfig, TrainingConfig
 from infra.training_fit import TrainingFit
-from infra.versions import IMAGE_TAG
 from workloads import protocol
 
 if TYPE_CHECKING:
@@ -239,7 +238,7 @@ def resolve_rl(
         workers=workers,
         hosts=hosts,
         rollout=resolve_rollout(rl, facts, tpu, gpu),
-        image=rl.image or f"{stack_names.registry_url}/{WORKLOAD_IMAGE}:{IMAGE_TAG}",
+        image=rl.image or images.default_ref(stack_names.registry_url, WORKLOAD_IMAGE),
         run_name=run_name,
         storage_path=storage,
         export_path=protocol.training_export_path(storage, run_name) if rl.export else None,

@@ -54,11 +54,18 @@ _EXPORTS = {
     "RayMetricsArgs": "infra.components.observability",
     "DashboardAccess": "infra.components.observability",
     "DashboardAccessArgs": "infra.components.observability",
+    "ProjectApis": "infra.components.project",
+    "ProjectApisArgs": "infra.components.project",
+    "WorkloadImage": "infra.components.images",
+    "WorkloadImageArgs": "infra.components.images",
+    "ModelStaging": "infra.components.staging",
+    "ModelStagingArgs": "infra.components.staging",
     "ComponentArgsError": "infra.components._base",
 }
 
 # The components the provider hosts, in schema order.
 COMPONENTS = (
+    "ProjectApis",
     "Network",
     "Cluster",
     "ExistingCluster",
@@ -69,6 +76,8 @@ COMPONENTS = (
     "KubeRayOperator",
     "Workspace",
     "Kueue",
+    "WorkloadImage",
+    "ModelStaging",
     "RayTrainingJob",
     "LlmService",
     "RayMetrics",
@@ -94,8 +103,12 @@ __all__ = [
     "KueueArgs",
     "LlmService",
     "LlmServiceArgs",
+    "ModelStaging",
+    "ModelStagingArgs",
     "Network",
     "NetworkArgs",
+    "ProjectApis",
+    "ProjectApisArgs",
     "RayMetrics",
     "RayMetricsArgs",
     "RayTrainingJob",
@@ -107,6 +120,8 @@ __all__ = [
     "TpuSlicePool",
     "TpuSlicePoolArgs",
     "TrainingArgs",
+    "WorkloadImage",
+    "WorkloadImageArgs",
     "Workspace",
     "WorkspaceArgs",
     "kubernetes_provider",
@@ -131,6 +146,7 @@ if TYPE_CHECKING:
     from infra.components._base import ComponentArgsError
     from infra.components.cluster import AuthorizedNetworkArgs, Cluster, ClusterArgs
     from infra.components.existing_cluster import ExistingCluster, ExistingClusterArgs
+    from infra.components.images import WorkloadImage, WorkloadImageArgs
     from infra.components.kubernetes import (
         KubeRayOperator,
         KubeRayOperatorArgs,
@@ -154,6 +170,8 @@ if TYPE_CHECKING:
         RayMetrics,
         RayMetricsArgs,
     )
+    from infra.components.project import ProjectApis, ProjectApisArgs
+    from infra.components.staging import ModelStaging, ModelStagingArgs
     from infra.components.storage import Storage, StorageArgs
     from infra.components.workloads import (
         LlmService,

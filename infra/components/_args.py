@@ -119,3 +119,5 @@ class TrainingArgs(TypedDict):
     """Retries (each a new Ray cluster). Default: 0."""
     estimated_step_seconds: NotRequired[float]
     """Step time used by `park cost` for the run estimate. Default: 1.0."""
+    run_id: NotRequired[str]
+    """Names the run; a new value re-runs training on the next `up` (new RayJob and folder)."""

@@ -16,7 +16,7 @@ from infra.components._base import (
 )
 from infra.components._naming import child_name, claim, kubernetes_claims, renamed
 from infra.components.kubernetes import custom_resource
-from infra.names import RFC1035_NAME, SERVICE_NAME
+from infra.names import PART_OF, RFC1035_NAME, SERVICE_NAME
 from infra.plan.dashboard_access import IAP_ROLE, dashboard_access
 from infra.plan.metrics import STACK_PROGRAM, Watched, value_extractor
 from infra.plan.observability import metrics
@@ -71,6 +71,9 @@ class DashboardAccessArgs(KubeconfigArgs):
     """OAuth client id IAP signs users in with."""
     oauth_secret: str
     """Secret (key `key`) holding that client's secret."""
+    oauth_client_secret: NotRequired[pulumi.Input[str]]
+    """That client's secret itself (a secret): stored as the `oauth_secret` Secret here, in
+    order after the namespace. Unset: the Secret is created out of band."""
     stack: NotRequired[str]
     """Names derive from it (park-<stack>-ray-dashboard); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
@@ -292,6 +295,23 @@ class DashboardAccess(KubernetesComponent):
                 condition=access.iap_condition,
             )
         in_cluster = self.child_options(depends_on=[address, certificate])
+        if args.get("oauth_client_secret") is not None:
+            from pulumi_kubernetes.core.v1 import Secret
+
+            _child(
+                Secret,
+                name,
+                "oauth-secret",
+                args["oauth_secret"],
+                self.child_options(),
+                metadata={
+                    "name": args["oauth_secret"],
+                    "namespace": stack_plan.names.namespace,
+                    "labels": PART_OF,
+                },
+                type="Opaque",
+                string_data={"key": pulumi.Output.secret(args["oauth_client_secret"])},
+            )
         for manifest in access.manifests:
             if manifest["kind"] == "Service":
                 from pulumi_kubernetes.core.v1 import Service

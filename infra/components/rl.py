@@ -11,6 +11,7 @@ import pulumi
 
 from infra.components._base import Component
 from infra.components.kubernetes import custom_resource
+from infra.components.workloads import with_image
 from infra.plan.ray import ray_pods
 from infra.plan.rl import rl_rayjob
 from infra.resolve import StackPlan
@@ -30,10 +31,14 @@ class RayRlJob(Component):
         plan: StackPlan,
         hf_token: bool,
         opts: pulumi.ResourceOptions | None = None,
+        *,
+        image: pulumi.Input[str] | None = None,
     ):
         super().__init__(name, opts)
         assert plan.rl is not None
         manifest = rl_rayjob(plan.rl, ray_pods(plan), hf_token=hf_token)
+        # the image build's digest (an Output) where the plan names its tag
+        manifest = with_image(manifest, plan.rl.image, image)
         self.resource = custom_resource(
             manifest, self.child_options(), resource_name=f"{name}-rayjob"
         )

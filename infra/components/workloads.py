@@ -16,7 +16,7 @@ from infra.components._naming import claim
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ServingEngineArg, UpgradeStrategyArg
 from infra.components.kubernetes import custom_resource
-from infra.names import APP_NAME_LABEL, RFC1035_NAME, WORKLOAD_LABEL
+from infra.names import APP_NAME_LABEL, RFC1035_NAME, WORKLOAD_LABEL, job_object_name
 from infra.plan import ray as ray_plan
 from infra.resolve import StackPlan
 
@@ -51,8 +51,8 @@ class _RayWorkloadArgs(KubeconfigArgs):
 class RayTrainingJobArgs(_RayWorkloadArgs):
     """A training RayJob: TorchTrainer, one Ray worker per chip, on `num_slices` slices."""
 
-    image: NotRequired[str]
-    """Image (default: park-workloads in the stack's registry)."""
+    image: NotRequired[pulumi.Input[str]]
+    """Image; default: park-workloads, built from this checkout by `pulumi up`."""
     training: TrainingArgs
     """park:training's settings, typed (README's config reference); the pool and the image
     are the component's own arguments."""
@@ -66,9 +66,11 @@ class ServedModelArgs(TypedDict):
 
     name: str
     """OpenAI model id clients ask for."""
-    source: str
+    source: pulumi.Input[str]
     """HF id, gs://..., or a path under the bucket mount (RayTrainingJob.export_path: serve
-    what a training run exported)."""
+    what a training run exported). An Output (such as export_path) is copied into the serve
+    config once known: give `base_model` so its facts are checked at preview; a hub id must be
+    known at preview (it is staged)."""
     base_model: NotRequired[str]
     """The model a fine-tuned source was trained from: its facts (architecture, size) stand in for
     the source's at preview, when its config cannot be read then (a run not yet done)."""
@@ -89,8 +91,8 @@ class ServedModelArgs(TypedDict):
 class LlmServiceArgs(_RayWorkloadArgs):
     """An OpenAI-compatible endpoint: vLLM through Ray Serve LLM, tensor parallel on a slice."""
 
-    image: NotRequired[str]
-    """Image (default by engine)."""
+    image: NotRequired[pulumi.Input[str]]
+    """Image; default: the engine's, built from this checkout by `pulumi up`."""
     models: list[ServedModelArgs]
     """Served models."""
     engine: NotRequired[ServingEngineArg]
@@ -167,6 +169,63 @@ def _named(
     return manifest
 
 
+def with_image(manifest: dict[str, Any], planned: str, image: Any) -> dict[str, Any]:
+    """The manifest with every container that runs the planned image running `image` instead
+    (an Output, such as WorkloadImage.ref: a value only copied into the pods)."""
+    if image is None or isinstance(image, str):
+        return manifest
+
+    def swap(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: image if k == "image" and v == planned else swap(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [swap(v) for v in node]
+        return node
+
+    swapped: dict[str, Any] = swap(manifest)
+    return swapped
+
+
+# Where a model whose source is an Output is planned: a path under the mount nothing else uses.
+PENDING_SOURCE = "/.park-pending-source"
+
+
+def _pending_source(index: int) -> str:
+    return f"{PENDING_SOURCE}-{index}"
+
+
+def _serve_config_when_known(plan: StackPlan, later: dict[int, Any]) -> pulumi.Output[str]:
+    """serveConfigV2 with each Output source in place, rendered by the plan's own function."""
+    import dataclasses
+
+    import yaml
+
+    from infra import disk
+
+    assert plan.serving is not None
+    serving, pods = plan.serving, ray_plan.ray_pods(plan)
+    order = sorted(later)
+
+    def render(sources: list[Any]) -> str:
+        known = dict(zip(order, sources, strict=True))
+        for index, source in known.items():
+            if not isinstance(source, str) or not source:
+                raise ValueError(f"models[{index}].source: resolved to {source!r}, not a path")
+            if disk.needs_staging(source):
+                raise ValueError(
+                    f"models[{index}].source = {source!r}: a hub id must be known at preview "
+                    "(it is staged into the bucket); pass it as a string"
+                )
+        models = tuple(
+            dataclasses.replace(m, source=known[m.index]) if m.index in known else m
+            for m in serving.models
+        )
+        config = ray_plan.serve_config(dataclasses.replace(serving, models=models), pods)
+        return yaml.safe_dump(config, sort_keys=False)
+
+    return pulumi.Output.all(*(later[i] for i in order)).apply(render)
+
+
 class _Workload(KubernetesComponent):
     """What both workloads share: the one-pool stack they stand for, and their planned Ray
     object created under the component's name once every object it makes is claimed."""
@@ -215,8 +274,9 @@ class RayTrainingJob(_Workload):
         super().__init__(name, opts)
         args = self.checked(args, RayTrainingJobArgs)
         body = plain(args["training"], *args["training"])  # stack-file (camelCase) keys
-        if args.get("image"):
-            body["image"] = args["image"]
+        image = args.get("image")
+        if isinstance(image, str) and image:
+            body["image"] = image  # planned (and checked) as the stack's park:training.image
         plan = self.workload_plan(args, "training", body, "training.")
         assert plan.training is not None
         manifest = _named(
@@ -228,6 +288,8 @@ class RayTrainingJob(_Workload):
             args.get("head_node_selector"),
             ["rayClusterSpec.headGroupSpec.template.spec", "submitterPodTemplate.spec"],
         )
+        manifest["metadata"]["name"] = job_object_name(name, plan.training.spec.run_id)
+        manifest = with_image(manifest, plan.training.image, image)
         self.claimed([manifest])
         # Two jobs of one stack would write one run folder (checkpoints, export): one owner.
         folder = f"training run folder {plan.training.run_name} in gs://{plan.names.bucket}"
@@ -257,6 +319,11 @@ class LlmService(_Workload):
     def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
         args = self.checked(args, LlmServiceArgs)
+        # Sources known only once deployed (an Output: a training run's export_path) are
+        # planned as a stand-in path and copied into the serve config when known.
+        later = {
+            i: m["source"] for i, m in enumerate(args["models"]) if not isinstance(m["source"], str)
+        }
         models = [
             {
                 **plain(
@@ -270,13 +337,16 @@ class LlmService(_Workload):
                     "min_replicas",
                     "max_replicas",
                 ),
+                **({"source": _pending_source(i)} if i in later else {}),
                 **({"engineKwargs": dict(m["engine_kwargs"])} if m.get("engine_kwargs") else {}),
             }
-            for m in args["models"]
+            for i, m in enumerate(args["models"])
         ]
+        image = args.get("image")
         body: dict[str, Any] = {
             "models": models,
-            **plain(args, "engine", "upgrade_strategy", "expose_publicly", "image"),
+            **plain(args, "engine", "upgrade_strategy", "expose_publicly"),
+            **({"image": image} if isinstance(image, str) and image else {}),
         }
         plan = self.workload_plan(args, "serving", body, "")
         assert plan.serving is not None
@@ -289,6 +359,9 @@ class LlmService(_Workload):
             args.get("head_node_selector"),
             ["rayClusterConfig.headGroupSpec.template.spec"],
         )
+        manifest = with_image(manifest, plan.serving.image, image)
+        if later:
+            manifest["spec"]["serveConfigV2"] = _serve_config_when_known(plan, later)
         endpoint = manifest["spec"]["serveService"]["metadata"]
         endpoint["name"] = args.get("endpoint_service") or f"{name}-openai"
         service = {"kind": "Service", "metadata": {**endpoint, "namespace": plan.spec.namespace}}

@@ -1,17 +1,22 @@
-"""The Jobs that stage a stack's hub models into its bucket, once (`park stage-model`).
+"""The Jobs that stage a stack's hub models into its bucket, once, before anything reads them.
 
-Why a Job printed by the CLI, not a resource the program deploys: staging a 57 GiB model takes
-longer than Pulumi waits on a Job, it is needed once per model and revision (not on every
-`pulumi up`), and it must finish before the workloads that read it start; a Job applied with
-`kubectl apply -f -` after the first `pulumi up` (the bucket, the namespace and the Workload
-Identity binding exist then) is the simplest step that is also re-runnable: the staging
-module skips a complete copy of the same revision. It runs on the CPU pool as the workloads'
-service account (the bucket's objectUser through Workload Identity), streams each file from
-the hub into the bucket (workloads/train/stage.py): its scratch holds nothing but Python's.
+Staging is part of `pulumi up`: each Job is a resource of the program (infra/components/
+staging.py) that pulumi-kubernetes awaits until it is Complete, and every workload that reads a
+staged model depends on it, so a training run or a serving replica never starts before its
+model is in the bucket. The await's bound comes from the model's size (`stage_timeout_s`). A
+Job that failed is replaced on the next `pulumi up` (`pulumi.com/replaceUnready`), and a rerun
+of a complete copy of the same revision does nothing (the stage module's marker), so `up` is
+idempotent. `park stage-model STACK | kubectl apply -f -` prints the same Jobs for manual use.
+
+It runs on the CPU pool as the workloads' service account (the bucket's objectUser through
+Workload Identity) and streams each file from the hub into the bucket
+(workloads/train/stage.py): its scratch holds nothing but Python's.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from infra import disk
@@ -30,14 +35,42 @@ STAGE_MODULE = "workloads.train.stage"
 STAGE_SCRATCH = disk.PodDisk(
     "stage-model", "cpu", (disk.Item("python and the hub client", disk.GIB),)
 )
+# How long `pulumi up` waits for a staging Job. An assumption, stated: hub -> GCS through one
+# stream holds at least 50 MB/s from a GCP region (the hub's CDN and gcsfuse-free pyarrow
+# writes are both faster on a healthy day: this is the slow day), plus 20 minutes to schedule
+# the pod, pull the workload image (well over 10 GB) onto a fresh CPU node and start. A model
+# whose size is not known here (no facts) gets two hours.
+STAGE_MIN_BYTES_PER_S = 50 * 10**6
+STAGE_START_S = 20 * 60
+STAGE_UNKNOWN_SIZE_S = 2 * 3600
+# pulumi-kubernetes replaces a Job that is not Complete on the next update (FACTS.md).
+REPLACE_UNREADY = {"pulumi.com/replaceUnready": "true"}
+STAGE_RETRIES = 3  # the Job's own retries of a failed pod (a dropped stream, a preempted node)
 
 
-def _image(plan: StackPlan) -> str:
-    """The workload image (torch-free staging runs in either)."""
-    if plan.training is not None:
-        return plan.training.image
-    assert plan.serving is not None
-    return plan.serving.image
+def stage_timeout_s(model: disk.StagedModel) -> int:
+    """How long `pulumi up` waits for `model`'s staging Job (see STAGE_MIN_BYTES_PER_S)."""
+    if model.weights_bytes is None:
+        return STAGE_UNKNOWN_SIZE_S
+    return STAGE_START_S + math.ceil(model.weights_bytes / STAGE_MIN_BYTES_PER_S)
+
+
+@dataclass(frozen=True)
+class StageJob:
+    """One model's staging Job and how long `pulumi up` waits for it."""
+
+    model: disk.StagedModel
+    manifest: dict[str, Any]
+    timeout_s: int
+
+
+def stage_image(plan: StackPlan) -> str:
+    """The image a staging Job runs: a workload's (torch-free staging runs in any of them).
+    Only workloads read staged models, so a stack that stages has one."""
+    for workload in (plan.training, plan.serving, plan.rl):
+        if workload is not None:
+            return workload.image
+    raise ValueError("a stack without workloads stages no model")
 
 
 def job_name(repo: str) -> str:
@@ -45,8 +78,9 @@ def job_name(repo: str) -> str:
     return f"park-stage-{slug}"[:63].rstrip("-")
 
 
-def staging_job(plan: StackPlan, model: disk.StagedModel) -> dict[str, Any]:
-    pods = ray.ray_pods(plan)
+def staging_job(pods: ray.RayPods, model: disk.StagedModel, image: str) -> dict[str, Any]:
+    """The Job that stages `model`: no ttlSecondsAfterFinished, as Pulumi owns the Job (a Job
+    the cluster deleted would be re-created by the next refresh, for nothing)."""
     budget = STAGE_SCRATCH
     return {
         "apiVersion": "batch/v1",
@@ -55,10 +89,10 @@ def staging_job(plan: StackPlan, model: disk.StagedModel) -> dict[str, Any]:
             "name": job_name(model.repo),
             "namespace": pods.namespace,
             "labels": {"app.kubernetes.io/name": "park-stage-model", **PART_OF},
+            "annotations": dict(REPLACE_UNREADY),
         },
         "spec": {
-            "backoffLimit": 3,
-            "ttlSecondsAfterFinished": 86400,
+            "backoffLimit": STAGE_RETRIES,
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
@@ -69,7 +103,7 @@ def staging_job(plan: StackPlan, model: disk.StagedModel) -> dict[str, Any]:
                     "containers": [
                         {
                             "name": "stage",
-                            "image": _image(plan),
+                            "image": image,
                             "imagePullPolicy": "Always",
                             "command": [
                                 "python",
@@ -120,8 +154,17 @@ def staging_job(plan: StackPlan, model: disk.StagedModel) -> dict[str, Any]:
     }
 
 
-def staging_jobs(plan: StackPlan) -> list[dict[str, Any]]:
+def stage_jobs(plan: StackPlan) -> tuple[StageJob, ...]:
     """One Job per hub model the stack reads from its bucket (infra.disk's staged models)."""
-    if plan.disk is None:
-        return []
-    return [staging_job(plan, model) for model in plan.disk.staged]
+    if plan.disk is None or not plan.disk.staged:
+        return ()
+    pods, image = ray.ray_pods(plan), stage_image(plan)
+    return tuple(
+        StageJob(model, staging_job(pods, model, image), stage_timeout_s(model))
+        for model in plan.disk.staged
+    )
+
+
+def staging_jobs(plan: StackPlan) -> list[dict[str, Any]]:
+    """The Jobs' manifests, as `park stage-model` prints them."""
+    return [job.manifest for job in stage_jobs(plan)]

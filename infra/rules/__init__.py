@@ -46,6 +46,7 @@ def warnings(spec: StackConfig, plan: StackPlan | None = None) -> list[ConfigPro
     plan = plan if plan is not None else resolve(spec, partial=True)
     return [
         *pools.version_warnings(spec),
+        *platform.observability_warnings(spec),
         *workloads.serving_warnings(plan),
         *training_memory.training_warnings(plan),
         *rl.rl_warnings(plan),

@@ -214,6 +214,25 @@ def check_kueue(config: StackConfig) -> list[ConfigProblem]:
     return []
 
 
+def observability_warnings(config: StackConfig) -> list[ConfigProblem]:
+    """The IAP backend policy reads the OAuth client's secret from a Secret in the namespace
+    `pulumi up` creates: given as park:iapOauthClientSecret, the program creates it in order;
+    without it, someone must, after the first `up` and before IAP can let anyone in."""
+    obs = config.observability
+    if not obs.expose_dashboard or config.iap_oauth_client_secret is not None:
+        return []
+    return [
+        ConfigProblem(
+            "park:iapOauthClientSecret",
+            None,
+            f"not set: IAP reads the OAuth client's secret from Secret {obs.iap_oauth_secret} "
+            f"in namespace {config.namespace}, which `pulumi up` creates only from this key "
+            "(pulumi config set --secret park:iapOauthClientSecret <value>); unset, create "
+            "that Secret (key `key`) after the first `up`",
+        )
+    ]
+
+
 def check_observability(config: StackConfig) -> list[ConfigProblem]:
     """The dashboard leaves the cluster only behind IAP, and only with all that IAP needs."""
     obs = config.observability

@@ -29,7 +29,7 @@ class TrainingConfig(_Model):
     pool: str = ""
     """TPU pool it runs on."""
     image: str | None = None
-    """Image (default: park-workloads in the stack's registry)."""
+    """Image; default: park-workloads, built from this checkout by `pulumi up`."""
     strategy: Strategy = "fsdp2"
     """`ddp` or `fsdp2`."""
     # A Hugging Face causal LM: hub id, gs://..., a path under the bucket mount, or
@@ -102,6 +102,11 @@ class TrainingConfig(_Model):
     """Retries (each a new Ray cluster)."""
     estimated_step_seconds: float = Field(1.0, gt=0)
     """Step time used by `park cost` for the run estimate."""
+    # A finished or failed RayJob stays as it is: KubeRay never starts it again, and a
+    # `pulumi up` with the same stack sees no change. A new runId is a new RayJob (the old one
+    # is replaced) and a new run folder, so the next `up` trains again, from the model.
+    run_id: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?$")
+    """Names the run; a new value re-runs training on the next `up` (new RayJob and folder)."""
 
 
 class RlConfig(_Model):
@@ -117,7 +122,7 @@ class RlConfig(_Model):
     rollout_pool: str = ""
     """TPU or GPU pool of the rollout engines (not the learner's)."""
     image: str | None = None
-    """Image (default: park-workloads in the stack's registry)."""
+    """Image; default: park-workloads, built from this checkout by `pulumi up`."""
     model: str = ""
     """The policy: HF hub id, `gs://`, or a bucket-mount path."""
     init: Literal["pretrained", "config"] = "pretrained"

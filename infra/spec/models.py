@@ -217,7 +217,7 @@ class ServingConfig(_Model):
     pool: str = ""
     """TPU pool it runs on (not training's)."""
     image: str | None = None
-    """Image (default by engine)."""
+    """Image; default: the engine's, built from this checkout by `pulumi up`."""
     engine: EngineName = Field(engines.DEFAULT_ENGINE, description=engines.describe())
     models: list[ServedModel] = []
     """Served models."""
@@ -337,6 +337,11 @@ class StackConfig(_Model):
     # one is set, never the token: the program reads it itself, as a secret Output.
     hf_token: Literal["[secret]"] | None = None
     """Secret: `pulumi config set --secret park:hfToken` (or ESC); gated models."""
+    # park:iapOauthClientSecret, a Pulumi secret like park:hfToken: the IAP OAuth client's
+    # secret, which the program stores as the Secret park:observability.iapOauthSecret names
+    # (in the namespace the same `up` creates: no step before `up`).
+    iap_oauth_client_secret: Literal["[secret]"] | None = None
+    """Secret: the IAP OAuth client's secret (`pulumi config set --secret`); exposeDashboard."""
     network: NetworkConfig = NetworkConfig()
     """New VPC (default) or an existing network."""
     cluster: ClusterConfig = ClusterConfig()

@@ -35,7 +35,7 @@ _KEY_OF_FIELD = {
 REQUIRED = ("project", "region", "zone")
 
 # Config keys that hold credentials: `pulumi config set --secret <key> <value>`.
-SECRET_KEYS = ("park:hfToken",)
+SECRET_KEYS = ("park:hfToken", "park:iapOauthClientSecret")
 # Where a credential used to live: the problem says where it went (never the value).
 MOVED_SECRETS = {("park:serving", "hfToken"): "park:hfToken"}
 _HIDDEN = "<plain text, not shown>"
@@ -102,7 +102,10 @@ def _field_names(model: type[BaseModel], into: set[str]) -> set[str]:
 # Spec fields are never credentials by their name (iapOauthSecret holds a Secret's *name*);
 # free-form keys (engineKwargs, env vars) named like one are.
 # The credential's own field (hfToken) is a credential wherever else it appears.
-_SPEC_FIELDS = frozenset(_field_names(StackConfig, set()) - {"hf_token", "hfToken"})
+_SPEC_FIELDS = frozenset(
+    _field_names(StackConfig, set())
+    - {"hf_token", "hfToken", "iap_oauth_client_secret", "iapOauthClientSecret"}
+)
 
 
 def credential_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:

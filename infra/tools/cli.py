@@ -284,12 +284,14 @@ def stage_model(
     stack: StackArg, config_file: ConfigFileOpt = None, esc_config: EscConfigOpt = None
 ) -> None:
     """Print the Kubernetes Jobs that copy each hub model the stack trains or serves into its
-    bucket (models/ORG/NAME), once; apply them after the first `pulumi up`:
+    bucket (models/ORG/NAME), once. `pulumi up` creates and awaits these very Jobs itself
+    before the workloads that read the models; this prints them for manual use (a re-stage
+    after deleting a copy, a cluster this stack does not deploy):
 
         park stage-model prod | kubectl apply -f -
 
-    The workloads read those copies through the bucket's mount (infra/disk.py); until a copy
-    is complete, the replica or the run that needs it fails and is retried."""
+    The workloads read those copies through the bucket's mount (infra/disk.py); a rerun of a
+    complete copy of the same revision does nothing."""
     import yaml
 
     from infra.plan.staging import staging_jobs

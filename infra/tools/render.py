@@ -35,9 +35,24 @@ class Resource:
     inputs: dict[str, Any]
     custom: bool
     dependencies: list[str] = field(default_factory=list)  # names this one waits for
+    provider: str | None = None  # the explicit provider it is created with (a waits-for too)
+    # (type, name) of each resource it waits for, the provider included: logical names alone
+    # repeat across types (the GKE cluster, its component and the Kubernetes provider).
+    waits: list[tuple[str, str]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return {"type": self.type, "name": self.name, "parent": self.parent, "inputs": self.inputs}
+        """Its record in resources.json: what it is, its inputs, and what waits for what
+        (`dependsOn`: explicit and from inputs; `provider`; `parent`), by logical name."""
+        record: dict[str, Any] = {
+            "type": self.type,
+            "name": self.name,
+            "parent": self.parent,
+            "dependsOn": sorted(set(self.dependencies)),
+        }
+        if self.provider:
+            record["provider"] = self.provider
+        record["inputs"] = self.inputs
+        return record
 
 
 @dataclass
@@ -130,7 +145,39 @@ def _mock_outputs(type_token: str, name: str, inputs: dict[str, Any], project: s
         email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
         outputs["email"] = email
         outputs["name"] = f"projects/{project}/serviceAccounts/{email}"
+    if type_token == "docker-build:index:Image" and inputs.get("tags"):
+        # What the provider answers after a push: the tag with the pushed manifest's digest
+        # (here a stand-in derived from the tag, so that renders are stable).
+        import hashlib
+
+        tag = inputs["tags"][0]
+        outputs["ref"] = f"{tag}@sha256:{hashlib.sha256(tag.encode()).hexdigest()}"
+        outputs["digest"] = outputs["ref"].split("@", 1)[1]
     return outputs
+
+
+def _mock_call(token: str, project: str) -> dict[str, Any]:
+    """Answers to the invokes the stack program makes itself."""
+    if token == "gcp:organizations/getClientConfig:getClientConfig":
+        # The deployer's token (secret in the program, never written by a render).
+        return {"accessToken": "mock-access-token", "project": project, "region": "", "zone": ""}
+    return {}
+
+
+def _typed(urn: str) -> tuple[str, str]:
+    """(type, name) of a URN: ``urn:pulumi:stack::project::parent$type::name``."""
+    parts = urn.split("::")
+    return parts[2].split("$")[-1], parts[-1]
+
+
+def _provider_name(reference: str) -> str | None:
+    """An explicit provider's logical name from its reference (``<urn>::<id>``); None for
+    the default provider of a package."""
+    if not reference:
+        return None
+    urn = reference.rsplit("::", 1)[0]
+    name = urn.split("::")[-1]
+    return None if name.startswith("default") else name
 
 
 class ProgramError(RuntimeError):
@@ -201,7 +248,7 @@ def run_under_mocks(
             return f"{args.name}-id", _mock_outputs(args.typ, args.name, args.inputs, project)
 
         def call(self, args: pulumi.runtime.MockCallArgs):
-            return calls(args.token, dict(args.args)) if calls else {}
+            return calls(args.token, dict(args.args)) if calls else _mock_call(args.token, project)
 
     class RecordingMonitor(mocks.MockMonitor):
         def make_urn(self, parent: str, type_: str, name: str) -> str:
@@ -231,6 +278,12 @@ def run_under_mocks(
                         inputs=_clean(json_format.MessageToDict(request.object)),
                         custom=request.custom,
                         dependencies=[urn.split("::")[-1] for urn in request.dependencies],
+                        provider=_provider_name(request.provider),
+                        waits=[
+                            _typed(u)
+                            for u in [*request.dependencies, request.provider.rsplit("::", 1)[0]]
+                            if u
+                        ],
                     )
                 )
             return response

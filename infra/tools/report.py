@@ -66,6 +66,7 @@ def fit_tables(plan: StackPlan, out: Console) -> None:
             out.print(table)
     for table in disk_tables(plan):
         out.print(table)
+    out.print(first_deploy_table(plan))
 
 
 def pools_table(plan: StackPlan) -> Table:
@@ -426,14 +427,32 @@ def disk_tables(plan: StackPlan) -> list[Table]:
         )
     tables = [pods, nodes, memory]
     if budget.staged:
+        from infra.plan.staging import stage_timeout_s
+
         staged = Table(
-            title="models to stage into the bucket first: `park stage-model STACK | kubectl "
-            "apply -f -`"
+            title="models `pulumi up` stages into the bucket before anything reads them "
+            "(awaited Jobs; `park stage-model STACK` prints them)"
         )
-        for column in ("model", "to", "weights", "for"):
+        for column in ("model", "to", "weights", "for", "awaited up to"):
             staged.add_column(column)
         for model in budget.staged:
             size = "?" if model.weights_bytes is None else f"{model.weights_bytes / GIB:.1f} GiB"
-            staged.add_row(model.repo, model.uri, size, ", ".join(model.used_by))
+            wait = f"{stage_timeout_s(model) / 60:.0f} min"
+            staged.add_row(model.repo, model.uri, size, ", ".join(model.used_by), wait)
         tables.append(staged)
     return tables
+
+
+def first_deploy_table(plan: StackPlan) -> Table:
+    """What `pulumi up` switches on and builds before anything needs it: the project's APIs
+    (infra.plan.project) and the workload images (infra.images)."""
+    from infra.plan.project import apis
+
+    table = Table(title="first, `pulumi up` enables these APIs and builds these images")
+    table.add_column("what")
+    table.add_column("for")
+    for api in apis(plan):
+        table.add_row(f"API {api.service}", api.why)
+    for build in plan.images:
+        table.add_row(f"image {build.name}:{build.tag}", ", ".join(build.used_by))
+    return table

@@ -221,13 +221,24 @@ def test_problem_string_names_key_value_and_allowed():
 
 
 def test_default_images_follow_the_engine():
+    from infra import images
+    from tests.conftest import ROOT
+
+    tag = images.context_tag(ROOT)  # this checkout's build (infra/images.py)
     plan = from_values(BASE, "dev")
     registry = "us-east5-docker.pkg.dev/p/park-dev"
-    assert plan.training and plan.training.image == f"{registry}/park-workloads:0.1.0"
-    assert plan.serving and plan.serving.image == f"{registry}/park-workloads:0.1.0"
+    assert plan.training and plan.training.image == f"{registry}/park-workloads:{tag}"
+    assert plan.serving and plan.serving.image == f"{registry}/park-workloads:{tag}"
+    assert [(b.name, b.target, b.used_by) for b in plan.images] == [
+        ("park-workloads", "workloads", ("park:training", "park:serving"))
+    ]
     jax = config_with(park__serving={**BASE["park:serving"], "engine": "vllm-tpu"})
     plan = from_values(jax, "dev")
-    assert plan.serving and plan.serving.image == f"{registry}/park-serve-vllm-tpu:0.1.0"
+    assert plan.serving and plan.serving.image == f"{registry}/park-serve-vllm-tpu:{tag}"
+    assert [(b.name, b.target) for b in plan.images] == [
+        ("park-workloads", "workloads"),
+        ("park-serve-vllm-tpu", "serve-vllm-tpu"),
+    ]
     custom = config_with(park__training={**BASE["park:training"], "image": "ghcr.io/me/t:1"})
     plan = from_values(custom, "dev")
     assert plan.training and plan.training.image == "ghcr.io/me/t:1"

@@ -1,0 +1,109 @@
+"""A workload image built from this checkout and pushed to Artifact Registry during `pulumi up`.
+
+Built with pulumi-docker-build (BuildKit): the deployer's machine or CI runner needs a Docker
+engine or a BuildKit builder (GitHub's ubuntu runners have both), nothing else; the push uses
+the deployer's own short-lived Google token (the gcp provider's), never a key. The image is
+tagged by its context's digest (infra.images): an unchanged tree plans no build, a change under
+workloads/ is a new tag and so a new digest in every pod that runs it. Previews do not build
+(a preview is fast and needs no Docker); the Dockerfile's syntax is still checked then.
+"""
+
+from typing import NotRequired, TypedDict
+
+import pulumi
+
+from infra.components._base import Component, bad_value
+from infra.images import DOCKERFILE, context_root
+
+# TPU hosts are x86-64.
+PLATFORM = "linux/amd64"
+# Layer cache kept beside the image in the same repository (BuildKit's registry cache, OCI
+# manifest form, which Artifact Registry accepts): CI runners start cold.
+CACHE_TAG = "buildcache"
+
+
+class WorkloadImageArgs(TypedDict):
+    """An image of workloads/Dockerfile, pushed to an Artifact Registry repository."""
+
+    repository: str
+    """Where it is pushed: `<region>-docker.pkg.dev/<project>/<repository>/<image>`."""
+    tag: str
+    """Its tag (the stack program's: `src-<digest of the context>`)."""
+    target: NotRequired[str]
+    """The Dockerfile stage: `workloads` (training and vllm-torchtpu), `train` or
+    `serve-vllm-tpu`. Default: workloads."""
+    context: NotRequired[str]
+    """The build context, a park-gke checkout's root. Default: the checkout this runs from."""
+
+
+class WorkloadImage(Component):
+    """One workload image: built with BuildKit, pushed, and referenced by digest."""
+
+    ref: pulumi.Output[str]
+    """`<repository>:<tag>@sha256:...`: what pods run (the digest, so a re-pushed tag cannot
+    change them)."""
+
+    def __init__(
+        self, name: str, args: WorkloadImageArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__(name, opts)
+        args = self.checked(args, WorkloadImageArgs)
+        repository = args["repository"]
+        host = repository.split("/", 1)[0]
+        if not host.endswith("-docker.pkg.dev") or repository.count("/") != 3:
+            self.refuse(
+                [
+                    bad_value(
+                        "repository",
+                        repository,
+                        "an Artifact Registry image path, <region>-docker.pkg.dev/<project>/"
+                        "<repository>/<image>",
+                    )
+                ]
+            )
+        context = args.get("context") or (str(context_root()) if context_root() else None)
+        if context is None:
+            self.refuse(
+                [
+                    "args.context: this park-gke is an installed package, not a checkout: "
+                    "build the images from a checkout, or pin them (image arguments) instead"
+                ]
+            )
+        import pulumi_docker_build as docker_build
+        from pulumi_gcp.organizations import get_client_config_output
+
+        # The deployer's own OAuth token (what `gcloud auth print-access-token` gives), as
+        # Artifact Registry's docs have Docker log in with: user oauth2accesstoken.
+        token = get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        cache = f"{repository}:{CACHE_TAG}"
+        image = docker_build.Image(
+            f"{name}-build",
+            context={"location": context},
+            dockerfile={"location": f"{context}/{DOCKERFILE}"},
+            target=args.get("target") or "workloads",
+            platforms=[PLATFORM],
+            tags=[f"{repository}:{args['tag']}"],
+            push=True,
+            build_on_preview=False,
+            registries=[
+                {
+                    "address": host,
+                    "username": "oauth2accesstoken",
+                    "password": pulumi.Output.secret(token.access_token),
+                }
+            ],
+            cache_from=[{"registry": {"ref": cache}}],
+            cache_to=[
+                {
+                    "registry": {
+                        "ref": cache,
+                        "mode": "max",
+                        "image_manifest": True,
+                        "oci_media_types": True,
+                    }
+                }
+            ],
+            opts=self.child_options(),
+        )
+        self.ref = image.ref
+        self.register()
