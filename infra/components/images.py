@@ -8,6 +8,8 @@ workloads/ is a new tag and so a new digest in every pod that runs it. Previews 
 (a preview is fast and needs no Docker); the Dockerfile's syntax is still checked then.
 """
 
+import os
+from pathlib import Path
 from typing import NotRequired, TypedDict
 
 import pulumi
@@ -20,6 +22,17 @@ PLATFORM = "linux/amd64"
 # Layer cache kept beside the image in the same repository (BuildKit's registry cache, OCI
 # manifest form, which Artifact Registry accepts): CI runners start cold.
 CACHE_TAG = "buildcache"
+
+
+def _checkout() -> str | None:
+    """The checkout this runs from, relative to the working directory when inside it (`pulumi
+    up` runs the stack program from the repository root: "."), so that the state and renders
+    do not carry one machine's path."""
+    root = context_root()
+    if root is None:
+        return None
+    here = Path.cwd().resolve()
+    return os.path.relpath(root, here) if root.is_relative_to(here) else str(root)
 
 
 class WorkloadImageArgs(TypedDict):
@@ -61,7 +74,7 @@ class WorkloadImage(Component):
                     )
                 ]
             )
-        context = args.get("context") or (str(context_root()) if context_root() else None)
+        context = args.get("context") or _checkout()
         if context is None:
             self.refuse(
                 [

@@ -136,6 +136,64 @@ def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
     return "\n".join(out).rstrip()
 
 
+def _rendered_stacks(render: Callable[[str], Any] | None) -> list[Any]:
+    from infra.spec.read import stack_name_of
+    from infra.tools.render import render_stack_file
+
+    return [
+        render(stack_name_of(path)) if render else render_stack_file(path)
+        for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml"))
+    ]
+
+
+def deploy_roles_table(render: Callable[[str], Any] | None = None) -> str:
+    """Per shipped stack, the roles `pulumi up` needs for what its render declares, and the
+    APIs it enables first (infra/tools/roles.py, infra/plan/project.py)."""
+    from infra.plan.project import apis
+    from infra.tools.roles import PREVIEW_ROLES, deploy_roles
+
+    lines = [
+        "| stack | park-deploy (`pulumi up`) | park-preview | APIs `up` enables first |",
+        "|---|---|---|---|",
+    ]
+    for rendered in _rendered_stacks(render):
+        roles = deploy_roles(r.type for r in rendered.resources)
+        enabled = ", ".join(a.service.split(".")[0] for a in apis(rendered.plan))
+        lines.append(
+            f"| {rendered.plan.stack} | {', '.join(f'`{r}`' for r in roles)} | "
+            f"{', '.join(f'`{r}`' for r in PREVIEW_ROLES)} | {enabled} |"
+        )
+    return "\n".join(lines)
+
+
+def deploy_roles_script(render: Callable[[str], Any] | None = None) -> str:
+    """README's setup commands for the two CI identities, with every shipped stack's roles."""
+    from infra.tools.roles import PREVIEW_ROLES, deploy_roles
+
+    stacks = _rendered_stacks(render)
+    roles = deploy_roles(r.type for s in stacks for r in s.resources)
+    listed = " \\\n    ".join(" ".join(roles[i : i + 3]) for i in range(0, len(roles), 3))
+    envs = " ".join(s.plan.stack for s in stacks)
+    return (
+        "```bash\n"
+        f"for env in {envs}; do  # one GitHub environment per shipped stack\n"
+        "  gcloud iam service-accounts add-iam-policy-binding "
+        "park-deploy@$PROJECT.iam.gserviceaccount.com \\\n"
+        "    --role=roles/iam.workloadIdentityUser \\\n"
+        '    --member="principal://iam.googleapis.com/$POOL/subject/repo:$REPO:environment:$env"\n'
+        "done\n"
+        f"for role in {' '.join(PREVIEW_ROLES)}; do\n"
+        "  gcloud projects add-iam-policy-binding $PROJECT --role=$role \\\n"
+        "    --member=serviceAccount:park-preview@$PROJECT.iam.gserviceaccount.com\n"
+        "done\n"
+        f"for role in {listed}; do\n"
+        "  gcloud projects add-iam-policy-binding $PROJECT --role=$role \\\n"
+        "    --member=serviceAccount:park-deploy@$PROJECT.iam.gserviceaccount.com\n"
+        "done\n"
+        "```"
+    )
+
+
 def _money(value: float | None) -> str:
     return "n/a" if value is None else f"${value:,.2f}"
 
@@ -211,6 +269,8 @@ def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, st
         "config-reference": config_reference(),
         "stacks-summary": stacks_summary(render),
         "cost": cost_table(),
+        "deploy-roles": deploy_roles_table(render),
+        "deploy-roles-script": deploy_roles_script(render),
     }
 
 

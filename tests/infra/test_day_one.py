@@ -174,7 +174,7 @@ def test_images_are_built_from_this_checkout_and_tagged_by_its_content(rendered)
     tag = images.context_tag(ROOT)
     assert build.inputs["tags"] == [f"{plan.names.registry_url}/park-workloads:{tag}"]
     assert build.inputs["push"] is True and build.inputs["buildOnPreview"] is False
-    assert build.inputs["context"]["location"] == str(ROOT)
+    assert build.inputs["context"]["location"] == "."  # the repository root, `up`'s directory
     for container in _containers([m for m in rendered.manifests()]):
         image = container["image"]
         if image.startswith(plan.names.registry_url):
@@ -278,3 +278,37 @@ def test_the_dashboard_oauth_secret_is_created_after_its_namespace():
     assert secret.inputs["stringData"] == {"key": "[secret]"}
     assert ("kubernetes:core/v1:Namespace", "workspace-namespace") in _closure(rendered, secret)
     assert "not-a-real-one" not in repr([r.inputs for r in rendered.resources])
+
+
+def test_every_declared_resource_type_has_a_deploy_role(rendered):
+    from infra.tools.roles import deploy_roles
+
+    roles = deploy_roles(r.type for r in rendered.resources)  # raises for a type without one
+    assert "roles/serviceusage.serviceUsageAdmin" in roles  # it enables the APIs itself
+    if rendered.of_type(IMAGE):
+        assert "roles/artifactregistry.writer" in roles
+
+
+def test_a_resource_type_without_a_role_is_refused():
+    from infra.tools.roles import UnknownType, roles_of_type
+
+    with pytest.raises(UnknownType, match="gcp:bigquery/dataset:Dataset"):
+        roles_of_type("gcp:bigquery/dataset:Dataset")
+
+
+@pytest.mark.parametrize(
+    ("workflow", "job"), [("deploy.yml", "up"), ("pull-request.yml", "preview")]
+)
+def test_ci_previews_and_deploys_every_shipped_stack(workflow, job):
+    import yaml
+
+    from tests.conftest import SHIPPED_STACKS
+
+    document = yaml.safe_load((ROOT / ".github" / "workflows" / workflow).read_text())
+    stacks = document["jobs"][job]["strategy"]["matrix"]["stack"]
+    assert sorted(stacks) == SHIPPED_STACKS
+    if workflow == "deploy.yml":
+        assert stacks[-1] == "prod"  # the others first
+        steps = [s.get("uses", "") for s in document["jobs"][job]["steps"]]
+        buildx = next(i for i, u in enumerate(steps) if u.startswith("docker/setup-buildx"))
+        assert buildx < next(i for i, u in enumerate(steps) if u.startswith("pulumi/actions"))
