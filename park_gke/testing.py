@@ -23,6 +23,7 @@ from infra.tools.render import ProgramError, Resource, manifests_of, run_under_m
 __all__ = ["ProgramError", "Resource", "Result", "existing_cluster", "run"]
 
 GET_CLUSTER = "gcp:container/getCluster:getCluster"
+CLIENT_CONFIG = "gcp:organizations/getClientConfig:getClientConfig"
 
 
 def existing_cluster(
@@ -87,9 +88,13 @@ def _answers(clusters: Iterable[dict[str, Any]]) -> Callable[[str, dict[str, Any
     known = {(c["name"], c["location"]): c for c in clusters}
 
     def call(token: str, args: dict[str, Any]) -> dict[str, Any]:
+        if token == CLIENT_CONFIG:  # WorkloadImage's push token: a stand-in, never written
+            return {"accessToken": "mock-access-token"}
         if token != GET_CLUSTER:
             raise ProgramError(
-                f"no mock answers {token} (park_gke.testing mocks {GET_CLUSTER})", []
+                f"no mock answers {token} (park_gke.testing mocks {GET_CLUSTER} and "
+                f"{CLIENT_CONFIG})",
+                [],
             )
         found = known.get((args.get("name"), args.get("location")))
         if found is None:

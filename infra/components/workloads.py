@@ -207,14 +207,15 @@ def _serve_config_when_known(plan: StackPlan, later: dict[int, Any]) -> pulumi.O
     order = sorted(later)
 
     def render(sources: list[Any]) -> str:
-        known = dict(zip(order, sources, strict=True))
+        known = {index: str(source or "") for index, source in zip(order, sources, strict=True)}
         for index, source in known.items():
-            if not isinstance(source, str) or not source:
-                raise ValueError(f"models[{index}].source: resolved to {source!r}, not a path")
             if disk.needs_staging(source):
-                raise ValueError(
-                    f"models[{index}].source = {source!r}: a hub id must be known at preview "
-                    "(it is staged into the bucket); pass it as a string"
+                # Known only now, so it was not staged with the stack: said, not raised (an
+                # exception here would surface as a serialization error of the whole spec).
+                pulumi.log.warn(
+                    f"models[{index}].source = {source!r}: a hub id, read from the bucket's "
+                    f"{disk.MODELS_PREFIX}/ folder: stage it there (ModelStaging), or pass "
+                    "it as a string"
                 )
         models = tuple(
             dataclasses.replace(m, source=known[m.index]) if m.index in known else m
