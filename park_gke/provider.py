@@ -132,15 +132,17 @@ def typeddict_bases(typ: type) -> list[type]:
 def secret_properties() -> dict[str, dict[str, list[str]]]:
     """component → schema section → the properties Pulumi keeps encrypted (the SDK's analyzer
     has no marker for a secret): every kubeconfig, given or handed out (one may carry a
-    credential), and the HF token the Workspace stores."""
+    credential), the HF token the Workspace stores and the OAuth client secret DashboardAccess
+    stores."""
     from typing import get_type_hints
 
     out: dict[str, dict[str, list[str]]] = {}
     for component in components():
         args = get_type_hints(vars(component)["__init__"]).get("args")
         given = ["kubeconfig"] if args is not None and "kubeconfig" in args.__annotations__ else []
-        if component.__name__ == "Workspace":
-            given.append("hfToken")
+        given += {"Workspace": ["hfToken"], "DashboardAccess": ["oauthClientSecret"]}.get(
+            component.__name__, []
+        )
         handed = ["kubeconfig"] if "kubeconfig" in component.__annotations__ else []
         sections = {"inputProperties": given, "properties": handed}
         out[component.__name__] = {k: v for k, v in sections.items() if v}

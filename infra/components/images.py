@@ -15,13 +15,18 @@ from typing import NotRequired, TypedDict
 import pulumi
 
 from infra.components._base import Component, bad_value
-from infra.images import DOCKERFILE, context_root
+from infra.images import DOCKERFILE, context_root, context_tag
 
 # TPU hosts are x86-64.
 PLATFORM = "linux/amd64"
 # Layer cache kept beside the image in the same repository (BuildKit's registry cache, OCI
 # manifest form, which Artifact Registry accepts): CI runners start cold.
 CACHE_TAG = "buildcache"
+
+
+def _is_registry_image(repository: str) -> bool:
+    host = repository.split("/", 1)[0]
+    return host.endswith("-docker.pkg.dev") and repository.count("/") == 3
 
 
 def _checkout() -> str | None:
@@ -38,10 +43,10 @@ def _checkout() -> str | None:
 class WorkloadImageArgs(TypedDict):
     """An image of workloads/Dockerfile, pushed to an Artifact Registry repository."""
 
-    repository: str
+    repository: pulumi.Input[str]
     """Where it is pushed: `<region>-docker.pkg.dev/<project>/<repository>/<image>`."""
-    tag: str
-    """Its tag (the stack program's: `src-<digest of the context>`)."""
+    tag: NotRequired[str]
+    """Its tag. Default: `src-<digest of the context>`, so a changed checkout is a new tag."""
     target: NotRequired[str]
     """The Dockerfile stage: `workloads` (training and vllm-torchtpu), `train` or
     `serve-vllm-tpu`. Default: workloads."""
@@ -62,8 +67,7 @@ class WorkloadImage(Component):
         super().__init__(name, opts)
         args = self.checked(args, WorkloadImageArgs)
         repository = args["repository"]
-        host = repository.split("/", 1)[0]
-        if not host.endswith("-docker.pkg.dev") or repository.count("/") != 3:
+        if isinstance(repository, str) and not _is_registry_image(repository):
             self.refuse(
                 [
                     bad_value(
@@ -82,34 +86,35 @@ class WorkloadImage(Component):
                     "build the images from a checkout, or pin them (image arguments) instead"
                 ]
             )
+        tag = args.get("tag") or context_tag(Path(context).resolve())
+        image = pulumi.Output.from_input(repository)
         import pulumi_docker_build as docker_build
         from pulumi_gcp.organizations import get_client_config_output
 
         # The deployer's own OAuth token (what `gcloud auth print-access-token` gives), as
         # Artifact Registry's docs have Docker log in with: user oauth2accesstoken.
         token = get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        cache = f"{repository}:{CACHE_TAG}"
         image = docker_build.Image(
             f"{name}-build",
             context={"location": context},
             dockerfile={"location": f"{context}/{DOCKERFILE}"},
             target=args.get("target") or "workloads",
             platforms=[PLATFORM],
-            tags=[f"{repository}:{args['tag']}"],
+            tags=[image.apply(lambda r: f"{r}:{tag}")],
             push=True,
             build_on_preview=False,
             registries=[
                 {
-                    "address": host,
+                    "address": image.apply(lambda r: r.split("/", 1)[0]),
                     "username": "oauth2accesstoken",
                     "password": pulumi.Output.secret(token.access_token),
                 }
             ],
-            cache_from=[{"registry": {"ref": cache}}],
+            cache_from=[{"registry": {"ref": image.apply(lambda r: f"{r}:{CACHE_TAG}")}}],
             cache_to=[
                 {
                     "registry": {
-                        "ref": cache,
+                        "ref": image.apply(lambda r: f"{r}:{CACHE_TAG}"),
                         "mode": "max",
                         "image_manifest": True,
                         "oci_media_types": True,

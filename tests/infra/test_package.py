@@ -40,6 +40,18 @@ def _children(resources, name: str) -> dict[str, int]:
 # Each public component with only its required arguments (and what makes it create something),
 # and the resources it must create under itself.
 MINIMAL: dict[str, tuple[dict[str, Any], dict[str, int]]] = {
+    "ProjectApis": (
+        {"project": "p", "services": ["container.googleapis.com"]},
+        {"gcp:projects/service:Service": 1},
+    ),
+    "WorkloadImage": (
+        {"repository": "us-east5-docker.pkg.dev/p/r/park-workloads", "tag": "v1"},
+        {"docker-build:index:Image": 1},
+    ),
+    "ModelStaging": (
+        {"project": "p", "models": ["Qwen/Qwen3-1.7B"], "image": "img"},
+        {"kubernetes:batch/v1:Job": 1},
+    ),
     "Network": (
         {"project": "p", "region": "us-east5"},
         {
@@ -140,6 +152,8 @@ def _cluster_lookup(**changes: Any) -> dict[str, Any]:
 
 def _calls(answer: dict[str, Any]):
     def call(token: str, args: dict[str, Any]) -> dict[str, Any]:
+        if token == testing.CLIENT_CONFIG:  # WorkloadImage's push token
+            return {"accessToken": "t"}
         assert token == "gcp:container/getCluster:getCluster", token
         assert args["name"] == "team-gke" and args["location"] == ZONE
         return answer
