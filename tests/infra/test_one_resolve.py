@@ -129,8 +129,9 @@ def test_a_component_on_its_own_resolves_its_arguments_once(
     assert calls["check"] <= components, dict(calls)
 
 
-# Components that plan nothing a stack resolves: KubeRay's charts and the namespace.
-UNRESOLVED = {"KubeRayOperator", "Workspace"}
+# Components that plan nothing a stack resolves: KubeRay's charts, the namespace, the APIs, an
+# image build and staging Jobs (their pieces come from names and the model's facts).
+UNRESOLVED = {"KubeRayOperator", "Workspace", "ProjectApis", "WorkloadImage", "ModelStaging"}
 
 
 @pytest.mark.parametrize("name", sorted(MINIMAL))
