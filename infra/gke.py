@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra import datafile
+from infra import datafile, kuberay
 
 DATA = Path(__file__).parent / "data" / "gke.yaml"
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?$")
@@ -98,3 +98,38 @@ def cluster_version(release_channel: str, pinned: str | None) -> GkeVersion:
     if version is None:
         raise ValueError(f"not a GKE version: {pinned!r}")
     return version
+
+
+@dataclass(frozen=True)
+class AddonKubeRay:
+    """The KubeRay that GKE's Ray add-on is taken to run at least on a GKE version, and why
+    (Google publishes none: infra/data/gke.yaml, ray_addon)."""
+
+    version: str
+    basis: str  # why that version, for the messages
+
+
+def addon_kuberay(version: GkeVersion) -> AddonKubeRay:
+    """The newest KubeRay released before upstream Kubernetes (minor - lag) was, and never below
+    the known floor (1.1.0); a minor past the recorded dates takes the newest recorded."""
+    row = _data()["ray_addon"]
+    known, lag = str(row["known_floor"]), int(row["lag_minors"])
+    floor = AddonKubeRay(known, "the least it has run")
+    dates = {tuple(map(int, str(m).split("."))): d for m, d in row["kubernetes_released"].items()}
+    reference = max((m for m in dates if m <= (version.major, version.minor - lag)), default=None)
+    if reference is None:
+        return floor
+    out = [
+        v
+        for v, released in kuberay.releases().items()
+        if released < dates[reference] and kuberay.version_key(v) > kuberay.version_key(known)
+    ]
+    if not out:
+        return floor
+    newest = max(out, key=kuberay.version_key)
+    minor = ".".join(map(str, reference))
+    return AddonKubeRay(
+        newest,
+        f"the newest released before Kubernetes {minor} ({dates[reference]}); Google publishes "
+        "no version for the add-on",
+    )

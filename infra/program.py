@@ -127,7 +127,9 @@ def _build(plan: StackPlan, secrets: Secrets) -> None:
     for gpu in plan.gpu_pools:
         GpuPool(gpu.spec.name, args_from.gpu_pool(plan, gpu, pools), on_cluster)
 
-    provider = kubernetes_provider("gke", cluster.kubeconfig, depends_on=after_cluster)
+    # cluster.ready: the cluster, and the firewall rule that lets its control plane reach the
+    # webhooks the stack installs (Kueue's), before anything is applied through the provider.
+    provider = kubernetes_provider("gke", cluster.kubeconfig, depends_on=cluster.ready)
     # The default pool is removed: nothing in the cluster can run (Helm's atomic waits, the
     # operator's pods, Kueue's webhook) before the system pool has nodes.
     in_cluster = pulumi.ResourceOptions(

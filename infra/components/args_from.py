@@ -20,6 +20,7 @@ from infra.components.storage import StorageArgs
 from infra.components.workloads import LlmServiceArgs, RayTrainingJobArgs
 from infra.disk import DEFAULT_BOOT_DISK_GB
 from infra.names import OPENAI_SERVICE_NAME
+from infra.plan.cluster import control_plane_ports
 from infra.plan.node_pools import boot_disk_gb
 from infra.resolve import GpuPoolPlan, PoolPlan, StackPlan
 
@@ -67,6 +68,9 @@ def cluster(
         ray_logging=spec.kuberay.logging,
         ray_monitoring=spec.kuberay.monitoring,
         gateway_api=spec.observability.expose_dashboard,
+        control_plane_ports=[
+            {"port": p.port, "component": p.component} for p in control_plane_ports(plan)
+        ],
         **_same(cfg, *CLUSTER_FIELDS),
         **_same(spec.network, *CLUSTER_NETWORK_FIELDS),
     )

@@ -3,15 +3,16 @@
 from typing import NotRequired, TypedDict
 
 import pulumi
+from pulumi_gcp.compute import Firewall
 from pulumi_gcp.container import Cluster as GkeCluster
 from pulumi_gcp.projects import IAMMember
 from pulumi_gcp.serviceaccount import Account
 
-from infra.components._base import ClusterComponent, plain, region_of, stack_of
+from infra.components._base import ClusterComponent, bad_value, plain, region_of, stack_of
 from infra.components._naming import claim
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ReleaseChannelArg
-from infra.plan.cluster import cluster, kubeconfig
+from infra.plan.cluster import cluster, kubeconfig, webhook_firewall
 
 
 class AuthorizedNetworkArgs(TypedDict):
@@ -21,6 +22,16 @@ class AuthorizedNetworkArgs(TypedDict):
     """A range allowed to reach the control plane, e.g. `203.0.113.0/24` (never `0.0.0.0/0`)."""
     name: NotRequired[str]
     """A label for it. Default: authorized."""
+
+
+class ControlPlanePortArgs(TypedDict):
+    """A port on the nodes the control plane calls: an admission webhook or an aggregated API
+    server of something installed in the cluster (the pod's port, the Service's targetPort)."""
+
+    port: int
+    """The TCP port, e.g. 9443 (Kueue's webhooks)."""
+    component: NotRequired[str]
+    """What listens there, named in the rule's description, e.g. kueue."""
 
 
 class ClusterArgs(TypedDict):
@@ -67,6 +78,11 @@ class ClusterArgs(TypedDict):
     """Ray add-on: Ray metrics to Managed Prometheus. Default: false."""
     gateway_api: NotRequired[bool]
     """Enable the Gateway API (for the IAP dashboard)."""
+    control_plane_ports: NotRequired[list[ControlPlanePortArgs]]
+    """Ports the control plane must reach on private nodes for what you install in the cluster
+    (webhooks, aggregated APIs). GKE's own rule admits 443 and 10250 only; the others get a
+    firewall rule from the control-plane range to the nodes' service account. The stack
+    program passes those of the charts it installs (Kueue: 9443, 8082)."""
     acknowledge_public: NotRequired[list[str]]
     """Exposures meant to be public (control-plane, nodes), as park:policy.acknowledgePublic: a
     production cluster (a prod* stack, or deletion_protection given) with its control plane open
@@ -149,6 +165,14 @@ class Cluster(ClusterComponent):
             claim(owner, f"service account {plan.node_service_account_id}", (project,)),
         ]
         self.refuse_taken("name", plan.name, taken)
+        ports = args.get("control_plane_ports") or []
+        bad_ports = [
+            bad_value(f"control_plane_ports[{i}].port", p["port"], "a TCP port, 1 to 65535")
+            for i, p in enumerate(ports)
+            if not 1 <= p["port"] <= 65535
+        ]
+        if bad_ports:
+            self.refuse(bad_ports)
         child = self.child_options()
 
         node_sa = Account(
@@ -180,6 +204,27 @@ class Cluster(ClusterComponent):
             opts=child,
         )
 
+        self._ready: list[pulumi.Resource] = [resource]
+        firewall = webhook_firewall(
+            plan.name,
+            plan.args["private_cluster_config"]["master_ipv4_cidr_block"],
+            plan.args["private_cluster_config"]["enable_private_nodes"],
+            [(p["port"], p.get("component", "")) for p in ports],
+        )
+        if firewall is not None:
+            # Named after the component, in the cluster's network, onto the nodes' service
+            # account (every pool of the cluster runs as it; GKE's own rule targets a tag).
+            self._ready.append(
+                Firewall(
+                    f"{name}-webhooks",
+                    project=project,
+                    network=args["network"],
+                    target_service_accounts=[node_sa.email],
+                    **firewall,
+                    opts=child,
+                )
+            )
+
         self.name = resource.name
         self.endpoint = resource.endpoint
         self.node_service_account = node_sa.email
@@ -203,3 +248,8 @@ class Cluster(ClusterComponent):
     def resource(self) -> GkeCluster:
         """The container.Cluster itself (what the identity pool and node pools wait for)."""
         return self._cluster
+
+    @property
+    def ready(self) -> list[pulumi.Resource]:
+        """The cluster and the firewall rule to its webhooks: what in-cluster objects wait for."""
+        return list(self._ready)

@@ -6,11 +6,16 @@ it joins and the node service account's e-mail.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infra import webhooks
+from infra.plan import kueue
 from infra.plan.node_pools import CLOUD_PLATFORM_SCOPE
+from infra.plan.operator import helm_releases
 from infra.resolve import StackPlan
+from infra.webhooks import ControlPlanePort
 
 # What nodes need to run, log and report metrics; nothing else (no default compute SA).
 NODE_ROLES = (
@@ -104,6 +109,42 @@ def cluster(plan: StackPlan) -> ClusterPlan:
         args=args,
         dns_endpoint=cfg.dns_endpoint,
     )
+
+
+def control_plane_ports(plan: StackPlan) -> tuple[ControlPlanePort, ...]:
+    """The ports the control plane calls on the nodes for what the stack installs in the
+    cluster: its Helm releases (KubeRay's charts, cert-manager, Kueue). GKE's Ray add-on is
+    hosted by GKE and adds none."""
+    releases = helm_releases(plan.spec.kuberay, plan.multi_host)
+    queue = kueue.helm_release(plan)
+    installed = [r.name for r in [*releases, *([queue] if queue else [])]]
+    return tuple(p for name in installed for p in webhooks.ports_of(name))
+
+
+def webhook_firewall(
+    cluster_name: str, master_cidr: str, private_nodes: bool, ports: Sequence[tuple[int, str]]
+) -> dict[str, Any] | None:
+    """compute.Firewall arguments (all but the network and the nodes' service account) that let
+    the control plane reach `ports` ((port, the component listening)) on the nodes, less those
+    GKE's own rule admits (443, 10250). None when none is left, or when the nodes are public:
+    the rule admits the control-plane range of a private cluster (its masterIpv4CidrBlock)."""
+    admitted = webhooks.gke_admitted()
+    ports = [(port, component) for port, component in ports if port not in admitted]
+    if not ports or not private_nodes:
+        return None
+    numbers = sorted({port for port, _ in ports})
+    by_component = sorted({component for _, component in ports if component}) or ["its add-ons"]
+    return {
+        "name": f"{cluster_name}-webhooks",
+        "description": (
+            f"park-gke: the GKE control plane of {cluster_name} reaches the webhooks and APIs "
+            f"of {', '.join(by_component)} on the nodes (tcp {', '.join(map(str, numbers))})"
+        ),
+        "direction": "INGRESS",
+        "priority": 1000,
+        "source_ranges": [master_cidr],
+        "allows": [{"protocol": "tcp", "ports": [str(p) for p in numbers]}],
+    }
 
 
 def kubeconfig(name: str, endpoint: str, ca_certificate: str | None) -> str:

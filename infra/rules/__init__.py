@@ -4,7 +4,9 @@ resolved numbers. `check(spec)` returns the StackPlan or raises ConfigError with
 - `pools`: zone, GKE version, TPU and GPU pools (catalog entries, capacity preconditions);
 - `workloads`: the training RayJob and the serving RayService (workers, TP, slices);
 - `platform`: names, network ranges, lifecycle, Kueue, observability;
-- `security`: values as what they are, exposure (posture), counts GKE can hold.
+- `security`: values as what they are, exposure (posture), counts GKE can hold;
+- `operator`: every RayJob/RayService field is one the KubeRay that runs declares (checked
+  once the rest holds: it builds the manifests from the whole plan).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import replace
 
 from infra import catalog, disk
 from infra.resolve import StackPlan, resolve
-from infra.rules import platform, pools, rl, security, training_memory, workloads
+from infra.rules import operator, platform, pools, rl, security, training_memory, workloads
 from infra.spec.errors import ConfigError, ConfigProblem
 from infra.spec.models import StackConfig
 
@@ -68,8 +70,10 @@ def check(spec: StackConfig, *, posture: bool = True) -> StackPlan:
     found = problems(spec, plan)
     exposed, exposure_warnings = security.check_posture(spec) if posture else ([], [])
     found += exposed
+    if unresolved is not None and not found:
+        raise unresolved  # a gap in the rules: never a plan with parts left out
+    if not found:
+        found = operator.check_operator(plan)
     if found:
         raise ConfigError(found)
-    if unresolved is not None:
-        raise unresolved  # a gap in the rules: never a plan with parts left out
     return replace(plan, warnings=(*warnings(spec, plan), *exposure_warnings))

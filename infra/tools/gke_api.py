@@ -1,13 +1,15 @@
-"""The recorded `gcp:container` Cluster and NodePool inputs, checked against GKE's own API schema.
+"""The recorded `gcp:container` Cluster and NodePool inputs, and the `gcp:compute` Firewall,
+checked against Google's own API schemas.
 
-The schema is GKE's discovery document (infra/schemas/gke-container-v1/container.v1.json, from
+The schemas are Google's discovery documents (infra/schemas/gke-container-v1/container.v1.json,
+and the Firewall schemas of compute.v1 in infra/schemas/gce-compute-v1/, from
 google-api-python-client). The provider (pulumi-gcp 10.2.0, generated from terraform-provider-
-google) names some fields differently from the API; `cluster_body` / `node_pool_body` rewrite
-the recorded inputs the way the provider's expand functions do, then every field must exist in
-the API's schema, with the API's type, and every enum value must be one the API lists. A field
-or enum value the API marks deprecated (`deprecated`, `enumDeprecated`: "no longer supported")
-is a problem too: GKE may ignore or refuse it. A field the provider keeps for itself
-(deletionProtection, removeDefaultNodePool, ...) is not sent.
+google) names some fields differently from the API; `cluster_body` / `node_pool_body` /
+`firewall_body` rewrite the recorded inputs the way the provider's expand functions do, then every
+field must exist in the API's schema, with the API's type, and every enum value must be one the
+API lists. A field or enum value the API marks deprecated (`deprecated`, `enumDeprecated`: "no
+longer supported") is a problem too: GKE may ignore or refuse it. A field the provider keeps for
+itself (deletionProtection, removeDefaultNodePool, ...) is not sent.
 """
 
 from __future__ import annotations
@@ -21,12 +23,17 @@ from infra import datafile
 DISCOVERY = (
     Path(__file__).resolve().parents[1] / "schemas" / "gke-container-v1" / "container.v1.json"
 )
+COMPUTE_DISCOVERY = (
+    Path(__file__).resolve().parents[1] / "schemas" / "gce-compute-v1" / "compute.v1.firewall.json"
+)
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
+FIREWALL = "gcp:compute/firewall:Firewall"
 
 # Provider-only arguments: they shape what the provider does, the API never sees them.
 CLUSTER_PROVIDER_ONLY = {"deletionProtection", "removeDefaultNodePool", "location", "project"}
 NODE_POOL_PROVIDER_ONLY = {"cluster", "location", "project", "nodeCount"}
+FIREWALL_PROVIDER_ONLY = {"project", "deletionPolicy"}
 # Deprecated API fields the pinned provider (pulumi-gcp 10.2.0) has no other way to express; any
 # other deprecated field or enum value is a problem. Re-check when the provider is upgraded.
 PROVIDER_DEPRECATED = {
@@ -46,8 +53,17 @@ def discovery() -> dict[str, Any]:
     return data
 
 
+def compute_discovery() -> dict[str, Any]:
+    data: dict[str, Any] = datafile.load(COMPUTE_DISCOVERY)
+    return data
+
+
 def revision() -> str:
     return str(discovery()["revision"])
+
+
+def compute_revision() -> str:
+    return str(compute_discovery()["revision"])
 
 
 def _node_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,8 +142,25 @@ def node_pool_body(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _problems(value: Any, schema: Mapping[str, Any], path: str) -> list[str]:
-    schemas = discovery()["schemas"]
+def firewall_body(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """What the provider sends as the compute Firewall for these inputs (allows → allowed,
+    protocol → IPProtocol; a log config is sent enabled)."""
+    body = {k: v for k, v in inputs.items() if k not in FIREWALL_PROVIDER_ONLY}
+    for source, target in (("allows", "allowed"), ("denies", "denied")):
+        if source in body:
+            body[target] = [
+                {("IPProtocol" if k == "protocol" else k): v for k, v in rule.items()}
+                for rule in body.pop(source) or []
+            ]
+    if isinstance(body.get("logConfig"), Mapping):
+        body["logConfig"] = {**body["logConfig"], "enable": True}
+    return body
+
+
+def _problems(
+    value: Any, schema: Mapping[str, Any], path: str, schemas: Mapping[str, Any] | None = None
+) -> list[str]:
+    schemas = discovery()["schemas"] if schemas is None else schemas
     if "$ref" in schema:
         schema = schemas[schema["$ref"]]
     kind = schema.get("type")
@@ -141,26 +174,27 @@ def _problems(value: Any, schema: Mapping[str, Any], path: str) -> list[str]:
             field = schema["properties"].get(key)
             if field is None:
                 known = ", ".join(sorted(schema["properties"]))
-                found.append(
-                    f"{path}.{key}: no such field in the API's {schema.get('id')}; it has {known}"
-                )
+                where = schema.get("id") or path
+                found.append(f"{path}.{key}: no such field in the API's {where}; it has {known}")
                 continue
             deprecated = field.get("deprecated") and f"{path}.{key}" not in PROVIDER_DEPRECATED
             if deprecated and item is not None:
                 found.append(f"{path}.{key}: deprecated in the API: {_why(field)}")
                 continue
-            found += _problems(item, field, f"{path}.{key}")
+            found += _problems(item, field, f"{path}.{key}", schemas)
         return found
     if kind == "object":  # a map
         if not isinstance(value, Mapping):
             return [f"{path}: expected a map, got {value!r}"]
         inner = schema.get("additionalProperties") or {}
-        return [p for k, v in value.items() for p in _problems(v, inner, f"{path}.{k}")]
+        return [p for k, v in value.items() for p in _problems(v, inner, f"{path}.{k}", schemas)]
     if kind == "array":
         if not isinstance(value, list):
             return [f"{path}: expected a list, got {value!r}"]
         items = schema.get("items") or {}
-        return [p for i, v in enumerate(value) for p in _problems(v, items, f"{path}[{i}]")]
+        return [
+            p for i, v in enumerate(value) for p in _problems(v, items, f"{path}[{i}]", schemas)
+        ]
     if kind == "boolean" and not isinstance(value, bool):
         return [f"{path}: expected true or false, got {value!r}"]
     if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
@@ -198,15 +232,19 @@ def _enum_why(schema: Mapping[str, Any], value: str) -> str:
 
 def check(resource_type: str, name: str, inputs: Mapping[str, Any]) -> list[str]:
     """Problems of one recorded resource against the API (empty for other types)."""
+    schemas = discovery()["schemas"]
     if resource_type == CLUSTER:
         body, schema = cluster_body(inputs), "Cluster"
     elif resource_type == NODE_POOL:
         body, schema = node_pool_body(inputs), "NodePool"
+    elif resource_type == FIREWALL:
+        body, schema = firewall_body(inputs), "Firewall"
+        schemas = compute_discovery()["schemas"]
     else:
         return []
-    return [f"{schema} {name}: {p}" for p in _problems(body, {"$ref": schema}, schema)]
+    return [f"{schema} {name}: {p}" for p in _problems(body, {"$ref": schema}, schema, schemas)]
 
 
 def check_resources(resources: list[Any]) -> list[str]:
-    """Every Cluster and NodePool of a render (`infra.tools.render.Resource`s)."""
+    """Every Cluster, NodePool and Firewall of a render (`infra.tools.render.Resource`s)."""
     return [p for r in resources for p in check(r.type, r.name, r.inputs)]
