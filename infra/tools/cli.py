@@ -182,7 +182,8 @@ def render(
         except OutputError as err:
             err_console.print(f"[red]error:[/] {escape(one_line(str(err)))}", soft_wrap=True)
             raise typer.Exit(2) from None
-        console.print(f"wrote {out / 'resources.json'} and {out / 'manifests'}/")
+        shown = escape(one_line(str(out)))
+        console.print(f"wrote {shown}/resources.json and {shown}/manifests/", highlight=False)
     report.render_summary(rendered, console)
 
 
