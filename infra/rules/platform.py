@@ -8,6 +8,7 @@ import ipaddress
 import re
 
 from infra.names import HF_TOKEN_DIR, RFC1035_NAME, StackNames
+from infra.rules import grammar
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import StackConfig
 from infra.versions import KUEUE_VERSION
@@ -16,8 +17,27 @@ _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _CLUSTER_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
 _REPOSITORY_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-# Where every Ray pod already mounts something (infra/plan/ray/pods.py): not for the bucket.
-_RESERVED_MOUNTS = ("/", "/tmp", "/dev/shm", HF_TOKEN_DIR)
+# Where every Ray pod already mounts something (infra/plan/ray/pods.py; the service-account
+# token of a pod that mounts one): the bucket may not be laid over, under or on any of them.
+_POD_MOUNTS = ("/tmp", "/dev/shm", HF_TOKEN_DIR, "/var/run/secrets/kubernetes.io/serviceaccount")
+# What the image and the runtime need as they are: the bucket may not be there or below.
+_SYSTEM_FOLDERS = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/opt/conda", "/proc", "/root",
+    "/run", "/sbin", "/sys", "/usr", "/var/lib", "/var/run",
+)  # fmt: skip
+
+
+def _mount_overlap(mount: str) -> str | None:
+    """The bucket's mount laid over, under or on a folder the pod needs as it is."""
+    hit = [m for m in _POD_MOUNTS if grammar.under(mount, m) or grammar.under(m, mount)]
+    hit += [f for f in _SYSTEM_FOLDERS if grammar.under(mount, f)]
+    if hit:
+        return (
+            f"would be laid over {hit[0]} (the pods mount {', '.join(_POD_MOUNTS)} already; "
+            f"the image needs {', '.join(_SYSTEM_FOLDERS)}): mount the bucket elsewhere, e.g. "
+            "/data"
+        )
+    return None
 
 
 def _cidr(key: str, value: str, problems: list[ConfigProblem]) -> ipaddress.IPv4Network | None:
@@ -59,15 +79,9 @@ def check_names(config: StackConfig, stack_names: StackNames) -> list[ConfigProb
             )
         )
     mount = config.storage.mount_path
-    if not mount.startswith("/") or mount.rstrip("/") in ("", *_RESERVED_MOUNTS):
-        problems.append(
-            ConfigProblem(
-                "park:storage.mountPath",
-                mount,
-                f"an absolute path other than {', '.join(_RESERVED_MOUNTS)} (Ray pods mount "
-                "those already)",
-            )
-        )
+    wrong = grammar.mount_path_problem(mount) or _mount_overlap(mount)
+    if wrong:
+        problems.append(ConfigProblem("park:storage.mountPath", mount, wrong))
     if not _REPOSITORY_RE.match(stack_names.registry_repository):
         problems.append(
             ConfigProblem(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.plan.kubelet import as_run
 from infra.tools.outdir import open_new, write_new
 from workloads import protocol
 from workloads.protocol import free_port
@@ -144,7 +145,7 @@ def pods_ray_env(manifest: dict[str, Any] | None) -> dict[str, str]:
     pod = ((cluster.get("headGroupSpec") or {}).get("template") or {}).get("spec") or {}
     containers = pod.get("containers") or [{}]
     return {
-        e["name"]: str(e["value"])
+        e["name"]: as_run(str(e["value"]))  # as the kubelet passes it on
         for e in containers[0].get("env") or []
         if str(e.get("name", "")).startswith("RAY_") and "value" in e
     }
