@@ -157,9 +157,12 @@ def checked_plan(
         return match.group(0) if found is None else f"args.{found}"
 
     def told(problem: Any) -> str:
-        """A problem in the component's argument names, its message's stack keys too."""
+        """A problem in the component's argument names, its message's stack keys too; never a
+        stack-file key the caller did not write (names derived from the stack: `args.stack`)."""
         message = _STACK_KEY.sub(in_args, problem.message)
-        field = argument(problem.key) or _snake_path(problem.key)
+        field = argument(problem.key) or ("stack" if problem.key == "stack" else None)
+        if field is None:
+            return f"args: {message}"
         return f"args.{field} = {redact(problem.value)!r}: {message}"
 
     try:
@@ -196,6 +199,22 @@ def _snake_path(path: str) -> str:
         else:
             out.append(char)
     return "".join(out).lstrip(".")
+
+
+# The stack a component plans a part of when no stack-derived name of its own comes from it
+# (a pool, Kueue): any valid name, so that names it never creates cannot refuse it.
+PART_STACK = "part"
+
+
+def name_problems(args: Mapping[str, Any], checks: Mapping[str, Any]) -> list[str]:
+    """Arguments that name Kubernetes or GCP objects, each by its grammar (infra.rules.grammar):
+    `checks` maps an argument to its check; an unset one or an Output is not checked here."""
+    found = []
+    for field, check in checks.items():
+        value = args.get(field)
+        if isinstance(value, str) and (wrong := check(value)):
+            found.append(bad_value(field, value, f"not {wrong.removeprefix('not ')}"))
+    return found
 
 
 def region_of(zone: str) -> str:
@@ -340,8 +359,22 @@ class KubernetesComponent(Component):
         return given
 
     def claim_objects(self, manifests: list[dict[str, Any]]) -> list[str]:
-        """Each manifest's object claimed in the component's cluster; the problems for those
-        another component holds (infra.components._naming.kubernetes_claims)."""
+        """Each manifest's object checked (check_objects) and claimed in the component's
+        cluster; the problems for those another component holds (infra.components._naming.
+        kubernetes_claims)."""
         from infra.components._naming import kubernetes_claims
 
+        self.check_objects(manifests)
         return kubernetes_claims(self.owner, self, self._component_opts, manifests)
+
+    def check_objects(self, manifests: list[dict[str, Any]]) -> None:
+        """Refuse, at preview, an object whose name, namespace or labels Kubernetes would
+        refuse at `pulumi up` (after GCP resources may exist): the last word, behind the
+        checks of the arguments they come from."""
+        from infra.rules.grammar import object_problems
+
+        found = [
+            p for m in manifests if m.get("kind") != "Helm release" for p in object_problems(m)
+        ]
+        if found:
+            self.refuse(found)

@@ -7,6 +7,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 
 from infra.components._base import ClusterComponent, bad_value
+from infra.components._naming import declare_cluster_pools
 from infra.components._types import KubeRayInstallArg
 from infra.plan import existing_cluster
 from infra.plan.cluster import kubeconfig as kubeconfig_for
@@ -90,6 +91,7 @@ class ExistingCluster(ClusterComponent):
             return facts
 
         facts = lookup.apply(checked)
+        declare_cluster_pools(facts.apply(lambda f: list(f.park_pools)))
         self.name = facts.apply(lambda f: f.name)
         self.endpoint = facts.apply(lambda f: f.endpoint)
         self.version = facts.apply(lambda f: f.version)

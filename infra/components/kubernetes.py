@@ -20,6 +20,7 @@ from infra.components._base import (
     bad_value,
     checked_model,
     child_options,
+    name_problems,
     stack_of,
 )
 from infra.components._naming import child_name, claim, cluster_key, renamed
@@ -28,6 +29,7 @@ from infra.names import HF_SECRET_KEY, stack_names
 from infra.plan.network_policy import Exposure
 from infra.plan.operator import HelmReleasePlan, helm_releases
 from infra.plan.workspace import workspace
+from infra.rules import grammar
 from infra.spec.models import KubeRayConfig, NetworkConfig
 
 
@@ -77,6 +79,7 @@ def custom_resource(
     resource_name: str | None = None,
     *,
     component: str | None = None,
+    after: pulumi.Output[Any] | None = None,
 ) -> CustomResource:
     """A planned custom-resource manifest as a Pulumi resource (`spec` and `metadata` as is),
     named `<component>-<kind>-<name>` (the old `<kind>-<name>` kept as an alias), or
@@ -84,11 +87,14 @@ def custom_resource(
     legacy = object_name(manifest)
     if resource_name is None:
         resource_name = child_name(component, legacy) if component else legacy
+    metadata: Any = manifest["metadata"]
+    if after is not None:  # a check that fails the resource at preview when it fails
+        metadata = pulumi.Output.all(after, metadata).apply(lambda both: both[1])
     return CustomResource(
         resource_name,
         api_version=manifest["apiVersion"],
         kind=manifest["kind"],
-        metadata=manifest["metadata"],
+        metadata=metadata,
         spec=manifest["spec"],
         opts=renamed(opts, resource_name, legacy),
     )
@@ -182,6 +188,9 @@ class Workspace(KubernetesComponent):
         install = args.get("kuberay_install", "addon")
         if install not in ("addon", "helm"):
             self.refuse([bad_value("kuberay_install", install, "allowed: addon, helm")])
+        wrong = name_problems(args, {"namespace": grammar.namespace_problem})
+        if wrong:
+            self.refuse(wrong)
         names = stack_names(
             project=args["project"],
             region="-",
@@ -199,6 +208,18 @@ class Workspace(KubernetesComponent):
             public_dashboard=bool(args.get("expose_dashboard")),
         )
         plan = workspace(names, exposed)
+        ksa = plan.service_account["metadata"]["name"]
+        if grammar.dns1123_subdomain_problem(ksa) or len(ksa) > 63:
+            self.refuse(
+                [
+                    bad_value(
+                        "stack",
+                        stack_of(args),
+                        f"names the pods' service account {ksa!r} (park-<stack>-workload), "
+                        "which must be a DNS-1123 name of at most 63 characters",
+                    )
+                ]
+            )
         # The namespace is this workspace's: a second one in it would share its objects.
         self.refuse_taken("namespace", names.namespace, self.claim_objects([plan.namespace]))
 

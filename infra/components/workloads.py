@@ -11,14 +11,27 @@ import pulumi
 
 from infra.components._args import KubeconfigArgs, TrainingArgs
 from infra.components._args import TpuPoolRefArgs as TpuPoolRefArgs
-from infra.components._base import KubernetesComponent, plain, region_of, stack_of
-from infra.components._naming import claim
+from infra.components._base import (
+    KubernetesComponent,
+    name_problems,
+    plain,
+    region_of,
+    stack_of,
+)
+from infra.components._naming import (
+    claim,
+    cluster_pools,
+    declared_pools,
+    existing_pool_problem,
+    pool_ref_problems,
+)
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ServingEngineArg, UpgradeStrategyArg
 from infra.components.kubernetes import custom_resource
-from infra.names import APP_NAME_LABEL, RFC1035_NAME, WORKLOAD_LABEL
+from infra.names import APP_NAME_LABEL, WORKLOAD_LABEL
 from infra.plan import ray as ray_plan
 from infra.resolve import StackPlan
+from infra.rules import grammar
 
 
 class _RayWorkloadArgs(KubeconfigArgs):
@@ -178,10 +191,19 @@ class _Workload(KubernetesComponent):
         (problems named by the component's arguments) and resolved: the stack program's plan,
         in it."""
         name = self._component_name
-        if not RFC1035_NAME.match(name):
-            self.refuse(
-                [f"the name {name!r} names its Kubernetes objects: lowercase letters, digits, '-'"]
-            )
+        wrong = grammar.dns1035_label_problem(name, grammar.KUBERAY_NAME_MAX)
+        if wrong:
+            self.refuse([f"the name {name!r} names its Kubernetes objects: not {wrong}"])
+        checks: dict[str, Any] = {"endpoint_service": grammar.dns1035_label_problem}
+        found = name_problems(args, checks)
+        selector = args.get("head_node_selector")
+        found += [
+            f"args.head_node_selector: {p}" for p in grammar.labels_problems(selector, "label")
+        ]
+        found += pool_ref_problems("pool", dict(args["pool"]))
+        if found:
+            self.refuse(found)
+        self._pool_check = self._existing_pool_check(args)
         values = _values(args, section, body)
         if args.get("hf_token"):
             values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
@@ -192,10 +214,29 @@ class _Workload(KubernetesComponent):
         if taken:
             self.refuse(taken)
 
+    def _existing_pool_check(self, args: Mapping[str, Any]) -> pulumi.Output[Any] | None:
+        """With no TpuSlicePool in the program, the pool must be one of the existing cluster's:
+        checked when its lookup answers (preview), failing the Ray object that waits on it."""
+        clusters = cluster_pools()
+        if declared_pools() or not clusters:
+            return None
+        ref = dict(args["pool"])
+
+        def check(answers: list[Any]) -> bool:
+            wrong = existing_pool_problem("pool", ref, answers)
+            if wrong:
+                self.refuse([wrong])
+            return True
+
+        return pulumi.Output.all(*clusters).apply(check)
+
     def create(self, manifest: dict[str, Any]) -> Any:
-        """The Ray object as the child ``<name>-<kind>``."""
+        """The Ray object as the child ``<name>-<kind>`` (after the pool check, when one is
+        pending: its metadata waits on it)."""
         resource_name = f"{self._component_name}-{manifest['kind'].lower()}"
-        return custom_resource(manifest, self.child_options(), resource_name=resource_name)
+        return custom_resource(
+            manifest, self.child_options(), resource_name=resource_name, after=self._pool_check
+        )
 
 
 class RayTrainingJob(_Workload):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+from typing import Any
 
 # ---- Hugging Face -----------------------------------------------------------------------------
 
@@ -254,3 +255,82 @@ def accelerator_type_problem(value: str) -> str | None:
     if len(value) > 63 or not _ACCELERATOR.match(value):
         return "an accelerator type: lowercase '-'-separated words (nvidia-h100-80gb)"
     return None
+
+
+# ---- Kubernetes objects ------------------------------------------------------------------------
+
+# The name rule of each kind park creates (Kubernetes' own; KubeRay refuses a RayJob, RayService
+# or RayCluster name that is not a DNS-1035 label of at most 47 characters, its
+# MaxRay{Job,Service}NameLength: the cluster it makes takes a suffix).
+KUBERAY_NAME_MAX = 47
+_LABEL_NAMED = {"Namespace": dns1123_label_problem}
+_DNS1035_NAMED = {"Service"}
+_KUBERAY_KINDS = {"RayJob", "RayService", "RayCluster"}
+
+
+def namespace_problem(value: str) -> str | None:
+    wrong = dns1123_label_problem(value)
+    if wrong is None and value.startswith("kube-"):
+        wrong = "not kube-* (Kubernetes' own namespaces)"
+    return f"a namespace: {wrong}" if wrong else None
+
+
+def object_name_problem(kind: str, name: str) -> str | None:
+    """What Kubernetes (or KubeRay) says of `name` for an object of `kind`."""
+    if kind in _KUBERAY_KINDS:
+        return dns1035_label_problem(name, KUBERAY_NAME_MAX)
+    if kind in _DNS1035_NAMED:
+        return dns1035_label_problem(name)
+    check = _LABEL_NAMED.get(kind, dns1123_subdomain_problem)
+    return check(name)
+
+
+def labels_problems(labels: object, where: str) -> list[str]:
+    """Label keys and values (also what a nodeSelector matches)."""
+    if not isinstance(labels, dict):
+        return []
+    found = []
+    for key, value in labels.items():
+        wrong = label_key_problem(str(key)) or label_value_problem(str(value))
+        if wrong:
+            found.append(f"{where} {key!r}: {value!r} is not {wrong}")
+    return found
+
+
+def object_problems(manifest: dict[str, Any]) -> list[str]:
+    """Every name of one Kubernetes object Kubernetes would refuse: its name, namespace and
+    labels, and its pod templates' labels and nodeSelectors."""
+    kind = str(manifest.get("kind"))
+    meta = manifest.get("metadata") or {}
+    name, namespace = str(meta.get("name")), meta.get("namespace")
+    what = f"{kind} {namespace + '/' if namespace else ''}{name}"
+    found = []
+    wrong = object_name_problem(kind, name)
+    if wrong:
+        found.append(f"the {what} it would create: its name is not {wrong}")
+    if namespace is not None and (wrong := namespace_problem(str(namespace))):
+        found.append(f"the {what} it would create: its namespace is not {wrong}")
+    found += labels_problems(meta.get("labels"), f"the {what} it would create: label")
+    for template in _pod_templates(manifest.get("spec")):
+        found += labels_problems(
+            (template.get("metadata") or {}).get("labels"), f"the pods of {what}: label"
+        )
+        spec = template.get("spec") or {}
+        found += labels_problems(spec.get("nodeSelector"), f"the pods of {what}: nodeSelector")
+    return found
+
+
+def _pod_templates(spec: object) -> list[dict[str, Any]]:
+    """The pod templates of a Job, a RayJob (head, workers, submitter) or a RayService."""
+    if not isinstance(spec, dict):
+        return []
+    found = []
+    if isinstance(spec.get("template"), dict):
+        found.append(spec["template"])
+    if isinstance(spec.get("submitterPodTemplate"), dict):
+        found.append(spec["submitterPodTemplate"])
+    cluster = spec.get("rayClusterSpec") or spec.get("rayClusterConfig")
+    if isinstance(cluster, dict):
+        groups = [cluster.get("headGroupSpec") or {}, *(cluster.get("workerGroupSpecs") or [])]
+        found += [g["template"] for g in groups if isinstance(g.get("template"), dict)]
+    return found

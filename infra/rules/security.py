@@ -19,7 +19,14 @@ from typing import Literal
 from infra import catalog, model_facts
 from infra.rules import grammar
 from infra.spec.errors import ConfigProblem
-from infra.spec.models import RL_SOURCE, TRAINING_SOURCE, ClusterConfig, PolicyConfig, StackConfig
+from infra.spec.models import (
+    MAX_TPU_SLICES,
+    RL_SOURCE,
+    TRAINING_SOURCE,
+    ClusterConfig,
+    PolicyConfig,
+    StackConfig,
+)
 
 Exposure = Literal["control-plane", "nodes", "serving"]
 EXPOSURES: tuple[Exposure, ...] = ("control-plane", "nodes", "serving")
@@ -35,7 +42,6 @@ IAP_MEMBER = re.compile(
     r"^(?:(?:user|group|serviceAccount):[A-Za-z0-9._%+\-]{1,64}@(?:[a-z0-9-]+\.)+[a-z]{2,63}"
     r"|domain:(?:[a-z0-9-]+\.)+[a-z]{2,63})$"
 )
-GCS_BUCKET = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
 # Characters a path, id or URI of this stack never needs: controls, whitespace, quotes.
 _UNSAFE_IN_REFERENCE = re.compile(r"[\x00-\x20\x7f-\x9f\"'`\\]")
 
@@ -78,14 +84,19 @@ def exposures(spec: StackConfig) -> Iterator[tuple[Exposure, str, str]]:
     held to production posture on every stack (the policy pack always refused it)."""
     cluster = spec.cluster
     networks = cluster.master_authorized_networks
-    everyone = [
-        i for i, n in enumerate(networks) if _prefix(n.cidr) == 0
-    ]  # an invalid CIDR is check_ranges' problem
-    if everyone:
+    cidrs = [n.cidr for n in networks]  # an invalid CIDR is check_ranges' problem
+    if open_to_everyone(cidrs):
+        everyone = [i for i, c in enumerate(cidrs) if _prefix(c) == 0]
+        alone = bool(everyone)
         yield (
             "control-plane",
-            f"park:cluster.masterAuthorizedNetworks[{everyone[0]}].cidr",
-            "opens the control plane to the whole internet",
+            f"park:cluster.masterAuthorizedNetworks[{everyone[0]}].cidr"
+            if alone
+            else "park:cluster.masterAuthorizedNetworks",
+            "opens the control plane to the whole internet"
+            if alone
+            else "together open the control plane to half the internet or more "
+            f"({_covered(cidrs)} of the IPv4 address space)",
         )
     elif not networks and not cluster.private_endpoint:
         yield (
@@ -104,6 +115,34 @@ def exposures(spec: StackConfig) -> Iterator[tuple[Exposure, str, str]]:
         )
 
 
+# Authorized ranges are judged together: two /1 halves are 0.0.0.0/0. Half the IPv4 address
+# space or more (a /1, or ranges adding up to one) is the whole internet for a control plane.
+EVERYONE_SHARE = 0.5
+
+
+def _union(cidrs: list[str]) -> list[ipaddress.IPv4Network]:
+    ranges = []
+    for cidr in cidrs:
+        try:
+            ranges.append(ipaddress.IPv4Network(cidr, strict=False))
+        except ValueError:
+            continue
+    return list(ipaddress.collapse_addresses(ranges))
+
+
+def _covered(cidrs: list[str]) -> str:
+    share = sum(n.num_addresses for n in _union(cidrs)) / 2**32
+    return f"{share:.0%}"
+
+
+def open_to_everyone(cidrs: list[str]) -> bool:
+    """Whether authorized ranges together cover EVERYONE_SHARE of IPv4 or more (the policy
+    pack asks the same of the rendered cluster)."""
+    if any(c.strip() == "::/0" for c in cidrs):
+        return True
+    return sum(n.num_addresses for n in _union(cidrs)) >= EVERYONE_SHARE * 2**32
+
+
 def _prefix(cidr: str) -> int | None:
     try:
         return ipaddress.ip_network(cidr, strict=False).prefixlen
@@ -118,7 +157,10 @@ def check_posture(spec: StackConfig) -> tuple[list[ConfigProblem], list[ConfigPr
     acknowledged = frozenset(spec.policy.acknowledge_public)
     prod = production(spec)
     for exposure, key, what in exposures(spec):
-        strict = prod or key.endswith(".cidr")
+        strict = prod or (
+            exposure == "control-plane"
+            and open_to_everyone([n.cidr for n in spec.cluster.master_authorized_networks])
+        )
         verdict = posture_verdict(exposure, what, production=strict, acknowledged=acknowledged)
         value = _value_at(spec, key)
         (problems if verdict.refused else warnings).append(
@@ -132,10 +174,33 @@ def _value_at(spec: StackConfig, key: str) -> object:
         index = int(key.split("[")[1].split("]")[0])
         return spec.cluster.master_authorized_networks[index].cidr
     return {
-        "park:cluster.masterAuthorizedNetworks": [],
+        "park:cluster.masterAuthorizedNetworks": [
+            n.cidr for n in spec.cluster.master_authorized_networks
+        ],
         "park:cluster.privateNodes": spec.cluster.private_nodes,
         "park:serving.exposePublicly": spec.serving.expose_publicly,
     }.get(key)
+
+
+def policy_warnings(spec: StackConfig) -> list[ConfigProblem]:
+    """A production stack that turns a rule of the policy pack off (disabled) or down
+    (advisory: reported, never blocking): valid, and said, so that it is a decision."""
+    if not production(spec):
+        return []
+    what = {
+        "disabled": "the policy pack will not check it",
+        "advisory": "the policy pack reports it but no longer blocks `pulumi up`",
+    }
+    return [
+        ConfigProblem(
+            f"park:policy.enforcement.{rule}",
+            level,
+            f"{level} on a production stack: {what[level]}; keep it mandatory unless this "
+            "stack must differ",
+        )
+        for rule, level in spec.policy.enforcement.items()
+        if level in what
+    ]
 
 
 # ---- values as what they are ------------------------------------------------------------------
@@ -224,8 +289,11 @@ def _reference_problem(value: str, kind: Kind, mount: str) -> str | None:
         return None if IMAGE_REFERENCE.match(value) else IMAGE_RULE
     if value.startswith("gs://"):
         return grammar.gcs_uri_problem(value)
-    if value.startswith("/"):
+    if value.startswith("/") and kind == "data":
         return grammar.mounted_path_problem(value, mount)
+    if value.startswith("/"):
+        # a model folder: the bucket's mount, or one the image holds; never climbing out
+        return grammar.path_problem(value)
     if kind == "data":
         if value == "synthetic" or value.startswith(model_facts.BUILTIN_PREFIX):
             return None  # the trainer's own (its rules name the ones it has)
@@ -374,6 +442,16 @@ def check_counts(spec: StackConfig) -> list[ConfigProblem]:
                 "park:cpuPool.maxNodes",
                 spec.cpu_pool.max_nodes,
                 f"GKE holds at most {MAX_POOL_NODES} nodes per node pool and zone",
+            )
+        )
+    slices = sum(pool.slices for pool in spec.tpu_pools)
+    if slices > MAX_TPU_SLICES:
+        problems.append(
+            ConfigProblem(
+                "park:tpuPools",
+                slices,
+                f"{slices} TPU slices in all: park plans at most {MAX_TPU_SLICES} per stack "
+                "(each slice is a GKE node pool); split the stack",
             )
         )
     if total > MAX_CLUSTER_NODES and not problems:

@@ -37,6 +37,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from infra.spec.safe import one_line
 from infra.tools.local import console as console_out
 from infra.tools.local.profile import (
     FACT_QUESTION_INDEX,
@@ -111,7 +112,7 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
         + " and ".join(
             n for n, m in (("RayJob", rayjob), ("RayService", rayservice)) if m is not None
         )
-        + f" on a local Ray (CPU); run folder {run_dir}",
+        + f" on a local Ray (CPU); run folder {escape(one_line(str(run_dir)))}",
         highlight=False,
     )
     # SIGTERM (kill, a supervisor) stops the run as Ctrl-C does: Ray goes down in order.
