@@ -84,9 +84,10 @@ def _claims() -> dict[tuple[Any, ...], str]:
 # ---- the TPU pools a program declares ----------------------------------------------------------
 
 _POOLS: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
-_CLUSTER_POOLS: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+_Expected = list[tuple[str, str, dict[str, Any]]]  # (owner, argument, pool reference)
+_CLUSTER_POOLS: weakref.WeakKeyDictionary[Any, _Expected] = weakref.WeakKeyDictionary()
 _NO_ROOT_POOLS: dict[str, dict[str, Any]] = {}
-_NO_ROOT_CLUSTERS: list[Any] = []
+_NO_ROOT_CLUSTERS: _Expected = []
 
 
 def _root() -> Any:
@@ -108,15 +109,24 @@ def declared_pools() -> dict[str, dict[str, Any]]:
     return dict(_POOLS.get(root, {})) if root is not None else dict(_NO_ROOT_POOLS)
 
 
-def declare_cluster_pools(pools: pulumi.Output[Any]) -> None:
-    """An ExistingCluster's TPU pools (label → machine type), known once its lookup answers."""
+def expect_cluster_pool(owner: str, field: str, ref: dict[str, Any]) -> None:
+    """A workload's pool that no TpuSlicePool of the program declares: the existing cluster
+    must have it, which its lookup tells at preview (ExistingCluster: cluster_pool_problems)."""
     root = _root()
-    (_CLUSTER_POOLS.setdefault(root, []) if root is not None else _NO_ROOT_CLUSTERS).append(pools)
+    expected = _CLUSTER_POOLS.setdefault(root, []) if root is not None else _NO_ROOT_CLUSTERS
+    expected.append((owner, field, dict(ref)))
 
 
-def cluster_pools() -> list[pulumi.Output[Any]]:
+def cluster_pool_problems(pools: list[tuple[str, str]]) -> list[str]:
+    """The expected pools (expect_cluster_pool) an existing cluster's `park-gke/pool` node
+    pools (label, machine type) do not hold, each in its workload's words."""
     root = _root()
-    return list(_CLUSTER_POOLS.get(root, [])) if root is not None else list(_NO_ROOT_CLUSTERS)
+    expected = _CLUSTER_POOLS.get(root, []) if root is not None else _NO_ROOT_CLUSTERS
+    return [
+        f"{owner}: {wrong}"
+        for owner, field, ref in expected
+        if (wrong := existing_pool_problem(field, ref, [pools]))
+    ]
 
 
 _REF_DEFAULTS = {"slices": 1, "capacity": "on-demand", "reservation": None}

@@ -79,7 +79,6 @@ def custom_resource(
     resource_name: str | None = None,
     *,
     component: str | None = None,
-    after: pulumi.Output[Any] | None = None,
 ) -> CustomResource:
     """A planned custom-resource manifest as a Pulumi resource (`spec` and `metadata` as is),
     named `<component>-<kind>-<name>` (the old `<kind>-<name>` kept as an alias), or
@@ -87,14 +86,11 @@ def custom_resource(
     legacy = object_name(manifest)
     if resource_name is None:
         resource_name = child_name(component, legacy) if component else legacy
-    metadata: Any = manifest["metadata"]
-    if after is not None:  # a check that fails the resource at preview when it fails
-        metadata = pulumi.Output.all(after, metadata).apply(lambda both: both[1])
     return CustomResource(
         resource_name,
         api_version=manifest["apiVersion"],
         kind=manifest["kind"],
-        metadata=metadata,
+        metadata=manifest["metadata"],
         spec=manifest["spec"],
         opts=renamed(opts, resource_name, legacy),
     )

@@ -20,9 +20,8 @@ from infra.components._base import (
 )
 from infra.components._naming import (
     claim,
-    cluster_pools,
     declared_pools,
-    existing_pool_problem,
+    expect_cluster_pool,
     pool_ref_problems,
 )
 from infra.components._posture import ACKNOWLEDGE_FIELD
@@ -203,7 +202,8 @@ class _Workload(KubernetesComponent):
         found += pool_ref_problems("pool", dict(args["pool"]))
         if found:
             self.refuse(found)
-        self._pool_check = self._existing_pool_check(args)
+        if not declared_pools():  # an existing cluster's pool: checked when it answers
+            expect_cluster_pool(self.owner, "pool", dict(args["pool"]))
         values = _values(args, section, body)
         if args.get("hf_token"):
             values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
@@ -214,29 +214,10 @@ class _Workload(KubernetesComponent):
         if taken:
             self.refuse(taken)
 
-    def _existing_pool_check(self, args: Mapping[str, Any]) -> pulumi.Output[Any] | None:
-        """With no TpuSlicePool in the program, the pool must be one of the existing cluster's:
-        checked when its lookup answers (preview), failing the Ray object that waits on it."""
-        clusters = cluster_pools()
-        if declared_pools() or not clusters:
-            return None
-        ref = dict(args["pool"])
-
-        def check(answers: list[Any]) -> bool:
-            wrong = existing_pool_problem("pool", ref, answers)
-            if wrong:
-                self.refuse([wrong])
-            return True
-
-        return pulumi.Output.all(*clusters).apply(check)
-
     def create(self, manifest: dict[str, Any]) -> Any:
-        """The Ray object as the child ``<name>-<kind>`` (after the pool check, when one is
-        pending: its metadata waits on it)."""
+        """The Ray object as the child ``<name>-<kind>``."""
         resource_name = f"{self._component_name}-{manifest['kind'].lower()}"
-        return custom_resource(
-            manifest, self.child_options(), resource_name=resource_name, after=self._pool_check
-        )
+        return custom_resource(manifest, self.child_options(), resource_name=resource_name)
 
 
 class RayTrainingJob(_Workload):

@@ -253,7 +253,7 @@ class PricesConfig(_Model):
     """$/chip-hour by capacity type, e.g. `{on-demand: 2.5, spot: 0.95}`."""
     machine_hour: dict[str, Price] = Field({}, max_length=MAX_ITEMS)
     """$/hour by machine type of the CPU and GPU pools."""
-    cluster_hour: Price | None = None
+    cluster_hour: float | None = Field(None, ge=0, le=MAX_PRICE, allow_inf_nan=False)
     """GKE cluster management fee, $/hour."""
 
 
