@@ -150,6 +150,7 @@ def test_an_existing_clusters_pool_is_checked_when_its_lookup_answers():
     """(A preview that fails inside an ExistingCluster's lookup leaves Python 3.11's AST
     recursion counter off, as the existing-cluster refusals of test_package.py do; imported
     first, hypothesis's plugin does not parse a module after it.)"""
+
     def build() -> None:
         cluster = pg.ExistingCluster(
             "cluster", {"project": "p", "location": "us-east5-b", "name": "team-gke"}
