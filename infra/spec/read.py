@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from infra.spec.errors import ConfigError, ConfigProblem
 from infra.spec.models import SECRET_PLACEHOLDER, StackConfig
-from infra.spec.safe import load_yaml
+from infra.spec.safe import load_yaml, read_bounded
 from infra.spec.secrets import credentials_in, secret_named
 
 # Top-level model fields and the config key each comes from.
@@ -303,7 +303,13 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
 def read_stack_document(path: Path) -> tuple[dict[str, Any], list[str], tuple[str, ...]]:
     """read_stack_file's values and secret keys, and the Pulumi ESC environments the file
     imports (`environment:`, a list of `<project>/<env>` names, merged in order)."""
-    raw = path.read_bytes()
+    try:
+        raw = read_bounded(path)
+    except yaml.YAMLError as err:
+        raise StackFileError(f"{path}:1: {getattr(err, 'problem', None) or err}") from None
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+        raise StackFileError(f"{path}: cannot read it ({why})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -366,9 +372,9 @@ def read_esc_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     `${...}` interpolations or `fn::` functions (fn::secret, fn::open...) is refused, because
     only ESC resolves them: an unopened `fn::secret` is ciphertext, not the value."""
     try:
-        document = load_yaml(path.read_bytes())  # JSON is YAML; bounded
+        document = load_yaml(read_bounded(path))  # JSON is YAML; bounded
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        problem = type(err).__name__
+        problem = getattr(err, "strerror", None) or getattr(err, "problem", None) or "unreadable"
         raise StackFileError(f"{path}: cannot read it as JSON or YAML: {problem}") from None
     if isinstance(document, dict) and isinstance(document.get("values"), dict):
         document = document["values"]  # an environment definition rather than its opened form

@@ -378,3 +378,24 @@ def test_the_largest_accepted_stack_validates_renders_and_prices_in_bounded_time
         {"name": "x", "machineType": "ct6e-standard-1t", "topology": "1x1"}
     )
     assert "park:tpuPools" in problems_of(more)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_an_esc_config_that_never_ends_is_refused_at_once(tmp_path, kind):
+    """A FIFO with no writer, /dev/zero or a 10 MB file: refused in one line, never read
+    whole (nor waited on)."""
+    import os
+
+    from infra.spec.read import StackFileError
+
+    if kind == "fifo":
+        given = tmp_path / "config.json"
+        os.mkfifo(given)
+    elif kind == "device":
+        given = Path("/dev/zero")
+    else:
+        given = tmp_path / "config.json"
+        given.write_bytes(b"#" * 10_000_000)
+    with pytest.raises(StackFileError) as info:
+        from_file(STACKS_DIR / "Pulumi.dev.yaml", "dev", given)
+    assert "\n" not in str(info.value)
