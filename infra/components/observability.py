@@ -264,7 +264,8 @@ class DashboardAccess(KubernetesComponent):
         refused = [
             p
             for p in [*check_observability(stack_plan.spec), *check_values(stack_plan.spec)]
-            if p.key != "park:observability.exposeDashboard"  # the RayService is the caller's
+            if p.key.startswith("park:observability.")  # its own arguments
+            and p.key != "park:observability.exposeDashboard"  # the RayService is the caller's
         ]
         if refused:
             self.refuse(

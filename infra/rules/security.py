@@ -332,7 +332,8 @@ _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]{1,2}$")
 _PROJECT = re.compile(r"^(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z](?:[a-z0-9-]{0,28}[a-z0-9])?$")
 _CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 _NETWORK_PATH = re.compile(
-    r"^(?:projects/[a-z0-9.:-]+/(?:global|regions/[a-z0-9-]+)/(?:networks|subnetworks)/)?"
+    r"^(?:(?:https://www\.googleapis\.com/compute/v1/)?"
+    r"projects/[a-z0-9.:-]+/(?:global|regions/[a-z0-9-]+)/(?:networks|subnetworks)/)?"
     r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$"
 )
 
@@ -398,7 +399,7 @@ def _matches(pattern: re.Pattern[str], what: str) -> Callable[[str], str | None]
 
 def _zone(value: str) -> str | None:
     region, _, letter = value.rpartition("-")
-    if _REGION.match(region) and re.fullmatch(r"[a-z]", letter):
+    if _REGION.match(region) and re.fullmatch(r"[a-z][a-z0-9]{0,7}", letter):
         return None
     return "not a GCP zone, e.g. us-east5-b"
 
