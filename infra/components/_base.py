@@ -19,6 +19,7 @@ import pulumi
 
 from infra.resolve import StackPlan
 from infra.spec.errors import ConfigError
+from infra.spec.safe import shown
 from infra.spec.secrets import redact
 
 TYPE_PREFIX = "park-gke:index:"
@@ -84,7 +85,7 @@ class ComponentArgsError(pulumi.RunError, ValueError):
 def bad_value(field: str, value: Any, message: str) -> str:
     """One refused argument, as ComponentArgsError lists it (never a value that may be a
     credential)."""
-    return f"args.{field} = {redact(value)!r}: {message}"
+    return f"args.{field} = {shown(redact(value))}: {message}"
 
 
 def stack_of(args: Mapping[str, Any]) -> str:
@@ -144,7 +145,8 @@ def checked_plan(
     from infra.spec.read import parse_values
     from infra.stack import from_values
 
-    prefixes = sorted(fields, key=lambda pair: -len(pair[0]))
+    # gcp:project and gcp:region are every component's `project` and `region` where it has them
+    prefixes = sorted([*fields, ("gcp:", "")], key=lambda pair: -len(pair[0]))
 
     def argument(key: str) -> str | None:
         for prefix, arg in prefixes:
@@ -163,7 +165,7 @@ def checked_plan(
         field = argument(problem.key) or ("stack" if problem.key == "stack" else None)
         if field is None:
             return f"args: {message}"
-        return f"args.{field} = {redact(problem.value)!r}: {message}"
+        return f"args.{field} = {shown(redact(problem.value))}: {message}"
 
     try:
         if not rules:
@@ -254,7 +256,7 @@ def checked_model(component: str, name: str, model: Any, values: dict[str, Any])
     except ValidationError as err:
         problems = [
             f"args.{_snake_path('.'.join(str(p) for p in e['loc']))} = "
-            f"{redact(e.get('input'))!r}: {e['msg']}"
+            f"{shown(redact(e.get('input')))}: {e['msg']}"
             for e in err.errors()
         ]
         raise ComponentArgsError(component, name, problems) from None

@@ -280,7 +280,7 @@ class ObservabilityConfig(_Model):
     """A Grafana dashboard ConfigMap (`grafana_dashboard: "1"`)."""
     training_metrics: bool = True
     """Loss and tokens/s as log-based metrics."""
-    scrape_interval: str = Field("30s", pattern=r"^[0-9]+(ms|s|m|h)$")
+    scrape_interval: str = Field("30s", pattern=r"^[0-9]{1,5}(ms|s|m|h)$")
     """Managed Prometheus scrape interval of Ray pods."""
 
 
