@@ -399,3 +399,30 @@ def test_an_esc_config_that_never_ends_is_refused_at_once(tmp_path, kind):
     with pytest.raises(StackFileError) as info:
         from_file(STACKS_DIR / "Pulumi.dev.yaml", "dev", given)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "changes",
+    [{"num_hidden_layers": 10**9}, {"vocab_size": 10**18}, {"hidden_size": 10**12}],
+)
+def test_a_model_config_anyone_may_write_cannot_make_the_planner_work_for_ever(tmp_path, changes):
+    """A config.json from a bucket or a folder is read at preview: sizes past any real model
+    are refused under the source's key (the planner walks layers and sizes disks by them)."""
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 24,
+        "vocab_size": 32000,
+        "max_position_embeddings": 8192,
+        **changes,
+    }
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    problems = problems_of(with_("park:serving.models.0.source", str(folder)))
+    assert "not a model park can plan" in problems["park:serving.models[0].source"]
