@@ -24,6 +24,7 @@ from infra.plan.observability import metrics
 from infra.rules import grammar
 from infra.rules.platform import check_observability
 from infra.rules.security import check_values
+from infra.spec.safe import shown
 
 
 class RayMetricsArgs(KubeconfigArgs):
@@ -81,6 +82,22 @@ class DashboardAccessArgs(KubeconfigArgs):
     service: NotRequired[str]
     """The LlmService whose Ray dashboard it exposes: the workload label of its pods (its
     name; default park-serve, the stack program's); in Python, the LlmService itself."""
+
+
+# DashboardAccess's arguments by the park:observability keys they stand for.
+_DASHBOARD_ARGUMENTS = {
+    "dashboardDomain": "domain",
+    "iapMembers": "iap_members",
+    "iapOauthClientId": "oauth_client_id",
+    "iapOauthSecret": "oauth_secret",
+}
+
+
+def _argument(key: str) -> str:
+    """``park:observability.iapMembers[0]`` → ``iap_members[0]``."""
+    field = key.removeprefix("park:observability.")
+    name, bracket, rest = field.partition("[")
+    return _DASHBOARD_ARGUMENTS.get(name, name) + bracket + rest
 
 
 def _cluster_name_problem(name: str) -> str | None:
@@ -269,7 +286,7 @@ class DashboardAccess(KubernetesComponent):
         ]
         if refused:
             self.refuse(
-                [f"args.{p.key.rsplit('.', 1)[-1]} = {p.value!r}: {p.message}" for p in refused]
+                [f"args.{_argument(p.key)} = {shown(p.value)}: {p.message}" for p in refused]
             )
         access = dashboard_access(stack_plan, args.get("service") or SERVICE_NAME)
         assert access is not None
