@@ -73,12 +73,15 @@ def _hostile(stack: str) -> tuple[dict[str, Any], dict[str, str]]:
         planted["park:training.data"] = training["data"] = (
             f"/data/d/$(HOME)$$x$$/a{NASTY[:8]}.jsonl"
         )
+        tokenizer = "gs://my-tokenizers/tok/$(HOME)$$(RAY_JOB_SUBMISSION_ID)"
+        planted["park:training.tokenizer"] = training["tokenizer"] = tokenizer
     elif training:
         planted["park:training.data"] = training["data"] = "/data/d/$(HOME)/$$tokens$.bin"
     rl = config.get("park:rl")
     if rl:
         for field in ("promptField", "answerField"):
             planted[f"park:rl.{field}"] = rl[field] = f"{field}{NASTY}"
+        planted["park:rl.data"] = rl["data"] = "/data/rl/$(HOME)$$/prompts.jsonl"
     return config, planted
 
 
