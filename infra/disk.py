@@ -94,10 +94,18 @@ def boot_disk_needed_gb(pod_bytes: int) -> int:
     """The smallest boot disk (GB, a multiple of BOOT_DISK_STEP_GB, at least GKE's default)
     whose allocatable storage holds `pod_bytes` plus the images and system pods."""
     need = pod_bytes + IMAGE_BYTES + SYSTEM_PODS_BYTES
-    size = DEFAULT_BOOT_DISK_GB
-    while gke_allocatable_bytes(size) < need:
-        size += BOOT_DISK_STEP_GB
-    return size
+    # Allocatable storage grows with the disk, and is at least 90 % of it less 100 GiB: a
+    # binary search between the default and that bound, in steps (a model's size comes from
+    # a config.json anyone may write: never a walk of one step per 10 GB).
+    low = -(-DEFAULT_BOOT_DISK_GB // BOOT_DISK_STEP_GB)  # in steps
+    high = max(low, -(-(need + 100 * GIB) * 10 // (9 * GB)) // BOOT_DISK_STEP_GB + 1)
+    while low < high:
+        middle = (low + high) // 2
+        if gke_allocatable_bytes(middle * BOOT_DISK_STEP_GB) >= need:
+            high = middle
+        else:
+            low = middle + 1
+    return max(low * BOOT_DISK_STEP_GB, DEFAULT_BOOT_DISK_GB)
 
 
 # ---- the model ------------------------------------------------------------------------------

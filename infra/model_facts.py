@@ -32,6 +32,13 @@ _KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_quer
 _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
+# Past these a config.json is not a real model (the largest today have ~100-200 layers and a
+# hidden size of ~20,000): the planner walks layers, so these bound its work too.
+MAX_LAYERS = 10_000
+MAX_HIDDEN = 1 << 20
+MAX_VOCAB = 1 << 24
+
+
 class FactsError(ValueError):
     """A model source whose facts cannot be read (a folder without config.json, bad JSON)."""
 
@@ -166,6 +173,15 @@ def facts_from_config(
         vocab = int(text["vocab_size"])
     except (KeyError, TypeError, ValueError) as err:
         raise FactsError(f"{source}: config.json lacks {err} (not a decoder LM config?)") from None
+    if not (
+        1 <= layers <= MAX_LAYERS and 1 <= heads <= hidden <= MAX_HIDDEN and 1 <= vocab <= MAX_VOCAB
+    ):
+        # read from a bucket or a folder anyone may write: the planner loops over layers
+        raise FactsError(
+            f"{source}: config.json says {layers} layers, {heads} heads, hidden size {hidden}, "
+            f"vocabulary {vocab}: not a model park can plan (at most {MAX_LAYERS} layers, "
+            f"hidden {MAX_HIDDEN}, vocabulary {MAX_VOCAB})"
+        )
     mla = None
     head_dim = int(text.get("head_dim") or hidden // heads)
     if text.get("kv_lora_rank"):

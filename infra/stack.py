@@ -16,7 +16,13 @@ from typing import Any
 from infra import rules
 from infra.resolve import StackPlan
 from infra.spec.errors import ConfigError, ConfigProblem
-from infra.spec.read import parse_values, read_esc_config, read_stack_document, stack_name_of
+from infra.spec.read import (
+    parse_values,
+    provider_credential_warnings,
+    read_esc_config,
+    read_stack_document,
+    stack_name_of,
+)
 
 
 def from_values(
@@ -26,7 +32,11 @@ def from_values(
     *,
     posture: bool = True,
 ) -> StackPlan:
-    return rules.check(parse_values(values, stack, secret_keys), posture=posture)
+    plan = rules.check(parse_values(values, stack, secret_keys), posture=posture)
+    if secret_keys is None:
+        return plan
+    said = provider_credential_warnings(values, secret_keys)
+    return dataclasses.replace(plan, warnings=(*plan.warnings, *said)) if said else plan
 
 
 @dataclasses.dataclass(frozen=True)

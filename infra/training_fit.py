@@ -58,6 +58,7 @@ per-layer inputs and shared KV layers (its layers are costed as Gemma 3's).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from infra.model_facts import ModelFacts
@@ -360,6 +361,13 @@ def _largest(s: Shapes) -> int:
     return max(s.head, s.hidden * s.intermediate, s.hidden * s.q_width)
 
 
+def _divisors_descending(n: int) -> list[int]:
+    """The divisors of `n`, largest first, in O(sqrt n) steps (n is a chip's share of a batch
+    of up to 2^20 sequences: never a walk over every number below it)."""
+    small = [d for d in range(1, math.isqrt(max(n, 1)) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)}, reverse=True)
+
+
 def best_micro_batch(
     facts: ModelFacts,
     *,
@@ -369,9 +377,7 @@ def best_micro_batch(
 ) -> TrainingFit:
     """The largest micro-batch dividing the chip's share of the global batch that fits (or the
     pinned one); the smallest tried when none fits, so the caller can say by how much."""
-    candidates = (
-        [pinned] if pinned else [m for m in range(per_chip_batch, 0, -1) if per_chip_batch % m == 0]
-    )
+    candidates = [pinned] if pinned else _divisors_descending(per_chip_batch)
     fit = None
     for micro in candidates:
         fit = estimate(

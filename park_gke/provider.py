@@ -88,7 +88,8 @@ def schema(package_version: str | None = None) -> dict[str, Any]:
         analyzed["type_definitions"],
         sorted(analyzed["dependencies"], key=lambda d: f"{d.name}{d.version}"),
     )
-    return describe_enum_members(mark_secrets(spec.to_json(), secret_properties()))
+    marked = mark_secrets(spec.to_json(), secret_properties())
+    return describe_enum_members(require(marked, required_everywhere()))
 
 
 def analyzer() -> Any:
@@ -147,6 +148,28 @@ def secret_properties() -> dict[str, dict[str, list[str]]]:
         sections = {"inputProperties": given, "properties": handed}
         out[component.__name__] = {k: v for k, v in sections.items() if v}
     return {k: v for k, v in out.items() if v}
+
+
+def required_everywhere() -> dict[str, list[str]]:
+    """component → inputs every language must give, though the Python TypedDict leaves them
+    optional: a Python caller may pass the Cluster or ExistingCluster object as `cluster`,
+    which gives them (the Python-only object form); TypeScript, Go, C# and YAML pass the
+    cluster's id, so the schema requires them there."""
+    from park_gke import CpuPool, GpuPool, TpuSlicePool
+
+    from_cluster = ["location", "nodeServiceAccount"]
+    return {c.__name__: from_cluster for c in (CpuPool, TpuSlicePool, GpuPool)}
+
+
+def require(spec: dict[str, Any], required: dict[str, list[str]]) -> dict[str, Any]:
+    """`spec` with each of `required` in its component's requiredInputs (a KeyError for an
+    input it lacks)."""
+    for component, props in required.items():
+        resource = spec["resources"][f"{NAME}:index:{component}"]
+        for prop in props:
+            assert prop in resource["inputProperties"], (component, prop)
+        resource["requiredInputs"] = sorted({*resource.get("requiredInputs", []), *props})
+    return spec
 
 
 def mark_secrets(spec: dict[str, Any], secrets: dict[str, dict[str, list[str]]]) -> dict[str, Any]:

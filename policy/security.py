@@ -18,7 +18,7 @@ from pulumi_policy import (
 
 from infra.names import EXPOSE_DASHBOARD_ANNOTATION, EXPOSE_SERVE_ANNOTATION
 from infra.plan.pods import containers
-from infra.rules.security import Exposure, posture_verdict
+from infra.rules.security import Exposure, open_to_everyone, posture_verdict
 from infra.spec import secrets
 from infra.spec.safe import load_yaml
 from policy._props import get, is_true, items, mapping, stack_of, strings
@@ -179,12 +179,12 @@ def gke_private_nodes(
             "cluster: nodes get public IPs (set privateClusterConfig.enablePrivateNodes true)",
         )
     blocks = list(items(get(args.props, "masterAuthorizedNetworksConfig.cidrBlocks")))
-    everyone = [b for b in blocks if get(b, "cidrBlock") in ("0.0.0.0/0", "::/0")]
-    if everyone:
+    cidrs = [str(get(b, "cidrBlock")) for b in blocks]
+    if open_to_everyone(cidrs):  # judged together, as `park validate` does
         judge(
             "control-plane",
-            f"cluster: master authorized network {get(everyone[0], 'cidrBlock')} opens the "
-            "control plane to everyone",
+            f"cluster: master authorized networks {', '.join(cidrs)} open the control plane "
+            "to everyone",
             strict=True,
         )
     elif not blocks and not is_true(get(args.props, "privateClusterConfig.enablePrivateEndpoint")):

@@ -19,6 +19,7 @@ import pulumi
 
 from infra.resolve import StackPlan
 from infra.spec.errors import ConfigError
+from infra.spec.safe import shown
 from infra.spec.secrets import redact
 
 TYPE_PREFIX = "park-gke:index:"
@@ -84,7 +85,7 @@ class ComponentArgsError(pulumi.RunError, ValueError):
 def bad_value(field: str, value: Any, message: str) -> str:
     """One refused argument, as ComponentArgsError lists it (never a value that may be a
     credential)."""
-    return f"args.{field} = {redact(value)!r}: {message}"
+    return f"args.{field} = {shown(redact(value))}: {message}"
 
 
 def stack_of(args: Mapping[str, Any]) -> str:
@@ -144,7 +145,8 @@ def checked_plan(
     from infra.spec.read import parse_values
     from infra.stack import from_values
 
-    prefixes = sorted(fields, key=lambda pair: -len(pair[0]))
+    # gcp:project and gcp:region are every component's `project` and `region` where it has them
+    prefixes = sorted([*fields, ("gcp:", "")], key=lambda pair: -len(pair[0]))
 
     def argument(key: str) -> str | None:
         for prefix, arg in prefixes:
@@ -157,10 +159,13 @@ def checked_plan(
         return match.group(0) if found is None else f"args.{found}"
 
     def told(problem: Any) -> str:
-        """A problem in the component's argument names, its message's stack keys too."""
+        """A problem in the component's argument names, its message's stack keys too; never a
+        stack-file key the caller did not write (names derived from the stack: `args.stack`)."""
         message = _STACK_KEY.sub(in_args, problem.message)
-        field = argument(problem.key) or _snake_path(problem.key)
-        return f"args.{field} = {redact(problem.value)!r}: {message}"
+        field = argument(problem.key) or ("stack" if problem.key == "stack" else None)
+        if field is None:
+            return f"args: {message}"
+        return f"args.{field} = {shown(redact(problem.value))}: {message}"
 
     try:
         if not rules:
@@ -196,6 +201,22 @@ def _snake_path(path: str) -> str:
         else:
             out.append(char)
     return "".join(out).lstrip(".")
+
+
+# The stack a component plans a part of when no stack-derived name of its own comes from it
+# (a pool, Kueue): any valid name, so that names it never creates cannot refuse it.
+PART_STACK = "part"
+
+
+def name_problems(args: Mapping[str, Any], checks: Mapping[str, Any]) -> list[str]:
+    """Arguments that name Kubernetes or GCP objects, each by its grammar (infra.rules.grammar):
+    `checks` maps an argument to its check; an unset one or an Output is not checked here."""
+    found = []
+    for field, check in checks.items():
+        value = args.get(field)
+        if isinstance(value, str) and (wrong := check(value)):
+            found.append(bad_value(field, value, f"not {wrong.removeprefix('not ')}"))
+    return found
 
 
 def region_of(zone: str) -> str:
@@ -235,7 +256,7 @@ def checked_model(component: str, name: str, model: Any, values: dict[str, Any])
     except ValidationError as err:
         problems = [
             f"args.{_snake_path('.'.join(str(p) for p in e['loc']))} = "
-            f"{redact(e.get('input'))!r}: {e['msg']}"
+            f"{shown(redact(e.get('input')))}: {e['msg']}"
             for e in err.errors()
         ]
         raise ComponentArgsError(component, name, problems) from None
@@ -340,8 +361,22 @@ class KubernetesComponent(Component):
         return given
 
     def claim_objects(self, manifests: list[dict[str, Any]]) -> list[str]:
-        """Each manifest's object claimed in the component's cluster; the problems for those
-        another component holds (infra.components._naming.kubernetes_claims)."""
+        """Each manifest's object checked (check_objects) and claimed in the component's
+        cluster; the problems for those another component holds (infra.components._naming.
+        kubernetes_claims)."""
         from infra.components._naming import kubernetes_claims
 
+        self.check_objects(manifests)
         return kubernetes_claims(self.owner, self, self._component_opts, manifests)
+
+    def check_objects(self, manifests: list[dict[str, Any]]) -> None:
+        """Refuse, at preview, an object whose name, namespace or labels Kubernetes would
+        refuse at `pulumi up` (after GCP resources may exist): the last word, behind the
+        checks of the arguments they come from."""
+        from infra.rules.grammar import object_problems
+
+        found = [
+            p for m in manifests if m.get("kind") != "Helm release" for p in object_problems(m)
+        ]
+        if found:
+            self.refuse(found)

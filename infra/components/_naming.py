@@ -81,6 +81,94 @@ def _claims() -> dict[tuple[Any, ...], str]:
     return _CLAIMS.setdefault(root, {})
 
 
+# ---- the TPU pools a program declares ----------------------------------------------------------
+
+_POOLS: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
+_Expected = list[tuple[str, str, dict[str, Any]]]  # (owner, argument, pool reference)
+_CLUSTER_POOLS: weakref.WeakKeyDictionary[Any, _Expected] = weakref.WeakKeyDictionary()
+_NO_ROOT_POOLS: dict[str, dict[str, Any]] = {}
+_NO_ROOT_CLUSTERS: _Expected = []
+
+
+def _root() -> Any:
+    from pulumi.runtime.settings import get_root_resource
+
+    return get_root_resource()
+
+
+def declare_pool(ref: dict[str, Any]) -> None:
+    """A TpuSlicePool of this program: what a workload's hand-written pool reference is
+    checked against (pool_ref_problems)."""
+    root = _root()
+    pools = _POOLS.setdefault(root, {}) if root is not None else _NO_ROOT_POOLS
+    pools[str(ref["name"])] = dict(ref)
+
+
+def declared_pools() -> dict[str, dict[str, Any]]:
+    root = _root()
+    return dict(_POOLS.get(root, {})) if root is not None else dict(_NO_ROOT_POOLS)
+
+
+def expect_cluster_pool(owner: str, field: str, ref: dict[str, Any]) -> None:
+    """A workload's pool that no TpuSlicePool of the program declares: the existing cluster
+    must have it, which its lookup tells at preview (ExistingCluster: cluster_pool_problems)."""
+    root = _root()
+    expected = _CLUSTER_POOLS.setdefault(root, []) if root is not None else _NO_ROOT_CLUSTERS
+    expected.append((owner, field, dict(ref)))
+
+
+def cluster_pool_problems(pools: list[tuple[str, str]]) -> list[str]:
+    """The expected pools (expect_cluster_pool) an existing cluster's `park-gke/pool` node
+    pools (label, machine type) do not hold, each in its workload's words."""
+    root = _root()
+    expected = _CLUSTER_POOLS.get(root, []) if root is not None else _NO_ROOT_CLUSTERS
+    return [
+        f"{owner}: {wrong}"
+        for owner, field, ref in expected
+        if (wrong := existing_pool_problem(field, ref, [pools]))
+    ]
+
+
+_REF_DEFAULTS = {"slices": 1, "capacity": "on-demand", "reservation": None}
+
+
+def pool_ref_problems(field: str, ref: dict[str, Any]) -> list[str]:
+    """A pool reference written by hand, against the TpuSlicePools this program declared
+    before it (a typo would leave the pods Pending for ever). [] when the program declares
+    none: the pools are an existing cluster's (checked at preview: existing_pool_problem)."""
+    declared = declared_pools()
+    if not declared:
+        return []
+    name = ref.get("name")
+    same = declared.get(str(name))
+    if same is None:
+        return [
+            f"args.{field}.name = {name!r}: no TpuSlicePool of this program is named so "
+            f"(declared: {', '.join(sorted(declared))}); give the pool itself, or its pool_ref"
+        ]
+    return [
+        f"args.{field}.{key} = {ref.get(key, default)!r}: TpuSlicePool {name!r} has "
+        f"{same.get(key, default)!r}"
+        for key, default in {"machine_type": None, "topology": None, **_REF_DEFAULTS}.items()
+        if ref.get(key, default) != same.get(key, default)
+    ]
+
+
+def existing_pool_problem(field: str, ref: dict[str, Any], pools: list[Any]) -> str | None:
+    """A pool reference against the node pools of the program's existing cluster(s), as
+    their lookup answered: one must carry park-gke/pool=<name> on the machine type."""
+    name, machine = ref.get("name"), ref.get("machine_type")
+    found = {label: kind for answer in pools for label, kind in answer}
+    if found.get(name) == machine:
+        return None
+    have = ", ".join(f"{k} ({v})" for k, v in sorted(found.items())) or "none"
+    return (
+        f"args.{field}.name = {name!r}: the cluster has no node pool labelled "
+        f"park-gke/pool={name} of {machine} (its park-gke pools: {have}); the pods would stay "
+        "Pending"
+    )
+
+
 def cluster_key(parent: pulumi.Resource, opts: pulumi.ResourceOptions | None) -> object:
     """Which cluster a component's Kubernetes objects go to: its own provider (kubeconfig),
     else the one in its options, else the default provider (None)."""

@@ -7,6 +7,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 
 from infra.components._base import ClusterComponent, bad_value
+from infra.components._naming import cluster_pool_problems
 from infra.components._types import KubeRayInstallArg
 from infra.plan import existing_cluster
 from infra.plan.cluster import kubeconfig as kubeconfig_for
@@ -81,6 +82,8 @@ class ExistingCluster(ClusterComponent):
                 kuberay_install=install,
                 node_service_account=None if given_sa is None else "given",
             )
+            # the workloads' pools no TpuSlicePool of the program declares: they must be here
+            found += cluster_pool_problems(list(facts.park_pools))
             if found:
                 # Raised during preview: every output below (and so every pool, Helm release
                 # and workload that uses them) fails with it, before anything is created.

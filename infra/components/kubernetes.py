@@ -20,6 +20,7 @@ from infra.components._base import (
     bad_value,
     checked_model,
     child_options,
+    name_problems,
     stack_of,
 )
 from infra.components._naming import child_name, claim, cluster_key, renamed
@@ -28,6 +29,7 @@ from infra.names import HF_SECRET_KEY, stack_names
 from infra.plan.network_policy import Exposure
 from infra.plan.operator import HelmReleasePlan, helm_releases
 from infra.plan.workspace import workspace
+from infra.rules import grammar
 from infra.spec.models import KubeRayConfig, NetworkConfig
 
 
@@ -182,6 +184,9 @@ class Workspace(KubernetesComponent):
         install = args.get("kuberay_install", "addon")
         if install not in ("addon", "helm"):
             self.refuse([bad_value("kuberay_install", install, "allowed: addon, helm")])
+        wrong = name_problems(args, {"namespace": grammar.namespace_problem})
+        if wrong:
+            self.refuse(wrong)
         names = stack_names(
             project=args["project"],
             region="-",
@@ -199,6 +204,18 @@ class Workspace(KubernetesComponent):
             public_dashboard=bool(args.get("expose_dashboard")),
         )
         plan = workspace(names, exposed)
+        ksa = plan.service_account["metadata"]["name"]
+        if grammar.dns1123_subdomain_problem(ksa) or len(ksa) > 63:
+            self.refuse(
+                [
+                    bad_value(
+                        "stack",
+                        stack_of(args),
+                        f"names the pods' service account {ksa!r} (park-<stack>-workload), "
+                        "which must be a DNS-1123 name of at most 63 characters",
+                    )
+                ]
+            )
         # The namespace is this workspace's: a second one in it would share its objects.
         self.refuse_taken("namespace", names.namespace, self.claim_objects([plan.namespace]))
 

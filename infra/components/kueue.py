@@ -5,7 +5,8 @@ from typing import NotRequired
 import pulumi
 
 from infra.components._args import KubeconfigArgs, TpuPoolRefArgs
-from infra.components._base import KubernetesComponent
+from infra.components._base import PART_STACK, KubernetesComponent
+from infra.components._naming import pool_ref_problems
 from infra.components.kubernetes import custom_resource, helm_release
 from infra.plan import kueue
 
@@ -31,6 +32,15 @@ class Kueue(KubernetesComponent):
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
         args = self.checked(args, KueueArgs)
+        wrong = [
+            problem
+            for i, ref in enumerate(args["queued_pools"])
+            for problem in pool_ref_problems(
+                f"queued_pools[{i}]", {**ref, "capacity": ref.get("capacity", "queued")}
+            )
+        ]
+        if wrong:
+            self.refuse(wrong)
         pools = [
             {
                 "name": p["name"],
@@ -56,7 +66,7 @@ class Kueue(KubernetesComponent):
             ("park:kueue.", ""),
             ("park:namespace", "namespace"),
         ]
-        plan = self.plan(values, fields, stack=name)
+        plan = self.plan(values, fields, stack=PART_STACK)
         self.ready: list[pulumi.Resource] = []
         release_plan = kueue.helm_release(plan)
         manifests = kueue.manifests(plan)

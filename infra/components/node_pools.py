@@ -1,6 +1,7 @@
 """The node pools: the CPU pool for Ray heads and system pods, TPU slice pools (one GKE node
 pool per slice, parented to their config pool) and GPU pools."""
 
+import re
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict, TypeVar
 
@@ -8,8 +9,15 @@ import pulumi
 from pulumi_gcp.container import NodePool
 
 from infra.components._args import TpuPoolRefArgs
-from infra.components._base import Component, plain, region_of, with_cluster
-from infra.components._naming import claim, renamed
+from infra.components._base import (
+    PART_STACK,
+    Component,
+    name_problems,
+    plain,
+    region_of,
+    with_cluster,
+)
+from infra.components._naming import claim, declare_pool, renamed
 from infra.components._types import CapacityArg, TpuMachineTypeArg, TpuTopologyArg
 from infra.names import ROLE_LABEL
 from infra.plan import node_pools
@@ -17,6 +25,13 @@ from infra.plan.node_pools import NodePoolPlan
 from infra.resolve import PoolPlan, StackPlan
 
 _Args = TypeVar("_Args")
+_GKE_NODE_POOL = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+def _node_pool_name_problem(name: str) -> str | None:
+    if _GKE_NODE_POOL.match(name):
+        return None
+    return "a GKE node pool name: 1-40 lowercase letters, digits and '-', starting with a letter"
 
 
 def pool_ref(pool: PoolPlan) -> TpuPoolRefArgs:
@@ -44,9 +59,14 @@ class _Pool(Component):
         given: Any = super().checked(with_cluster(self._component, name, args), typed)
         missing = [f for f in ("location", "node_service_account") if given.get(f) is None]
         if missing:
-            unless = "required unless `cluster` is a Cluster or ExistingCluster"
+            unless = "required (in Python, unless `cluster` is the Cluster or ExistingCluster)"
             self.refuse([f"args.{f}: {unless}" for f in missing])
-        return {"name": name, **given}  # type: ignore[return-value]
+        given = {"name": name, **given}
+        # GKE's node pool names: 1-40 characters, RFC 1035 (a TPU pool's slices add -s<i>)
+        wrong = name_problems(given, {"name": _node_pool_name_problem})
+        if wrong:
+            self.refuse(wrong)
+        return given
 
     def pool_spec(self, args: Mapping[str, Any], typed: type, *but: str) -> dict[str, Any]:
         """The pool's own arguments (not the cluster's, nor `but`), camelCased: its entry in
@@ -64,7 +84,7 @@ class _Pool(Component):
             "park:zone": args["location"],
             **keys,
         }
-        return self.plan(values, fields, stack=self._component_name)
+        return self.plan(values, fields, stack=PART_STACK)
 
     def gke_node_pool(
         self,
@@ -101,13 +121,15 @@ class _PoolArgs(TypedDict):
 
     cluster: pulumi.Input[str]
     """The cluster: Cluster.cluster_id or ExistingCluster.cluster_id (projects/<p>/locations/
-    <zone>/clusters/<name>), or a name in `project`; in Python, the Cluster or ExistingCluster
-    itself, which also gives project, location and node_service_account."""
+    <zone>/clusters/<name>), or a name in `project`; in Python only, the Cluster or
+    ExistingCluster itself, which also gives project, location and node_service_account."""
+    # Required in the provider schema (park_gke.provider.required_everywhere): only Python may
+    # leave them out, by passing the cluster object above.
     location: NotRequired[str]
-    """The cluster's zone (required unless the cluster component is given)."""
+    """The cluster's zone. Required (in Python only, it may come from the cluster object)."""
     node_service_account: NotRequired[pulumi.Input[str]]
-    """The nodes' service account e-mail (Cluster.node_service_account; required unless the
-    cluster component is given)."""
+    """The nodes' service account e-mail (Cluster.node_service_account). Required (in Python
+    only, it may come from the cluster object)."""
     project: NotRequired[str]
     """The cluster's GCP project (default: the provider's, or the one in the cluster's id)."""
 
@@ -235,6 +257,7 @@ class TpuSlicePool(_Pool):
         self.pool = pool
         # What a RayTrainingJob or LlmService on this pool takes as its `pool` argument.
         self.ref = pool_ref(pool)
+        declare_pool(dict(self.ref))
         self.chips = pulumi.Output.from_input(pool.total_chips)
         self.hosts = pulumi.Output.from_input(pool.total_hosts)
         self.node_pool_names = pulumi.Output.all(*(p.name for p in self.node_pools))

@@ -11,6 +11,7 @@ from infra.components._base import (
     ComponentArgsError,
     KubernetesComponent,
     bad_value,
+    name_problems,
     plain,
     stack_of,
 )
@@ -20,7 +21,10 @@ from infra.names import PART_OF, RFC1035_NAME, SERVICE_NAME
 from infra.plan.dashboard_access import IAP_ROLE, dashboard_access
 from infra.plan.metrics import STACK_PROGRAM, Watched, value_extractor
 from infra.plan.observability import metrics
+from infra.rules import grammar
 from infra.rules.platform import check_observability
+from infra.rules.security import check_values
+from infra.spec.safe import shown
 
 
 class RayMetricsArgs(KubeconfigArgs):
@@ -83,6 +87,29 @@ class DashboardAccessArgs(KubeconfigArgs):
     name; default park-serve, the stack program's); in Python, the LlmService itself."""
 
 
+# DashboardAccess's arguments by the park:observability keys they stand for.
+_DASHBOARD_ARGUMENTS = {
+    "dashboardDomain": "domain",
+    "iapMembers": "iap_members",
+    "iapOauthClientId": "oauth_client_id",
+    "iapOauthSecret": "oauth_secret",
+}
+
+
+def _argument(key: str) -> str:
+    """``park:observability.iapMembers[0]`` → ``iap_members[0]``."""
+    field = key.removeprefix("park:observability.")
+    name, bracket, rest = field.partition("[")
+    return _DASHBOARD_ARGUMENTS.get(name, name) + bracket + rest
+
+
+def _cluster_name_problem(name: str) -> str | None:
+    """A GKE cluster name (the log filter's cluster_name): 1-40 characters, RFC 1035."""
+    if len(name) <= 40 and grammar.RFC1035.match(name):
+        return None
+    return "a GKE cluster name: 1-40 lowercase letters, digits and '-', starting with a letter"
+
+
 def _observed(args: Any, observability: dict[str, Any], training: bool) -> dict[str, Any]:
     """The stack-config values of the part of a stack the component's arguments describe."""
     values: dict[str, Any] = {
@@ -143,6 +170,11 @@ class RayMetrics(KubernetesComponent):
     def __init__(self, name: str, args: RayMetricsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
         args = self.checked(args, RayMetricsArgs)
+        wrong = name_problems(
+            args, {"namespace": grammar.namespace_problem, "cluster_name": _cluster_name_problem}
+        )
+        if wrong:
+            self.refuse(wrong)
         observability = plain(
             args, "pod_monitoring", "tpu_metrics", "training_metrics", "grafana", "scrape_interval"
         )
@@ -151,6 +183,7 @@ class RayMetrics(KubernetesComponent):
         fields = [("park:observability.", ""), ("park:namespace", "namespace")]
         plan = metrics(self.plan(values, fields, stack=stack_of(args), rules=False), watched)
         objects = [*plan.pod_monitorings, plan.grafana_configmap]
+        self.check_objects([o for o in objects if o is not None])
         taken: list[str | None] = [
             *kubernetes_claims(self.owner, self, opts, [o for o in objects if o is not None])
         ]
@@ -227,6 +260,16 @@ class DashboardAccess(KubernetesComponent):
     ):
         super().__init__(name, opts)
         args = self.checked(args, DashboardAccessArgs)
+        wrong = name_problems(
+            args,
+            {
+                "namespace": grammar.namespace_problem,
+                "service": grammar.dns1035_label_problem,
+                "oauth_secret": grammar.dns1123_subdomain_problem,
+            },
+        )
+        if wrong:
+            self.refuse(wrong)
         observability = {
             "exposeDashboard": True,
             "dashboardDomain": args["domain"],
@@ -240,15 +283,17 @@ class DashboardAccess(KubernetesComponent):
         stack_plan = self.plan(values, fields, stack=stack, rules=False)
         refused = [
             p
-            for p in check_observability(stack_plan.spec)
-            if p.key != "park:observability.exposeDashboard"  # the RayService is the caller's
+            for p in [*check_observability(stack_plan.spec), *check_values(stack_plan.spec)]
+            if p.key.startswith("park:observability.")  # its own arguments
+            and p.key != "park:observability.exposeDashboard"  # the RayService is the caller's
         ]
         if refused:
             self.refuse(
-                [f"args.{p.key.rsplit('.', 1)[-1]} = {p.value!r}: {p.message}" for p in refused]
+                [f"args.{_argument(p.key)} = {shown(p.value)}: {p.message}" for p in refused]
             )
         access = dashboard_access(stack_plan, args.get("service") or SERVICE_NAME)
         assert access is not None
+        self.check_objects(access.manifests)
         project = args["project"]
         taken: list[str | None] = [*kubernetes_claims(self.owner, self, opts, access.manifests)]
         taken += [

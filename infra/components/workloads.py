@@ -11,14 +11,26 @@ import pulumi
 
 from infra.components._args import KubeconfigArgs, TrainingArgs
 from infra.components._args import TpuPoolRefArgs as TpuPoolRefArgs
-from infra.components._base import KubernetesComponent, plain, region_of, stack_of
-from infra.components._naming import claim
+from infra.components._base import (
+    KubernetesComponent,
+    name_problems,
+    plain,
+    region_of,
+    stack_of,
+)
+from infra.components._naming import (
+    claim,
+    declared_pools,
+    expect_cluster_pool,
+    pool_ref_problems,
+)
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ServingEngineArg, UpgradeStrategyArg
 from infra.components.kubernetes import custom_resource
-from infra.names import APP_NAME_LABEL, RFC1035_NAME, WORKLOAD_LABEL, job_object_name
+from infra.names import APP_NAME_LABEL, WORKLOAD_LABEL, job_object_name
 from infra.plan import ray as ray_plan
 from infra.resolve import StackPlan
+from infra.rules import grammar
 
 
 class _RayWorkloadArgs(KubeconfigArgs):
@@ -238,10 +250,20 @@ class _Workload(KubernetesComponent):
         (problems named by the component's arguments) and resolved: the stack program's plan,
         in it."""
         name = self._component_name
-        if not RFC1035_NAME.match(name):
-            self.refuse(
-                [f"the name {name!r} names its Kubernetes objects: lowercase letters, digits, '-'"]
-            )
+        wrong = grammar.dns1035_label_problem(name, grammar.KUBERAY_NAME_MAX)
+        if wrong:
+            self.refuse([f"the name {name!r} names its Kubernetes objects: not {wrong}"])
+        checks: dict[str, Any] = {"endpoint_service": grammar.dns1035_label_problem}
+        found = name_problems(args, checks)
+        selector = args.get("head_node_selector")
+        found += [
+            f"args.head_node_selector: {p}" for p in grammar.labels_problems(selector, "label")
+        ]
+        found += pool_ref_problems("pool", dict(args["pool"]))
+        if found:
+            self.refuse(found)
+        if not declared_pools():  # an existing cluster's pool: checked when it answers
+            expect_cluster_pool(self.owner, "pool", dict(args["pool"]))
         values = _values(args, section, body)
         if args.get("hf_token"):
             values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic.alias_generators import to_camel
 
 from infra import catalog, gke
+from infra.names import POOL_LABEL
 
 DEFAULT_SERVICE_ACCOUNT = "default"  # the Compute Engine default service account's alias
 
@@ -37,6 +38,8 @@ class ClusterFacts:
     ca_certificate: str
     dns_endpoint: str | None  # the DNS-based endpoint, when it takes traffic from outside
     node_service_account: str | None
+    # The TPU pools park-gke can run on: its node pools' `park-gke/pool` label → machine type
+    park_pools: tuple[tuple[str, str], ...] = ()
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -72,7 +75,19 @@ def facts_of(result: Any) -> ClusterFacts:
         ca_certificate=str(_get(_first(result, "master_auths"), "cluster_ca_certificate") or ""),
         dns_endpoint=dns_endpoint or None,
         node_service_account=_get(_first(result, "node_configs"), "service_account") or None,
+        park_pools=_park_pools(_get(result, "node_pools") or []),
     )
+
+
+def _park_pools(node_pools: list[Any]) -> tuple[tuple[str, str], ...]:
+    """(the `park-gke/pool` label, machine type) of each node pool whose nodes carry it."""
+    found = []
+    for node_pool in node_pools:
+        config = _first(node_pool, "node_configs")
+        labels = _get(config, "labels") or {}
+        if isinstance(labels, dict) and labels.get(POOL_LABEL):
+            found.append((str(labels[POOL_LABEL]), str(_get(config, "machine_type") or "")))
+    return tuple(found)
 
 
 def _update(facts: ClusterFacts, flag: str) -> str:

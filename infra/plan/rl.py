@@ -17,6 +17,7 @@ import yaml
 
 from infra.names import GPU_TAINT_KEY, METRICS_PORT, METRICS_PORT_NAME, POOL_LABEL
 from infra.plan import ray
+from infra.plan.kubelet import literal
 from infra.resolve_rl import RL_JOB_NAME, RlPlan, RolloutPlan
 from infra.versions import RAY_VERSION
 from workloads.rl.config import rl_entrypoint
@@ -172,7 +173,7 @@ def rl_rayjob(rl: RlPlan, pods: ray.RayPods, *, hf_token: bool = False) -> dict[
         role="rl-learner",
     )
     body: dict[str, Any] = {
-        "entrypoint": rl_entrypoint(rl_fields(rl)),
+        "entrypoint": literal(rl_entrypoint(rl_fields(rl))),  # infra.plan.kubelet
         "runtimeEnvYAML": yaml.safe_dump(ray.training_runtime_env(), sort_keys=True),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,

@@ -15,7 +15,9 @@ Workload Identity) and streams each file from the hub into the bucket
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,7 @@ from infra.names import (
     ROLE_LABEL,
 )
 from infra.plan import ray
+from infra.plan.kubelet import literal
 from infra.resolve import StackPlan
 
 STAGE_MODULE = "workloads.train.stage"
@@ -73,9 +76,22 @@ def stage_image(plan: StackPlan) -> str:
     raise ValueError("a stack without workloads stages no model")
 
 
+# A Job's name is a DNS-1123 label in practice: the Job controller copies it into the
+# `batch.kubernetes.io/job-name` label of its pods, whose values are at most 63 characters.
+_JOB_NAME_MAX = 63
+_NOT_SLUG = re.compile(r"[^a-z0-9]+")  # ASCII only: str.isalnum would let "é" through
+DIGEST_CHARS = 8
+
+
 def job_name(repo: str) -> str:
-    slug = "".join(c if c.isalnum() else "-" for c in repo.lower()).strip("-")
-    return f"park-stage-{slug}"[:63].rstrip("-")
+    """The one name of hub model `repo`'s stage Job: ``park-stage-<slug>-<digest>``, a DNS-1123
+    label. The slug (the id in lowercase ASCII letters and digits, the rest folded to '-') is
+    for people; the digest (the first hex digits of the id's SHA-256) keeps two ids apart that
+    fold to one slug (`Org/a.b`, `org/a-b`) or share their first 60 characters."""
+    suffix = hashlib.sha256(repo.encode()).hexdigest()[:DIGEST_CHARS]
+    slug = _NOT_SLUG.sub("-", repo.lower()).strip("-")
+    head = f"park-stage-{slug}"[: _JOB_NAME_MAX - len(suffix) - 1].rstrip("-")
+    return f"{head}-{suffix}"
 
 
 def staging_job(pods: ray.RayPods, model: disk.StagedModel, image: str) -> dict[str, Any]:
@@ -106,13 +122,16 @@ def staging_job(pods: ray.RayPods, model: disk.StagedModel, image: str) -> dict[
                             "image": image,
                             "imagePullPolicy": "Always",
                             "command": [
-                                "python",
-                                "-m",
-                                STAGE_MODULE,
-                                "--repo",
-                                model.repo,
-                                "--dest",
-                                model.uri,
+                                literal(word)  # infra.plan.kubelet
+                                for word in (
+                                    "python",
+                                    "-m",
+                                    STAGE_MODULE,
+                                    "--repo",
+                                    model.repo,
+                                    "--dest",
+                                    model.uri,
+                                )
                             ],
                             "env": [
                                 {"name": "PYTHONUNBUFFERED", "value": "1"},

@@ -52,6 +52,7 @@ def warnings(spec: StackConfig, plan: StackPlan | None = None) -> list[ConfigPro
         *workloads.serving_warnings(plan),
         *training_memory.training_warnings(plan),
         *rl.rl_warnings(plan),
+        *security.policy_warnings(spec),
     ]
 
 

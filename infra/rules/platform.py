@@ -8,16 +8,35 @@ import ipaddress
 import re
 
 from infra.names import HF_TOKEN_DIR, RFC1035_NAME, StackNames
+from infra.rules import grammar
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import StackConfig
 from infra.versions import KUEUE_VERSION
 
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _CLUSTER_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-_BUCKET_RE = re.compile(r"^[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9]$")
 _REPOSITORY_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-# Where every Ray pod already mounts something (infra/plan/ray/pods.py): not for the bucket.
-_RESERVED_MOUNTS = ("/", "/tmp", "/dev/shm", HF_TOKEN_DIR)
+# Where every Ray pod already mounts something (infra/plan/ray/pods.py; the service-account
+# token of a pod that mounts one): the bucket may not be laid over, under or on any of them.
+_POD_MOUNTS = ("/tmp", "/dev/shm", HF_TOKEN_DIR, "/var/run/secrets/kubernetes.io/serviceaccount")
+# What the image and the runtime need as they are: the bucket may not be there or below.
+_SYSTEM_FOLDERS = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/opt/conda", "/proc", "/root",
+    "/run", "/sbin", "/sys", "/usr", "/var/lib", "/var/run",
+)  # fmt: skip
+
+
+def _mount_overlap(mount: str) -> str | None:
+    """The bucket's mount laid over, under or on a folder the pod needs as it is."""
+    hit = [m for m in _POD_MOUNTS if grammar.under(mount, m) or grammar.under(m, mount)]
+    hit += [f for f in _SYSTEM_FOLDERS if grammar.under(mount, f)]
+    if hit:
+        return (
+            f"would be laid over {hit[0]} (the pods mount {', '.join(_POD_MOUNTS)} already; "
+            f"the image needs {', '.join(_SYSTEM_FOLDERS)}): mount the bucket elsewhere, e.g. "
+            "/data"
+        )
+    return None
 
 
 def _cidr(key: str, value: str, problems: list[ConfigProblem]) -> ipaddress.IPv4Network | None:
@@ -28,9 +47,22 @@ def _cidr(key: str, value: str, problems: list[ConfigProblem]) -> ipaddress.IPv4
         return None
 
 
+_STACK_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,48}[a-z0-9])?$")
+
+
 def check_names(config: StackConfig, stack_names: StackNames) -> list[ConfigProblem]:
     """Names GKE, GCS, Artifact Registry and Kubernetes accept."""
     problems = []
+    if not _STACK_NAME.match(config.stack):
+        # every cloud name derives from it: said once, not once per derived name
+        problems.append(
+            ConfigProblem(
+                "stack",
+                config.stack,
+                "the stack's name: cloud names derive from it (park-<stack>-...), so at most "
+                "50 lowercase letters, digits and '-', starting and ending with a letter or digit",
+            )
+        )
     if not _DNS_LABEL_RE.match(config.namespace) or config.namespace.startswith("kube-"):
         problems.append(
             ConfigProblem(
@@ -39,42 +71,42 @@ def check_names(config: StackConfig, stack_names: StackNames) -> list[ConfigProb
                 "a Kubernetes namespace: lowercase letters, digits and '-', ≤ 63 chars, not kube-*",
             )
         )
+    # A name the stack does not set is derived from the stack's name (and project): a problem
+    # with it is the stack name's, said under "stack" (a package user never wrote the key).
     if not _CLUSTER_NAME_RE.match(stack_names.cluster):
+        given = config.cluster.name is not None
         problems.append(
             ConfigProblem(
-                "park:cluster.name",
-                stack_names.cluster,
+                "park:cluster.name" if given else "stack",
+                stack_names.cluster if given else config.stack,
                 "a GKE cluster name: lowercase letters, digits and '-', starts with a letter, "
-                "≤ 40 chars",
+                "≤ 40 chars" + ("" if given else f" (park-<stack>: {stack_names.cluster})"),
             )
         )
     bucket = stack_names.bucket
-    if not _BUCKET_RE.match(bucket) or bucket.startswith("goog") or ".." in bucket:
-        how = "" if config.storage.bucket else f" (derived from the project and stack: {bucket})"
+    wrong = grammar.bucket_problem(bucket)
+    if wrong:
+        given = config.storage.bucket is not None
         problems.append(
             ConfigProblem(
-                "park:storage.bucket",
-                config.storage.bucket or bucket,
-                f"a bucket name: 3-63 lowercase letters, digits, '-', '_' or '.'{how}",
+                "park:storage.bucket" if given else "stack",
+                bucket if given else config.stack,
+                wrong
+                + ("" if given else f" (the bucket derived from the project and stack: {bucket})"),
             )
         )
     mount = config.storage.mount_path
-    if not mount.startswith("/") or mount.rstrip("/") in ("", *_RESERVED_MOUNTS):
-        problems.append(
-            ConfigProblem(
-                "park:storage.mountPath",
-                mount,
-                f"an absolute path other than {', '.join(_RESERVED_MOUNTS)} (Ray pods mount "
-                "those already)",
-            )
-        )
+    wrong = grammar.mount_path_problem(mount) or _mount_overlap(mount)
+    if wrong:
+        problems.append(ConfigProblem("park:storage.mountPath", mount, wrong))
     if not _REPOSITORY_RE.match(stack_names.registry_repository):
+        given = config.registry.repository is not None
         problems.append(
             ConfigProblem(
-                "park:registry.repository",
-                stack_names.registry_repository,
+                "park:registry.repository" if given else "stack",
+                stack_names.registry_repository if given else config.stack,
                 "an Artifact Registry repository id: lowercase letters, digits and '-', starts "
-                "with a letter",
+                "with a letter" + ("" if given else " (park-<stack>)"),
             )
         )
     derived = {
@@ -119,6 +151,8 @@ def check_names(config: StackConfig, stack_names: StackNames) -> list[ConfigProb
                 "only used with install: helm (GKE's Ray add-on brings its own TPU webhook)",
             )
         )
+    if problems and problems[0].key == "stack":  # the stack's name itself: said once
+        problems = [problems[0], *(p for p in problems[1:] if p.key != "stack")]
     return problems
 
 

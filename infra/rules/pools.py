@@ -77,7 +77,24 @@ def tpu_pool_problems(prefix: str, pool: TpuPoolConfig) -> list[ConfigProblem]:
                 "only used with capacity 'flex-start'",
             )
         )
+    elif pool.max_run_duration and not _run_duration_ok(pool.max_run_duration):
+        problems.append(
+            ConfigProblem(
+                f"{prefix}.maxRunDuration",
+                pool.max_run_duration,
+                f"seconds with an 's' (e.g. 86400s), from 1s to {MAX_RUN_DURATION_S}s: "
+                "flex-start nodes live seven days at most",
+            )
+        )
     return problems
+
+
+MAX_RUN_DURATION_S = 7 * 86_400  # GKE flex-start: "for up to seven days" (the default too)
+
+
+def _run_duration_ok(value: str) -> bool:
+    match = re.fullmatch(r"([0-9]{1,7})s", value)
+    return match is not None and 1 <= int(match.group(1)) <= MAX_RUN_DURATION_S
 
 
 def _zone(config: StackConfig, pool: TpuPoolConfig) -> list[ConfigProblem]:

@@ -18,6 +18,16 @@ Objective = Literal["clm", "sft"]
 ExportDtype = Literal["auto", "float32", "bfloat16"]
 
 
+# Bounds of the training numbers: past these a value is a typo (and some drive the planner's
+# loops: the micro-batch search runs over the divisors of a chip's share of the batch).
+MAX_STEPS = 10_000_000
+MAX_BATCH = 1 << 20  # sequences per step
+MAX_SEQ_LEN = 1 << 20  # tokens
+MAX_DEADLINE_S = 90 * 86_400  # a RayJob's activeDeadlineSeconds: 90 days
+MAX_TTL_S = 30 * 86_400
+MAX_RETRIES = 100
+
+
 class TrainingConfig(_Model):
     """The training RayJob: a Hugging Face causal LM (or a GPT preset) on the stack's data.
 
@@ -42,23 +52,23 @@ class TrainingConfig(_Model):
     """`pretrained` weights or `config` (from scratch); `auto`: by source."""
     model_size: ModelSize = "gpt2-small"
     """GPT preset when no `model`: tiny, small, gpt2-small/-medium, 1b."""
-    steps: int = Field(1000, ge=1)
+    steps: int = Field(1000, ge=1, le=MAX_STEPS)
     """Optimizer steps in total (a resumed run continues to it)."""
-    global_batch_size: int = Field(64, ge=1)
+    global_batch_size: int = Field(64, ge=1, le=MAX_BATCH)
     """Sequences per step, a multiple of the workers (chips)."""
     # Sequences per chip per forward/backward (gradient accumulation over the rest of the
     # chip's share of the global batch). Unset: the largest that fits (infra.training_fit).
-    micro_batch_size: int | None = Field(None, ge=1)
+    micro_batch_size: int | None = Field(None, ge=1, le=MAX_BATCH)
     """Sequences per chip per pass; unset: the most that fit."""
-    seq_len: int = Field(1024, ge=8)
+    seq_len: int = Field(1024, ge=8, le=MAX_SEQ_LEN)
     """Tokens per sequence (at most the model's context)."""
-    learning_rate: float = Field(3e-4, gt=0)
+    learning_rate: float = Field(3e-4, gt=0, le=1, allow_inf_nan=False)
     """Peak learning rate (AdamW)."""
-    warmup_steps: int = Field(10, ge=0)
+    warmup_steps: int = Field(10, ge=0, le=MAX_STEPS)
     """Linear warmup steps, then `lrSchedule`."""
     lr_schedule: LrSchedule = "cosine"
     """`cosine`, `linear` (to `minLrRatio`) or `constant`."""
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, allow_inf_nan=False)
     """Final learning rate as a fraction of the peak."""
     # "synthetic", token files (.bin/.npy), text (.jsonl/.json/.parquet/.txt: a file or a
     # folder, under the bucket mount or gs://...), hf:NAME[:CONFIG], or park:facts.
@@ -66,7 +76,7 @@ class TrainingConfig(_Model):
     """`synthetic`, tokens, jsonl/json/parquet/txt, `hf:NAME`, `park:facts`."""
     objective: Objective = "clm"
     """`clm` (packed text) or `sft` (chat template, loss on responses)."""
-    data_split: str = "train"
+    data_split: str = Field("train", max_length=128)
     """Split of an `hf:` data set."""
     text_field: str = "text"
     """Record field with the text (`clm`)."""
@@ -76,13 +86,13 @@ class TrainingConfig(_Model):
     """Prompt field(s) of records without a chat (`sft`)."""
     response_field: str = "completion"
     """Response field of records without a chat (`sft`)."""
-    checkpoint_every: int = Field(100, ge=1)
+    checkpoint_every: int = Field(100, ge=1, le=MAX_STEPS)
     """Steps between checkpoints (sharded DCP, for resume)."""
-    keep_checkpoints: int = Field(2, ge=1)
+    keep_checkpoints: int = Field(2, ge=1, le=1000)
     """Checkpoints kept in the bucket."""
     export: bool = True
     """An HF folder at `.../<run>/export/final` when the run ends."""
-    export_every: int = Field(0, ge=0)
+    export_every: int = Field(0, ge=0, le=MAX_STEPS)
     """Also export at every Nth checkpoint (0: only at the end)."""
     export_dtype: ExportDtype = "auto"
     """`auto` (bf16 when trained in bf16), `float32`, `bfloat16`."""
@@ -90,17 +100,17 @@ class TrainingConfig(_Model):
     """Largest safetensors file, e.g. `5GB`; more get an index."""
     activation_checkpointing: bool = False
     """Recompute activations in backward (`model` only)."""
-    num_slices: int = Field(1, ge=1)
+    num_slices: int = Field(1, ge=1, le=512)
     """Slices to train across (≤ the pool's slices)."""
-    max_failures: int = Field(3, ge=0)
+    max_failures: int = Field(3, ge=0, le=MAX_RETRIES)
     """Restarts from the last checkpoint after a lost worker."""
-    ttl_seconds_after_finished: int = Field(600, ge=0)
+    ttl_seconds_after_finished: int = Field(600, ge=0, le=MAX_TTL_S)
     """Keep the finished cluster this long, then free TPUs."""
-    active_deadline_seconds: int = Field(86400, ge=60)
+    active_deadline_seconds: int = Field(86400, ge=60, le=MAX_DEADLINE_S)
     """Kill the job after this long."""
-    backoff_limit: int = Field(0, ge=0)
+    backoff_limit: int = Field(0, ge=0, le=MAX_RETRIES)
     """Retries (each a new Ray cluster)."""
-    estimated_step_seconds: float = Field(1.0, gt=0)
+    estimated_step_seconds: float = Field(1.0, gt=0, le=86_400, allow_inf_nan=False)
     """Step time used by `park cost` for the run estimate."""
     # A finished or failed RayJob stays as it is: KubeRay never starts it again, and a
     # `pulumi up` with the same stack sees no change. A new runId is a new RayJob (the old one

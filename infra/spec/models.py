@@ -7,9 +7,9 @@ Types, enums and ranges only. Rules that need the TPU catalog or several keys at
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import Field, NonNegativeFloat
+from pydantic import Field
 
 from infra import engines
 from infra.spec._model import _Model
@@ -30,6 +30,20 @@ else:
     EngineName = Literal[engines.ENGINE_NAMES]
 # What the offline reader puts where a stack file holds a `secure:` value.
 SECRET_PLACEHOLDER = "[secret]"
+
+# Bounds: past these a number is a typo, and several drive work (one GKE node pool and one
+# Pulumi resource per slice, one LLMConfig per model) or meaning (a disk, a price).
+MAX_TPU_POOLS = 32
+MAX_GPU_POOLS = 16
+MAX_TPU_SLICES = 512  # across every TPU pool of a stack: each slice is a GKE node pool
+MAX_SERVED_MODELS = 16
+MAX_REPLICAS = MAX_TPU_SLICES  # each replica holds a whole slice
+MAX_NODES = 15_000  # GKE Standard's nodes per cluster (infra/rules/security.py says more)
+MAX_DISK_GB = 65_536  # Persistent Disk's largest boot disk (64 TiB)
+MAX_AUTHORIZED_NETWORKS = 100  # GKE's own limit (with a private endpoint; 50 without)
+MAX_ITEMS = 100  # any other list or mapping of the spec
+MAX_PRICE = 1_000_000.0  # $/hour of anything: a larger one is a typo, and it scales every total
+Price = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
 
 
 class AuthorizedNetwork(_Model):
@@ -75,7 +89,9 @@ class ClusterConfig(_Model):
     """Nodes without public IPs (egress through Cloud NAT)."""
     private_endpoint: bool = False
     """Control plane reachable only from the VPC."""
-    master_authorized_networks: list[AuthorizedNetwork] = []
+    master_authorized_networks: list[AuthorizedNetwork] = Field(
+        [], max_length=MAX_AUTHORIZED_NETWORKS
+    )
     """`[{cidr, name}]` allowed to reach the control plane."""
     deletion_protection: bool = True
     """Refuse `pulumi destroy` of the cluster."""
@@ -84,13 +100,13 @@ class ClusterConfig(_Model):
 class CpuPoolConfig(_Model):
     machine_type: str = "e2-standard-8"
     """Machine type."""
-    min_nodes: int = Field(1, ge=0)
+    min_nodes: int = Field(1, ge=0, le=MAX_NODES)
     """Autoscaling minimum."""
-    max_nodes: int = Field(3, ge=1)
+    max_nodes: int = Field(3, ge=1, le=MAX_NODES)
     """Autoscaling maximum."""
     # Boot disk, GB (GKE: 15 GB at least from 1.36.3-gke.1480000). Unset: what the pods
     # scheduled there need (infra.disk); set below that, validation refuses it.
-    disk_size_gb: int | None = Field(None, ge=15)
+    disk_size_gb: int | None = Field(None, ge=15, le=MAX_DISK_GB)
     """Boot disk, GB; unset: what its pods need (`park validate`)."""
 
 
@@ -121,7 +137,7 @@ class TpuPoolConfig(_Model):
     """ct6e-standard-1t, -4t or -8t."""
     topology: str
     """Slice topology the machine type offers (e.g. 2x4, 4x4)."""
-    slices: int = 1
+    slices: int = Field(1, le=MAX_TPU_SLICES)
     """Number of slices (node pools)."""
     capacity: Capacity = "on-demand"
     """on-demand, spot, reservation, flex-start or queued."""
@@ -133,7 +149,7 @@ class TpuPoolConfig(_Model):
     """flex-start: longest a node lives, e.g. `86400s`."""
     # Boot disk, GB (GKE: 15 GB at least from 1.36.3-gke.1480000). Unset: what the pods
     # scheduled there need (infra.disk); set below that, validation refuses it.
-    disk_size_gb: int | None = Field(None, ge=15)
+    disk_size_gb: int | None = Field(None, ge=15, le=MAX_DISK_GB)
     """Boot disk, GB; unset: what its pods need (`park validate`)."""
 
 
@@ -144,9 +160,9 @@ class GpuPoolConfig(_Model):
     """e.g. a3-highgpu-8g."""
     accelerator_type: str
     """e.g. nvidia-h100-80gb."""
-    accelerator_count: int = Field(8, ge=1)
+    accelerator_count: int = Field(8, ge=1, le=16)
     """GPUs per node."""
-    nodes: int = Field(1, ge=1)
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
     """Maximum nodes (0 while idle)."""
     capacity: Capacity = "on-demand"
     """on-demand, spot, reservation or flex-start."""
@@ -154,7 +170,7 @@ class GpuPoolConfig(_Model):
     """Reservation name (capacity `reservation` only)."""
     autoscaling: bool = True
     """Scale between 0 and `nodes`."""
-    disk_size_gb: int = Field(200, ge=15)
+    disk_size_gb: int = Field(200, ge=15, le=MAX_DISK_GB)
     """Boot disk, GB (at least 15)."""
 
 
@@ -197,17 +213,17 @@ class ServedModel(_Model):
     base_model: str | None = None
     """The model a fine-tuned source was trained from: its facts (architecture, size) stand in
     for the source's at preview, when its config cannot be read then (a run not yet done)."""
-    tensor_parallel_size: int | None = None
+    tensor_parallel_size: int | None = Field(None, ge=1, le=4096)
     """Default: every chip of one slice."""
-    max_model_len: int = Field(8192, ge=16)
+    max_model_len: int = Field(8192, ge=16, le=1 << 24)
     """Context length."""
     enable_expert_parallel: bool = False
     """For MoE models."""
-    min_replicas: int = Field(1, ge=0)
+    min_replicas: int = Field(1, ge=0, le=MAX_REPLICAS)
     """Serve autoscaling minimum; each replica holds a whole slice."""
-    max_replicas: int = Field(1, ge=1)
+    max_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     """Serve autoscaling maximum."""
-    engine_kwargs: dict[str, Any] = {}
+    engine_kwargs: dict[str, Any] = Field({}, max_length=MAX_ITEMS)
     """Other vLLM engine arguments."""
 
 
@@ -219,7 +235,7 @@ class ServingConfig(_Model):
     image: str | None = None
     """Image; default: the engine's, built from this checkout by `pulumi up`."""
     engine: EngineName = Field(engines.DEFAULT_ENGINE, description=engines.describe())
-    models: list[ServedModel] = []
+    models: list[ServedModel] = Field([], max_length=MAX_SERVED_MODELS)
     """Served models."""
     upgrade_strategy: UpgradeStrategy = "None"
     """`None` (in place), `NewCluster` (blue/green: twice the slices) or
@@ -233,11 +249,11 @@ class PricesConfig(_Model):
 
     source: str | None = None
     """Where your prices come from, shown by `park cost`."""
-    tpu_chip_hour: dict[Capacity, NonNegativeFloat] = {}
+    tpu_chip_hour: dict[Capacity, Price] = {}
     """$/chip-hour by capacity type, e.g. `{on-demand: 2.5, spot: 0.95}`."""
-    machine_hour: dict[str, NonNegativeFloat] = {}
+    machine_hour: dict[str, Price] = Field({}, max_length=MAX_ITEMS)
     """$/hour by machine type of the CPU and GPU pools."""
-    cluster_hour: float | None = Field(None, ge=0)
+    cluster_hour: float | None = Field(None, ge=0, le=MAX_PRICE, allow_inf_nan=False)
     """GKE cluster management fee, $/hour."""
 
 
@@ -250,7 +266,7 @@ class ObservabilityConfig(_Model):
     """TPU chip metrics (`ray_tpu_*`, from the TPU device plugin)."""
     expose_dashboard: bool = False
     """Opt-in: the RayService's Ray dashboard behind IAP."""
-    iap_members: list[str] = []
+    iap_members: list[str] = Field([], max_length=MAX_ITEMS)
     """Who IAP lets in, e.g. `group:ml@example.com`."""
     dashboard_domain: str | None = None
     """Host name of the IAP-protected dashboard (certificate)."""
@@ -264,7 +280,7 @@ class ObservabilityConfig(_Model):
     """A Grafana dashboard ConfigMap (`grafana_dashboard: "1"`)."""
     training_metrics: bool = True
     """Loss and tokens/s as log-based metrics."""
-    scrape_interval: str = Field("30s", pattern=r"^[0-9]+(ms|s|m|h)$")
+    scrape_interval: str = Field("30s", pattern=r"^[0-9]{1,5}(ms|s|m|h)$")
     """Managed Prometheus scrape interval of Ray pods."""
 
 
@@ -328,7 +344,7 @@ class StackConfig(_Model):
     """The Pulumi stack's name (from the stack file's name, not a key)."""
     zone: str
     """Zone of the cluster and every pool; must offer TPU v6e."""
-    extra_tpu_zones: list[str] = []
+    extra_tpu_zones: list[str] = Field([], max_length=MAX_ITEMS)
     """Zones to accept beyond the catalog's known zones of the TPU generation."""
     namespace: str = "park"
     """Kubernetes namespace of the Ray workloads."""
@@ -352,9 +368,9 @@ class StackConfig(_Model):
     """How KubeRay gets onto the cluster."""
     kueue: KueueConfig = KueueConfig()
     """Kueue, installed only when a TPU pool is `queued`."""
-    tpu_pools: list[TpuPoolConfig] = []
+    tpu_pools: list[TpuPoolConfig] = Field([], max_length=MAX_TPU_POOLS)
     """TPU pools: one GKE node pool per slice."""
-    gpu_pools: list[GpuPoolConfig] = []
+    gpu_pools: list[GpuPoolConfig] = Field([], max_length=MAX_GPU_POOLS)
     """Optional GPU pools beside the TPU pools."""
     storage: StorageConfig = StorageConfig()
     """The bucket for checkpoints and models."""

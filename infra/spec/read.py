@@ -19,8 +19,8 @@ from pydantic.alias_generators import to_camel
 
 from infra.spec.errors import ConfigError, ConfigProblem
 from infra.spec.models import SECRET_PLACEHOLDER, StackConfig
-from infra.spec.safe import load_yaml
-from infra.spec.secrets import credentials_in
+from infra.spec.safe import load_yaml, read_bounded
+from infra.spec.secrets import credentials_in, secret_named
 
 # Top-level model fields and the config key each comes from.
 _KEY_OF_FIELD = {
@@ -39,6 +39,13 @@ SECRET_KEYS = ("park:hfToken", "park:iapOauthClientSecret")
 # Where a credential used to live: the problem says where it went (never the value).
 MOVED_SECRETS = {("park:serving", "hfToken"): "park:hfToken"}
 _HIDDEN = "<plain text, not shown>"
+
+
+def parks_own(key: str) -> bool:
+    """A key park reads (park:*, and the gcp:* keys it takes from the provider's namespace).
+    Every other key (gcp:accessToken, kubernetes:kubeconfig...) is a provider's: the provider
+    reads it, park never writes it anywhere, so park's secret rules do not judge it."""
+    return key.startswith("park:") or key in _KEY_OF_FIELD.values()
 
 
 def config_keys() -> list[str]:
@@ -115,7 +122,7 @@ def credential_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
     problems = []
     moved = {f"{key}.{field}" for key, field in MOVED_SECRETS}
     for key, value in values.items():
-        if key in SECRET_KEYS or not isinstance(key, str):
+        if key in SECRET_KEYS or not isinstance(key, str) or not parks_own(key):
             continue
         for path, what in credentials_in(value, key, fields=_SPEC_FIELDS):
             if path in moved:
@@ -131,6 +138,30 @@ def credential_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
                 )
             )
     return problems
+
+
+def provider_credential(key: str, value: Any) -> bool:
+    """A provider's key holding a credential (named like one, or holding one)."""
+    if parks_own(key) or value in (None, ""):
+        return False
+    return secret_named(key.split(":", 1)[-1]) or any(credentials_in(value, key))
+
+
+def provider_credential_warnings(
+    values: Mapping[str, Any], secret_keys: Collection[str]
+) -> list[ConfigProblem]:
+    """A provider's credential stored in plain text: park does not judge it (the provider
+    reads it, park never writes it), but a stack file is committed, so it is said."""
+    return [
+        ConfigProblem(
+            key,
+            _HIDDEN,
+            "a provider's credential stored in plain text in the stack's config: store it "
+            f"encrypted (pulumi config set --secret {key} <value>) or from an ESC environment",
+        )
+        for key, value in values.items()
+        if key not in secret_keys and provider_credential(key, value)
+    ]
 
 
 # C0 controls but tab and newline, DEL, C1, and the bidirectional overrides that make a name
@@ -206,7 +237,9 @@ def parse_values(
         problems += secret_problems(values, secret_keys)
     problems += moved_secret_problems(values)
     problems += credential_problems(values)
-    problems += control_problems({k: v for k, v in values.items() if k not in SECRET_KEYS})
+    problems += control_problems(
+        {k: v for k, v in values.items() if k not in SECRET_KEYS and parks_own(k)}
+    )
     values = _without_secrets(values)
     known = {v: k for k, v in _KEY_OF_FIELD.items()}
     for key, value in values.items():
@@ -273,7 +306,13 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
 def read_stack_document(path: Path) -> tuple[dict[str, Any], list[str], tuple[str, ...]]:
     """read_stack_file's values and secret keys, and the Pulumi ESC environments the file
     imports (`environment:`, a list of `<project>/<env>` names, merged in order)."""
-    raw = path.read_bytes()
+    try:
+        raw = read_bounded(path)
+    except yaml.YAMLError as err:
+        raise StackFileError(f"{path}:1: {getattr(err, 'problem', None) or err}") from None
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+        raise StackFileError(f"{path}: cannot read it ({why})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -336,9 +375,9 @@ def read_esc_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     `${...}` interpolations or `fn::` functions (fn::secret, fn::open...) is refused, because
     only ESC resolves them: an unopened `fn::secret` is ciphertext, not the value."""
     try:
-        document = load_yaml(path.read_bytes())  # JSON is YAML; bounded
+        document = load_yaml(read_bounded(path))  # JSON is YAML; bounded
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        problem = type(err).__name__
+        problem = getattr(err, "strerror", None) or getattr(err, "problem", None) or "unreadable"
         raise StackFileError(f"{path}: cannot read it as JSON or YAML: {problem}") from None
     if isinstance(document, dict) and isinstance(document.get("values"), dict):
         document = document["values"]  # an environment definition rather than its opened form
@@ -353,7 +392,11 @@ def read_esc_config(path: Path) -> tuple[dict[str, Any], list[str]]:
         secrets = sorted(k for k, entry in document.items() if entry.get("secret") is True)
         document = {key: _cli_config_value(entry) for key, entry in document.items()}
     else:
-        secrets = sorted(k for k in document if k in SECRET_KEYS)
+        # No flags: the credential keys are secrets, park's and the providers' (what ESC's
+        # fn::secret or a login provider such as gcp-login gives, e.g. gcp:accessToken).
+        secrets = sorted(
+            k for k, v in document.items() if k in SECRET_KEYS or provider_credential(k, v)
+        )
     unresolved = sorted(k for k, v in document.items() if _unresolved(v))
     if unresolved:
         raise StackFileError(

@@ -8,7 +8,11 @@ text uses `load_yaml` / `load_yaml_all`, and every message that quotes a value u
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -143,6 +147,21 @@ def _bounded_text(text: str | bytes) -> str:
     if _flow_depth_over(decoded, MAX_DEPTH):
         raise YAMLLimitError(None, None, f"nested deeper than {MAX_DEPTH} levels", None)
     return decoded
+
+
+def read_bounded(path: Path, limit: int = MAX_BYTES) -> bytes:
+    """A regular file's first bytes, at most `limit` + 1 (a FIFO, /dev/zero or a 10 GB file
+    is refused, never read whole): OSError for what is not a regular file, YAMLLimitError for
+    one larger than `limit`."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer (regular files ignore it)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise YAMLLimitError(None, None, f"larger than {limit // (1024 * 1024)} MiB", None)
+    return data
 
 
 def load_yaml(text: str | bytes) -> Any:

@@ -91,6 +91,13 @@ class Only(StrEnum):
     serve = "serve"
 
 
+def _shown(value: object) -> str:
+    """Anything from the stack or the command line, as it may reach a terminal: control
+    characters escaped (a stack or file name holding an escape sequence is printed as text),
+    Rich markup escaped."""
+    return escape(one_line(str(value)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Stack files
 
@@ -112,7 +119,7 @@ def resolve_stack_file(stack: str, config_file: Path | None) -> Path:
     """The stack file to read, or exit 2 saying where we looked."""
     if config_file is not None:
         if not config_file.is_file():
-            err_console.print(f"[red]error:[/] no stack file at {escape(str(config_file))}")
+            err_console.print(f"[red]error:[/] no stack file at {_shown(config_file)}")
             raise typer.Exit(2)
         return config_file
     looked = []
@@ -124,8 +131,8 @@ def resolve_stack_file(stack: str, config_file: Path | None) -> Path:
     files = [p.name for d in stack_dirs() for p in d.glob("Pulumi.*.yaml")]
     known = sorted({name[len("Pulumi.") : -len(".yaml")] for name in files})
     err_console.print(
-        f"[red]error:[/] no stack {escape(stack)!r}: looked at {escape(', '.join(looked))}. "
-        f"Known stacks: {escape(', '.join(known) or 'none')}. Or pass --config-file PATH."
+        f"[red]error:[/] no stack {_shown(repr(stack))}: looked at {_shown(', '.join(looked))}. "
+        f"Known stacks: {_shown(', '.join(known) or 'none')}. Or pass --config-file PATH."
     )
     raise typer.Exit(2)
 
@@ -182,7 +189,9 @@ def render(
         except OutputError as err:
             err_console.print(f"[red]error:[/] {escape(one_line(str(err)))}", soft_wrap=True)
             raise typer.Exit(2) from None
-        console.print(f"wrote {out / 'resources.json'} and {out / 'manifests'}/")
+        console.print(
+            f"wrote {_shown(out)}/resources.json and {_shown(out)}/manifests/", highlight=False
+        )
     report.render_summary(rendered, console)
 
 
@@ -218,7 +227,7 @@ def validate(
     from infra.tools.validate import ManifestReadError, load_manifest_dir, manifest_sections
 
     path = resolve_stack_file(stack, config_file)
-    console.print(f"validating {escape(str(path))}", highlight=False)
+    console.print(f"validating {_shown(path)}", highlight=False)
     plan = _plan(path, stack, esc_config, console)
     console.print("  [green]ok[/] config: every park:* key")
     resources = None
@@ -233,7 +242,7 @@ def validate(
             console.print(f"[red]plan:[/] the program failed: {shown}", soft_wrap=True)
             raise typer.Exit(1) from None
     elif not manifests.is_dir():
-        err_console.print(f"[red]error:[/] no manifests folder at {escape(str(manifests))}")
+        err_console.print(f"[red]error:[/] no manifests folder at {_shown(manifests)}")
         raise typer.Exit(2)
     else:
         try:
@@ -251,9 +260,9 @@ def validate(
         report.section(section, console)
         count += len(section.problems)
     if count:
-        console.print(f"[red]{plan.stack}: {count} problem(s)[/]")
+        console.print(f"[red]{_shown(plan.stack)}: {count} problem(s)[/]")
         raise typer.Exit(1)
-    console.print(f"[green]{plan.stack}: valid[/]")
+    console.print(f"[green]{_shown(plan.stack)}: valid[/]")
 
 
 @app.command(short_help="Chips, hosts, $/hour by capacity type, idle, one run.")
@@ -299,7 +308,11 @@ def stage_model(
     plan = _plan(resolve_stack_file(stack, config_file), stack, esc_config)
     jobs = staging_jobs(plan)
     if not jobs:
-        err_console.print(f"{plan.stack}: no hub model to stage")
+        err_console.print(
+            f"{_shown(plan.stack)}: nothing to stage (no workload reads a hub model from the "
+            "bucket)",
+            highlight=False,
+        )
         return
     print(yaml.safe_dump_all(jobs, sort_keys=False), end="")
 
@@ -333,7 +346,7 @@ def local(
     try:
         run_local(rendered, only=only.value if only else None, keep=keep, console=console)
     except LocalRunError as err:
-        console.print(f"[red]park local failed:[/] {escape(str(err))}", soft_wrap=True)
+        console.print(f"[red]park local failed:[/] {_shown(err)}", soft_wrap=True)
         raise typer.Exit(1) from None
 
 

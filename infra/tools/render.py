@@ -20,6 +20,9 @@ import yaml
 from infra import stack as stack_front
 from infra.resolve import StackPlan
 from infra.spec.models import SECRET_PLACEHOLDER, StackConfig
+from infra.tools.outdir import RECORD as RECORD
+from infra.tools.outdir import OutputError as OutputError
+from infra.tools.outdir import write_owned
 
 PROJECT = "park-gke"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -389,44 +392,10 @@ def manifest_filename(manifest: dict[str, Any]) -> str:
     return f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml"
 
 
-RECORD = ".park-render.json"  # what park wrote into --out, and each file's digest
-
-
-class OutputError(RuntimeError):
-    """An --out park cannot write into as it must: one line, no traceback."""
-
-
-def _digest(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
-
-
-def _read_record(out: Path) -> dict[str, str]:
-    from infra.spec.safe import load_yaml
-
-    path = out / RECORD
-    if not path.is_file():
-        return {}
-    try:
-        record = load_yaml(path.read_bytes())
-    except (OSError, ValueError, yaml.YAMLError):
-        raise OutputError(
-            f"{path}: not a record park wrote; remove it or pick another --out"
-        ) from None
-    files = record.get("files") if isinstance(record, dict) else None
-    if not isinstance(files, dict):
-        raise OutputError(f"{path}: not a record park wrote; remove it or pick another --out")
-    return {str(k): str(v) for k, v in files.items()}
-
-
 def write_outputs(rendered: Rendered, out: Path) -> None:
-    """resources.json (every registered resource) and manifests/<kind>-<name>.yaml.
-
-    `out` holds only what park wrote there: .park-render.json records each file and its
-    digest. A file park did not write, or one changed since it wrote it, is never overwritten
-    or deleted (OutputError, naming it); files of an earlier render that this one no longer
-    makes are removed only if they are park's and unchanged."""
+    """resources.json (every registered resource) and manifests/<kind>-<name>.yaml, through
+    the one writer (infra.tools.outdir): `out` holds only what park wrote there, no link is
+    followed, and nothing outside it is written, replaced or deleted."""
     files: dict[str, bytes] = {
         "resources.json": (
             json.dumps([r.as_json() for r in rendered.resources], indent=2, sort_keys=True) + "\n"
@@ -435,38 +404,4 @@ def write_outputs(rendered: Rendered, out: Path) -> None:
     for manifest in rendered.manifests():
         text = yaml.safe_dump(manifest, sort_keys=False, width=100)
         files[f"manifests/{manifest_filename(manifest)}"] = text.encode()
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out}: a file, not a folder")
-    try:
-        (out / "manifests").mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        why = err.strerror or type(err).__name__
-        raise OutputError(f"--out {out}: cannot create it ({why})") from None
-    previous = _read_record(out)
-
-    def ours(relative: str) -> bool:
-        path = out / relative
-        if not path.exists():
-            return True
-        if not path.is_file() or relative not in previous:
-            return False
-        return _digest(path.read_bytes()) == previous[relative]
-
-    foreign = sorted(r for r in files if not ours(r))
-    if foreign:
-        raise OutputError(
-            f"--out {out}: {', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''} "
-            "exist(s) and park did not write them (or they changed since); move them or pick "
-            "another --out"
-        )
-    try:
-        for relative in sorted(set(previous) - set(files)):
-            if ours(relative) and (out / relative).is_file():
-                (out / relative).unlink()  # park's own file from an earlier render
-        for relative, data in files.items():
-            (out / relative).write_bytes(data)
-        record = {"files": {r: _digest(d) for r, d in sorted(files.items())}}
-        (out / RECORD).write_text(json.dumps(record, indent=2) + "\n")
-    except OSError as err:
-        why = err.strerror or type(err).__name__
-        raise OutputError(f"--out {out}: cannot write ({why})") from None
+    write_owned(out, files)

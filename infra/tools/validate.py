@@ -17,7 +17,7 @@ import yaml
 
 from infra.resolve import StackPlan
 from infra.rules.security import Exposure, posture_verdict, production
-from infra.spec.safe import load_yaml, load_yaml_all
+from infra.spec.safe import load_yaml, load_yaml_all, read_bounded
 from infra.spec.secrets import credential_kind, credentials_in
 from infra.tools import gke_api
 from infra.tools.checks import check_manifests, ray_serve_check
@@ -51,7 +51,7 @@ def load_manifest_dir(directory: Path) -> list[dict[str, Any]]:
         raise ManifestReadError(f"{directory}: over {MAX_MANIFEST_FILES} YAML files")
     for path in paths:
         try:
-            documents = load_yaml_all(path.read_bytes())
+            documents = load_yaml_all(read_bounded(path))
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             line = mark.line + 1 if mark is not None else 1

@@ -137,7 +137,7 @@ MINIMAL: dict[str, tuple[dict[str, Any], dict[str, int]]] = {
             "project": "p",
             "domain": "ray.example.com",
             "iap_members": ["group:ml@example.com"],
-            "oauth_client_id": "123.apps.googleusercontent.com",
+            "oauth_client_id": "123-abc.apps.googleusercontent.com",
             "oauth_secret": "iap-oauth",
         },
         {"gcp:compute/globalAddress:GlobalAddress": 1, "gcp:iap/webIamMember:WebIamMember": 1},

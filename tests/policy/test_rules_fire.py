@@ -315,7 +315,7 @@ CASES = [
         "gke-private-nodes",
         "dev",
         _set("masterAuthorizedNetworksConfig.cidrBlocks", [{"cidrBlock": "0.0.0.0/0"}], CLUSTER),
-        "opens the control plane",
+        "open the control plane",
     ),
     Case(
         "bucket-uniform-access",

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from infra.names import QUEUE_NAME_LABEL, ROLE_LABEL, TRAINING_JOB_NAME
+from infra.plan.kubelet import literal
 from infra.plan.ray.pods import (
     DISK_BUDGET_ANNOTATION,
     RayPods,
@@ -110,7 +111,8 @@ def rayjob(training: TrainingPlan, pods: RayPods, *, hf_token: bool = False) -> 
     if training.queue_name:
         labels[QUEUE_NAME_LABEL] = training.queue_name
     body: dict[str, Any] = {
-        "entrypoint": protocol.training_entrypoint(training_fields(training)),
+        # KubeRay hands it to the submitter's args, where the kubelet expands $(VAR)
+        "entrypoint": literal(protocol.training_entrypoint(training_fields(training))),
         "runtimeEnvYAML": yaml.safe_dump(training_runtime_env(), sort_keys=True),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,

@@ -33,6 +33,7 @@ from infra.names import (
     TPU_DEVICE_PLUGIN_METRICS_PORT,
     WORKLOAD_LABEL,
 )
+from infra.plan.kubelet import literal
 from infra.resolve import PoolPlan, StackPlan
 
 
@@ -180,12 +181,13 @@ def scratch_env(pods: RayPods) -> dict[str, str]:
 def container_env(
     pods: RayPods, hf_token: bool, extra: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
-    env += [{"name": k, "value": v} for k, v in scratch_env(pods).items()]
+    """Every Ray container's variables, each value as the kubelet must pass it on (the mount
+    path and the bucket come from the stack: infra.plan.kubelet)."""
+    values = {"PYTHONUNBUFFERED": "1", **scratch_env(pods)}
     if hf_token:
-        env.append({"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/{HF_SECRET_KEY}"})
-    env += [{"name": k, "value": v} for k, v in sorted((extra or {}).items())]
-    return env
+        values["HF_TOKEN_PATH"] = f"{HF_TOKEN_DIR}/{HF_SECRET_KEY}"
+    values |= dict(sorted((extra or {}).items()))
+    return [{"name": k, "value": literal(v)} for k, v in values.items()]
 
 
 def container_resources(

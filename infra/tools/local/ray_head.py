@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.plan.kubelet import as_run
+from infra.tools.outdir import open_new, write_new
 from workloads import protocol
 from workloads.protocol import free_port
 
@@ -92,7 +94,7 @@ class LocalRay:
         env.setdefault("RAY_agent_register_timeout_ms", "600000")
         env.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "600")
         env["PYTHONUNBUFFERED"] = "1"
-        with self.log_path.open("wb") as log:
+        with open_new(self.log_path, "wb") as log:
             # Own session: a Ctrl-C in the terminal reaches park, which stops Ray in order.
             self.process = subprocess.Popen(
                 self.command(),
@@ -143,7 +145,7 @@ def pods_ray_env(manifest: dict[str, Any] | None) -> dict[str, str]:
     pod = ((cluster.get("headGroupSpec") or {}).get("template") or {}).get("spec") or {}
     containers = pod.get("containers") or [{}]
     return {
-        e["name"]: str(e["value"])
+        e["name"]: as_run(str(e["value"]))  # as the kubelet passes it on
         for e in containers[0].get("env") or []
         if str(e.get("name", "")).startswith("RAY_") and "value" in e
     }
@@ -213,7 +215,7 @@ def follow_job(
         raise
     finally:
         with suppress(Exception):
-            log_path.write_text(client.get_job_logs(job_id))
+            write_new(log_path, client.get_job_logs(job_id))
 
 
 def log_tail(log_path: Path, lines: int = 30) -> str:

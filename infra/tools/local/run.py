@@ -37,6 +37,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from infra.spec.safe import one_line
 from infra.tools.local import console as console_out
 from infra.tools.local.profile import (
     FACT_QUESTION_INDEX,
@@ -51,6 +52,7 @@ from infra.tools.local.ray_head import (
 )
 from infra.tools.local.rl import run_rl, runs_rl
 from infra.tools.local.submit import LocalJob, run_job
+from infra.tools.outdir import make_folder, open_new, write_new
 from workloads import protocol
 
 TRAIN_JOB = LocalJob()  # its defaults: the CPU profile of profile.py, train.log, 30 minutes
@@ -103,14 +105,14 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
             + ": enable park:training and/or park:serving"
         )
     run_dir = run_dir_for(stack)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(run_dir)  # never through a link (infra.tools.outdir)
     outcome = Outcome()
     console.print(
         f"[bold]park local {escape(stack)}[/]: the stack's "
         + " and ".join(
             n for n, m in (("RayJob", rayjob), ("RayService", rayservice)) if m is not None
         )
-        + f" on a local Ray (CPU); run folder {run_dir}",
+        + f" on a local Ray (CPU); run folder {escape(one_line(str(run_dir)))}",
         highlight=False,
     )
     # SIGTERM (kill, a supervisor) stops the run as Ctrl-C does: Ray goes down in order.
@@ -305,7 +307,7 @@ def _serve(
     if not isinstance(text, str):
         raise LocalRunError("the RayService has no serveConfigV2")
     config_path = run_dir / "serveConfigV2.yaml"
-    config_path.write_text(text)
+    write_new(config_path, text)
     models = [
         llm.get("model_loading_config", {}).get("model_id")
         for app in (yaml.safe_load(text) or {}).get("applications") or []
@@ -339,7 +341,7 @@ def _serve(
     started = time.monotonic()
     # The pods' Ray env here too: cpu_profile reads direct streaming from it.
     env = {**os.environ, **ray.env, **ray_auth_env(), "PYTHONUNBUFFERED": "1"}
-    with stderr_path.open("w") as stderr:
+    with open_new(stderr_path) as stderr:
         process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from infra.plan.kubelet import as_run
 from infra.tools.local import console as console_out
 from infra.tools.local.profile import ProfileError, cpu_entrypoint, runtime_env_of
 from infra.tools.local.ray_head import (
@@ -65,7 +66,8 @@ def run_job(
 
     storage = str(run_dir / "checkpoints")
     try:
-        entrypoint, changes = job.profile(rayjob["spec"]["entrypoint"], storage)
+        # what the pod would run: the kubelet's reading of it (infra.plan.kubelet)
+        entrypoint, changes = job.profile(as_run(rayjob["spec"]["entrypoint"]), storage)
         runtime_env = runtime_env_of(rayjob)
     except ProfileError as err:
         raise LocalRunError(str(err)) from None
