@@ -7,6 +7,7 @@ down only the Ray processes it started (never ``ray stop``, which would stop eve
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -147,6 +148,9 @@ def stop_shared_head() -> None:
     """Stop the session's head, if one runs (a later test starts a new one)."""
     while _shared:
         _stop_head(_shared.pop())
+
+
+atexit.register(stop_shared_head)  # however pytest ends: the head runs in a session of its own
 
 
 def _wait_until_clean(head: _Head, timeout_s: float = 120) -> None:
