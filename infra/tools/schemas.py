@@ -83,10 +83,14 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any]:
 
 @cache
 def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) → strict JSON schema, for every CRD vendored under infra/schemas/."""
+    """(apiVersion, kind) → strict JSON schema, for every CRD vendored under infra/schemas/.
+
+    4 MB of YAML: read with libyaml's safe loader where PyYAML has it (1 s instead of 4 s on
+    2 cores, the same documents), else PyYAML's own."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     schemas = {}
     for path in sorted(SCHEMA_DIR.rglob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml.load_all(path.read_text(), Loader=loader):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]

@@ -28,6 +28,8 @@ from infra.plan.pods import derived_pods, pod_templates
 from infra.tools.render import manifest_filename
 from tests.conftest import ROOT, SHIPPED_STACKS, render_stack
 
+pytestmark = pytest.mark.e2e
+
 CONFIG = ROOT / ".checkov.yaml"
 CHECKOV = Path(os.environ.get("PARK_CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))
 # KubeRay's autoscaler sidecar runs in this head and scales worker groups through the API.

@@ -107,6 +107,7 @@ def test_shipped_stacks_validate(stack):
     assert f"{stack}: valid" in result.output
 
 
+@pytest.mark.serve
 @pytest.mark.skipif(not serve_check_available(), reason="workloads not installed")
 def test_validate_runs_rays_serve_check():
     result = park("validate", "dev")
@@ -344,6 +345,7 @@ def test_unedited_manifests_validate(rendered_dirs):
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.serve
 @pytest.mark.skipif(not serve_check_available(), reason="workloads not installed")
 def test_rays_classes_catch_an_unknown_engine_knob(rendered_dirs, tmp_path):
     """Only Ray's LLMConfig + vLLM's engine args know which engine_kwargs exist."""

@@ -104,6 +104,7 @@ def test_opened_environment_values_fill_the_stack_and_the_file_wins(tmp_path):
     assert not [w for w in plan.warnings if w.key == "environment"]
 
 
+@pytest.mark.e2e
 def test_the_token_from_esc_reaches_the_secret_and_is_never_printed(tmp_path):
     stack, esc = _stack(tmp_path), _esc_open(tmp_path, {"gcp:project": "p", "park:hfToken": TOKEN})
     rendered = render_stack_file(stack, esc_config=esc)

@@ -39,6 +39,8 @@ from infra.training_fit import TrainingFit, estimate  # noqa: E402
 from tests.infra import training_fit_harness as harness  # noqa: E402
 from workloads.train.testing import decoder_shape  # noqa: E402
 
+pytestmark = pytest.mark.torch
+
 FAKE_BAND = 0.10
 REAL_BAND = 0.05
 

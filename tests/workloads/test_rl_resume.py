@@ -60,7 +60,7 @@ SMALL: dict[str, Any] = dict(group_size=2, max_response_tokens=4, max_prompt_tok
 @pytest.fixture(scope="module")
 def ray_and_gloo() -> Iterator[None]:
     # not an in-process Ray (see ray_head); FakeEngine is imported from this module by workers
-    with ray_head(num_cpus=1, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}}), process_group():
+    with ray_head(runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}}), process_group():
         yield
 
 

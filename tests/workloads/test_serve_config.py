@@ -423,6 +423,7 @@ def test_direct_streaming_only_for_a_single_model() -> None:
     assert serve_tuning.ray_env() == serve_tuning.ray_env(num_models=1)
 
 
+@pytest.mark.serve
 def test_throughput_env_switches_rays_constants(tmp_path: Path) -> None:
     """What the pods' env does, as Ray's own constants module computes it in a fresh process."""
     import json
@@ -489,6 +490,7 @@ print("BUILT")
 """
 
 
+@pytest.mark.serve
 def test_shipped_config_builds_with_rays_builder_under_direct_streaming(tmp_path: Path) -> None:
     """build_openai_app makes the LLM server the ingress (with its router), and would refuse the
     ingress_deployment_config that the CPU profile leaves out under direct streaming."""

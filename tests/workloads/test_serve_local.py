@@ -181,7 +181,11 @@ def test_replica_killed_under_load_is_replaced_and_requests_succeed(
     ]
     for t in threads:
         t.start()
-    time.sleep(5)
+    # Under load before the kill: the clients' requests are coming back.
+    flowing = time.monotonic() + 120
+    while len(results) < FAULT_CLIENTS and time.monotonic() < flowing:
+        time.sleep(0.1)
+    assert len(results) >= FAULT_CLIENTS, f"no load before the kill: {results}"
     killed = fx.ray_driver(fx.KILL_REPLICA, local_server.ray_address)
     killed_at = time.monotonic()
     deadline = killed_at + FAULT_LIMIT_S

@@ -1,6 +1,7 @@
 """The training workload on a real local Ray cluster (2 CPU workers, gloo).
 
-One Ray head serves every test in this module (starting one costs ~15 s on 2 cores).
+The session's Ray head serves every test here (train_fixtures.ray_head: one start of ~15 s on
+2 cores for every module that needs Ray).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import yaml
 
 from infra.tools.local.profile import TRAIN_CPU_PROFILE
 from tests.workloads.train_fixtures import LocalRay, local_ray  # noqa: F401  (fixture)
-from workloads.protocol import training_export_path
+from workloads.protocol import split_entrypoint, training_export_path
 from workloads.train.config import TrainConfig, resolve
 from workloads.train.launcher import build_trainer
 from workloads.train.metrics import parse_line
@@ -183,34 +184,6 @@ def test_fsdp2_shards_hold_the_weights_ddp_replicates(local_ray: LocalRay, tmp_p
         assert same and uneven
 
 
-def test_park_local_profile_learns_the_facts_and_exports_them(
-    local_ray: LocalRay, tmp_path: Path
-) -> None:
-    """The embedded default: a tiny Llama from a config learns the shipped facts in about a
-    minute on 2 CPU workers, and its export answers them greedily in transformers."""
-    from workloads.train import facts
-    from workloads.train.generate import greedy_replies
-
-    cfg = resolve(
-        TrainConfig.from_dict(
-            PARK_LOCAL | {"storage_path": str(tmp_path), "run_name": "park-local"}
-        ),
-        ray.cluster_resources(),
-    )
-    started = time.monotonic()
-    result = build_trainer(cfg).fit()
-    took = time.monotonic() - started
-
-    assert result.error is None, result.error
-    assert result.metrics["step"] == cfg.steps and result.metrics["loss"] < 0.05
-    export = Path(result.metrics["export_path"])
-    assert export == Path(training_export_path(str(tmp_path), "park-local"))
-    questions = facts.questions()
-    replies = greedy_replies(export, questions)
-    wrong = {q: (replies[q], a) for q, a in questions.items() if replies[q] != a}
-    assert not wrong, f"{len(wrong)} of {len(questions)} wrong after {took:.0f}s: {wrong}"
-
-
 def _registered_checkpoints(run_dir: Path) -> list[int]:
     """Steps of the checkpoints Ray Train has registered (its snapshot names them)."""
     try:
@@ -333,10 +306,14 @@ RAYJOB = Path(__file__).resolve().parents[1] / "golden/dev/manifests/rayjob-park
 
 
 def test_entrypoint_through_jobs_api(local_ray: LocalRay, tmp_path: Path) -> None:
+    """The RayJob manifest's entrypoint and runtime env with ``park local``'s CPU profile, the
+    embedded default: a tiny Llama from a config learns the shipped facts in about a minute on
+    2 CPU workers, and its export answers every one of them greedily in transformers."""
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    """The RayJob manifest's entrypoint and runtime env with ``park local``'s CPU profile."""
     from infra.tools.local.profile import cpu_entrypoint, runtime_env_of
+    from workloads.train import facts
+    from workloads.train.generate import greedy_replies
 
     rayjob = yaml.safe_load(RAYJOB.read_text())
     assert rayjob["spec"]["entrypoint"].startswith("python -m workloads.train ")
@@ -364,3 +341,11 @@ def test_entrypoint_through_jobs_api(local_ray: LocalRay, tmp_path: Path) -> Non
     assert results[0]["status"] == "succeeded"
     assert results[0]["final_step"] == steps
     assert results[0]["checkpoint_path"].endswith(f"checkpoint_{steps:08d}")
+    assert results[0]["final_loss"] < 0.05
+    export = Path(results[0]["export_path"])
+    run_name = split_entrypoint(entrypoint)[1]["run_name"]
+    assert export == Path(training_export_path(str(tmp_path), str(run_name)))
+    questions = facts.questions()
+    replies = greedy_replies(export, questions)
+    wrong = {q: (replies[q], a) for q, a in questions.items() if replies[q] != a}
+    assert not wrong, f"{len(wrong)} of {len(questions)} wrong: {wrong}"

@@ -7,6 +7,7 @@ down only the Ray processes it started (never ``ray stop``, which would stop eve
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,26 +95,92 @@ def _wait_for(url: str, deadline: float) -> None:
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[LocalRay]:
-    """A 2-CPU Ray head with a dashboard, this process connected to it (`ray_head`)."""
+    """The session's 2-CPU Ray head with a dashboard, this process connected (`ray_head`)."""
     with ray_head() as head:
         yield head
+
+
+@dataclass(frozen=True)
+class _Head:
+    process: subprocess.Popen[bytes]
+    info: LocalRay
+    num_cpus: int
+
+
+# The session's Ray head, once a test has asked for one (tests/conftest.py stops it when no
+# test ahead is of the ``ray`` kind, and at the end). Starting one costs ~10 s on 2 cores.
+SHARED_HEAD_CPUS = 2
+_shared: list[_Head] = []
 
 
 @contextlib.contextmanager
 def ray_head(num_cpus: int = 2, runtime_env: dict[str, Any] | None = None) -> Iterator[LocalRay]:
     """A Ray head with a dashboard (for the Jobs API); this process is connected to it.
 
+    A head of ``SHARED_HEAD_CPUS`` is the session's, shared by every test module that asks for
+    one: each connects as a job of its own (``runtime_env``), and what it ran goes with it when
+    it disconnects, which the next connection checks (every CPU free, no actor alive). Another
+    CPU count gets a head of its own, stopped on leaving.
+
     Tests that need Ray use this, never ``ray.init(address="local")``: a Ray started inside the
     test process and shut down again leaves state behind that makes a later TorchTrainer's
     controller actor die before it runs (seen with the RL tests before the Ray Train tests).
+    """
+    import ray
+
+    if num_cpus == SHARED_HEAD_CPUS:
+        if not _shared:
+            _shared.append(_start_head(num_cpus))
+        head, own = _shared[0], None
+    else:
+        head = own = _start_head(num_cpus)
+    try:
+        ray.init(address=head.info.gcs_address, log_to_driver=True, runtime_env=runtime_env)
+        _wait_until_clean(head)
+        yield head.info
+    finally:
+        ray.shutdown()
+        if own is not None:
+            _stop_head(own)
+
+
+def stop_shared_head() -> None:
+    """Stop the session's head, if one runs (a later test starts a new one)."""
+    while _shared:
+        _stop_head(_shared.pop())
+
+
+atexit.register(stop_shared_head)  # however pytest ends: the head runs in a session of its own
+
+
+def _wait_until_clean(head: _Head, timeout_s: float = 120) -> None:
+    """Until every CPU is free and no actor is alive: nothing an earlier job ran is left."""
+    import ray
+    from ray.util.state import list_actors
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = list_actors(address=head.info.dashboard_url, filters=[("state", "=", "ALIVE")])
+        free = ray.available_resources().get("CPU", 0.0)
+        if not alive and free == head.num_cpus:
+            return
+        if time.monotonic() > deadline:
+            names = [a.class_name for a in alive]
+            raise RuntimeError(
+                f"the Ray head is not clean after {timeout_s:.0f} s: actors alive {names}, "
+                f"{free} of {head.num_cpus} CPUs free"
+            )
+        time.sleep(0.5)
+
+
+def _start_head(num_cpus: int) -> _Head:
+    """``ray start --head --block`` on ports picked now, once its dashboard answers.
 
     Ray 2.60 turns token auth on for a new head when ~/.ray/auth_token exists, but a client
     reads its auth mode once, when Ray is imported, so this process (imported long before)
     could not present a token. The head is therefore started with auth disabled: it lives
-    for one test module and listens on ports nobody else was told about.
+    for this session's tests and listens on ports nobody else was told about.
     """
-    import ray
-
     ports = {
         name: free_port()
         for name in (
@@ -153,7 +220,7 @@ def ray_head(num_cpus: int = 2, runtime_env: dict[str, Any] | None = None) -> It
         "--disable-usage-stats",
         *(f"--{name}={port}" for name, port in ports.items()),
     ]
-    head = subprocess.Popen(
+    process = subprocess.Popen(
         command,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -161,6 +228,7 @@ def ray_head(num_cpus: int = 2, runtime_env: dict[str, Any] | None = None) -> It
         start_new_session=True,
     )
     dashboard_url = f"http://127.0.0.1:{ports['dashboard-port']}"
+    info = LocalRay(gcs_address="", dashboard_url=dashboard_url, temp_dir=temp_dir)
     try:
         # Slow on a busy 2-core machine: the head can take minutes to come up.
         _wait_for(dashboard_url + "/api/version", time.time() + 300)
@@ -169,14 +237,19 @@ def ray_head(num_cpus: int = 2, runtime_env: dict[str, Any] | None = None) -> It
         deadline = time.time() + 120
         while not address_file.exists() and time.time() < deadline:
             time.sleep(0.5)
-        gcs_address = address_file.read_text().strip()
-        ray.init(address=gcs_address, log_to_driver=True, runtime_env=runtime_env)
-        yield LocalRay(gcs_address=gcs_address, dashboard_url=dashboard_url, temp_dir=temp_dir)
-    finally:
-        ray.shutdown()
-        head.terminate()
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        info = replace(info, gcs_address=address_file.read_text().strip())
+    except BaseException:
+        _stop_head(_Head(process, info, num_cpus))
+        raise
+    return _Head(process, info, num_cpus)
+
+
+def _stop_head(head: _Head) -> None:
+    """Terminate the ``ray start`` process: it takes down the Ray processes it started (never
+    ``ray stop``, which would stop everyone's)."""
+    head.process.terminate()
+    try:
+        head.process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        head.process.kill()
+    shutil.rmtree(head.info.temp_dir, ignore_errors=True)
