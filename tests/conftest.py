@@ -177,8 +177,9 @@ class _TierPlugin:
         if "ray" not in ahead.split("+"):
             _stop_shared_ray_head()
 
-    def pytest_sessionfinish(self) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         _stop_shared_ray_head()
+        _kill_left_children(session)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.count:
@@ -195,6 +196,20 @@ def _cpu_seconds() -> float:
     """CPU time of this process and of its children that have ended (load-independent)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _kill_left_children(session: pytest.Session) -> None:
+    """A child process a test left running (a timed-out rank) would make Python's exit wait
+    for it forever, after the summary: kill it, and fail the run that left it."""
+    import multiprocessing
+
+    left = multiprocessing.active_children()
+    for child in left:
+        child.kill()
+        child.join(timeout=30)
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        sys.stderr.write(f"killed {len(left)} child process(es) a test left running\n")
 
 
 def _stop_shared_ray_head() -> None:

@@ -9,12 +9,13 @@ import json
 import random
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.workloads.train_fixtures import ray_head, toy_rl
+from tests.workloads.train_fixtures import ray_head, rendezvous, run_ranks, toy_rl
 from workloads.protocol import training_export_path
 from workloads.rl import loop
 from workloads.rl.rollout import Rollout, Sampling
@@ -95,13 +96,15 @@ def test_a_resumed_run_continues_learner_prompts_and_version(
     assert json.loads((export / "park_export.json").read_text())["policy_version"] == 5
 
 
-def _rank(rank: int, port: int, root: str, queue: Any) -> None:
+def _rank(rank: int, meet: str, root: str, queue: Any) -> None:
     """One of two learner ranks (a spawned process): rank 0 starts Ray and drives."""
     import ray
     import torch.distributed as dist
 
     loop.RolloutEngine = FakeEngine  # type: ignore[assignment,misc]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group(
+        "gloo", init_method=meet, rank=rank, world_size=2, timeout=timedelta(seconds=300)
+    )
     if rank == 0:
         ray.init(address="local", num_cpus=1, include_dashboard=False)
     try:
@@ -121,18 +124,9 @@ def test_two_learner_ranks_share_a_step(tmp_path: Path) -> None:
     scatters, both step, both publish and export; the run ends at --steps on both."""
     import multiprocessing
 
-    from workloads.protocol import free_port
-
     write_prompts(tmp_path / "p.jsonl")
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    port = free_port()
-    procs = [context.Process(target=_rank, args=(r, port, str(tmp_path), queue)) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=400)
-    assert [p.exitcode for p in procs] == [0, 0]
-    results = sorted(queue.get(timeout=5) for _ in procs)
+    queue = multiprocessing.get_context("spawn").Queue()
+    run_ranks(_rank, (rendezvous(tmp_path), str(tmp_path), queue), timeout_s=400)
+    results = sorted(queue.get(timeout=5) for _ in range(2))
     assert results == [(0, [1, 2, 3], True), (1, [], True)]
     assert Path(version_folder(str(tmp_path / "rl"), 3), "config.json").is_file()

@@ -9,6 +9,7 @@ import contextlib
 import copy
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ from torch import nn
 
 from tests.workloads.train_fixtures import (  # noqa: F401  (fixtures)
     gloo_world1,
+    rendezvous,
+    run_ranks,
     tiny_llama_folder,
     tiny_tokenizer,
 )
-from workloads.protocol import free_port
 from workloads.train.config import TrainConfig
 from workloads.train.data import IGNORE, Batch
 from workloads.train.loss import hf_head, install_loss_forward
@@ -278,12 +280,14 @@ def _plain_copy(built: Any, cfg: TrainConfig) -> nn.Module:
     return plain
 
 
-def _distributed_worker(rank: int, port: int, strategy: str, gemma: str) -> None:
+def _distributed_worker(rank: int, meet: str, strategy: str, gemma: str) -> None:
     from workloads.train import modeling
     from workloads.train.step import forward_backward
     from workloads.train.strategies import build_mesh
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group(
+        "gloo", init_method=meet, rank=rank, world_size=2, timeout=timedelta(seconds=300)
+    )
     try:
         slices = 2 if strategy == "hsdp" else 1
         mesh = build_mesh("cpu", 2, slices)
@@ -354,10 +358,8 @@ def test_accumulated_micro_batches_on_two_ranks_give_one_device_gradients(
     """DDP (loss inside its forward, no_sync), FSDP2 (head chunks inside the root's forward)
     and HSDP on two gloo ranks, one pass or four accumulated micro-batches, each with the
     chunked loss: the gradients of one plain model on the whole global batch."""
-    import torch.multiprocessing as mp
-
     gemma = _gemma_folder(tmp_path, tiny_tokenizer)
-    mp.spawn(_distributed_worker, args=(free_port(), strategy, str(gemma)), nprocs=2, join=True)
+    run_ranks(_distributed_worker, (rendezvous(tmp_path), strategy, str(gemma)))
 
 
 def test_micro_batches_split_rows_and_keep_counts() -> None:

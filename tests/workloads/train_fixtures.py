@@ -48,6 +48,39 @@ def gloo_world1() -> Iterator[None]:
         yield
 
 
+def run_ranks(
+    target: Any, args: tuple[Any, ...], *, world_size: int = 2, timeout_s: float = 600
+) -> None:
+    """Run ``target(rank, *args)`` in ``world_size`` spawned processes and fail unless every
+    one exits 0 within ``timeout_s``; a rank still running then is killed, so no child outlives
+    the test (a hung non-daemon child would keep pytest from exiting after its summary)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=target, args=(rank, *args)) for rank in range(world_size)]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        for proc in procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if proc.exitcode not in (None, 0):
+                break  # one rank failed: the others would wait for it in a collective
+    finally:
+        codes = [proc.exitcode for proc in procs]
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=30)
+    assert codes == [0] * world_size, f"exit codes of ranks 0..{world_size - 1}: {codes}"
+
+
+def rendezvous(folder: Path) -> str:
+    """A process group's meeting place in ``folder`` (a file: no port another process can take
+    between picking it and binding it)."""
+    return f"file://{folder / 'pg-rendezvous'}"
+
+
 def one_rank_batches(units: Any, encoder: Any, **options: Any) -> Any:
     """``text.TextBatches`` of rank 0 in a world of one, seed 0, unless ``options`` say so."""
     from workloads.train import text

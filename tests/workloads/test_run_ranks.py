@@ -1,0 +1,48 @@
+"""The two-rank runner the distributed tests use: a failed or hung rank fails the test at
+once and leaves no process behind (a live child would keep pytest from exiting)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.workloads.train_fixtures import run_ranks
+
+pytestmark = pytest.mark.torch
+
+
+def _fail_or_hang(rank: int, pids: str) -> None:
+    import os
+
+    Path(pids, str(rank)).write_text(str(os.getpid()))
+    if rank == 0:
+        raise SystemExit(3)
+    time.sleep(3600)  # the rank a collective would leave waiting
+
+
+def _pid_alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_failed_rank_ends_the_run_and_no_rank_survives(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(AssertionError, match=r"\[3, None\]"):
+        run_ranks(_fail_or_hang, (str(tmp_path),), timeout_s=120)
+    assert time.monotonic() - started < 100  # not the 120 s bound: the failure ended it
+    pids = [int(p.read_text()) for p in sorted(tmp_path.iterdir())]
+    assert len(pids) == 2 and not any(_pid_alive(pid) for pid in pids)
+
+
+def test_a_hung_world_is_killed_at_the_bound(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match=r"\[3, None\]|\[None, None\]"):
+        run_ranks(_fail_or_hang, (str(tmp_path),), world_size=2, timeout_s=0.5)
+    for pid_file in tmp_path.iterdir():
+        assert not _pid_alive(int(pid_file.read_text()))
