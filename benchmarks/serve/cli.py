@@ -153,7 +153,9 @@ def run(
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
         work = Path(tmp)
         flags = servers.engine_flags(engine_kwargs)
-        b = Bench(args, known, model, served, flags, work, f"{os.getpid()}-{int(started)}")
+        b = Bench(
+            args, known, model, served, flags, work, passes.Run(f"{os.getpid()}-{int(started)}")
+        )
         for r, round_sides in enumerate(passes.order(sides, args.rounds)):
             for side in round_sides:
                 with b.alone(side, f"round{r}") as server:
@@ -205,7 +207,7 @@ class Bench:
     served: str
     engine_flags: list[str]
     work: Path
-    run_id: str
+    run: passes.Run
     passes: list[dict[str, Any]] = field(default_factory=list)  # one record per server started
 
     def start(self, side: str, tag: str) -> contextlib.AbstractContextManager[servers.Server]:
@@ -216,7 +218,7 @@ class Bench:
     def alone(self, side: str, label: str) -> Iterator[servers.Server]:
         """``side``'s server, fresh, for one pass, with nothing else of the run alive."""
         log(f"{label}: starting {side}")
-        with passes.alone(self.run_id, side, label, self.start) as server:
+        with passes.alone(self.run, side, label, self.start) as server:
             record: dict[str, Any] = {
                 "pass": label,
                 "side": side,
@@ -255,7 +257,7 @@ class Bench:
 
     def measured(self, server: servers.Server, endpoint: str, c: int) -> dict[str, Any]:
         def alone(when: str) -> None:
-            passes.check_alone(self.run_id, server.tag, when)
+            self.run.check_alone(server.tag, when)
 
         return load.trial(server.sid, self.argv(server, endpoint, c), alone)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.serve import cpu, servers
@@ -37,30 +38,49 @@ class NotAlone(RuntimeError):
     """A process of another pass of this run was alive where none may be."""
 
 
-def others_alive(run: str, tag: str) -> dict[str, list[int]]:
-    """Processes of this run's servers other than pass ``tag``'s, by tag (empty: alone)."""
-    return {t: pids for t, pids in servers.tagged(f"{run}/").items() if t != tag}
+@dataclass
+class Run:
+    """One benchmark run: its id (the prefix of every server's tag) and the session of every
+    server it started, by tag."""
 
+    id: str
+    sessions: dict[str, int] = field(default_factory=dict)
 
-def check_alone(run: str, tag: str, when: str) -> None:
-    if left := others_alive(run, tag):
-        raise NotAlone(f"{when} of pass {tag}: other servers of this run alive: {left}")
+    def others_alive(self, tag: str) -> dict[str, list[int]]:
+        """Live processes of this run's servers other than pass ``tag``'s, by tag: carrying
+        their tag, or in their session (empty: the pass is alone)."""
+        seen = servers.census()
+        out: dict[str, set[int]] = {}
+        for s in seen:
+            if s.tag is not None and s.tag.startswith(f"{self.id}/") and s.tag != tag:
+                out.setdefault(s.tag, set()).add(s.pid)
+        for other, sid in self.sessions.items():
+            if other != tag:
+                for s in seen:
+                    if s.sid == sid:
+                        out.setdefault(other, set()).add(s.pid)
+        return {t: sorted(pids) for t, pids in sorted(out.items())}
+
+    def check_alone(self, tag: str, when: str) -> None:
+        if left := self.others_alive(tag):
+            raise NotAlone(f"{when} of pass {tag}: other servers of this run alive: {left}")
 
 
 @contextmanager
 def alone(
-    run: str, side: str, label: str, start: Start, window_s: float = SETTLE_WINDOW_S
+    run: Run, side: str, label: str, start: Start, window_s: float = SETTLE_WINDOW_S
 ) -> Iterator[servers.Server]:
     """Side ``side``'s server for one pass: started once nothing of the run is alive, settled
     (``settle``), yielded; stopped on exit with every process gone (``servers.stop``)."""
-    tag = f"{run}/{side}/{label}"
-    check_alone(run, tag, "before the start")
+    tag = f"{run.id}/{side}/{label}"
+    run.check_alone(tag, "before the start")
     with start(side, tag) as server:
+        run.sessions[tag] = server.sid
         server.tag = tag
         server.settle = settle(server.sid, window_s)
-        check_alone(run, tag, "after the settle")
+        run.check_alone(tag, "after the settle")
         yield server
-    check_alone(run, "", "after the stop")
+    run.check_alone("", "after the stop")
 
 
 def settle(

@@ -169,35 +169,41 @@ def _tag_of(p: psutil.Process) -> str | None:
     return None
 
 
-def tagged(prefix: str) -> dict[str, list[int]]:
-    """Live processes whose ``TAG_ENV`` starts with ``prefix``, by tag (zombies excluded: they
-    run nothing and hold no memory)."""
-    out: dict[str, list[int]] = {}
-    for p in psutil.process_iter():
-        tag = _tag_of(p)
-        if tag is not None and tag.startswith(prefix) and _alive(p):
-            out.setdefault(tag, []).append(p.pid)
-    return out
-
-
-def members(sid: int, tag: str) -> list[psutil.Process]:
-    """Live processes of a server: in its session, or carrying its tag."""
-    out = []
-    for p in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if (
-                p.pid != os.getpid()
-                and _alive(p)
-                and (os.getsid(p.pid) == sid or _tag_of(p) == tag)
-            ):
-                out.append(p)
-    return out
-
-
 def _alive(p: psutil.Process) -> bool:
     with contextlib.suppress(psutil.Error):
         return p.status() != psutil.STATUS_ZOMBIE
     return False
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A live process as the census saw it."""
+
+    pid: int
+    sid: int
+    tag: str | None  # its TAG_ENV (None: none, or not readable)
+
+
+def census() -> list[Seen]:
+    """Every live process on the machine but this one (zombies excluded: they run nothing and
+    hold no memory), with its session and tag. Ray's agents (dashboard, runtime env) do not
+    inherit the tag, but stay in the session; daemons that leave the session keep the tag."""
+    out = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if p.pid != os.getpid() and _alive(p):
+                out.append(Seen(p.pid, os.getsid(p.pid), _tag_of(p)))
+    return out
+
+
+def members(sid: int, tag: str, seen: list[Seen] | None = None) -> list[psutil.Process]:
+    """Live processes of a server: in its session, or carrying its tag."""
+    out = []
+    for s in census() if seen is None else seen:
+        if s.sid == sid or s.tag == tag:
+            with contextlib.suppress(psutil.Error):
+                out.append(psutil.Process(s.pid))
+    return out
 
 
 def _normal_priority() -> None:

@@ -181,7 +181,8 @@ def outside_engine(
             }
             for t in trials
         ]
-        return {k: statistics.median(d.get(k, 0.0) for d in merged) for k in {*merged[0]}}
+        keys = {k for d in merged for k in d}  # a group may run in some rounds only
+        return {k: statistics.median(d.get(k, 0.0) for d in merged) for k in keys}
 
     a, b = by_group(side), by_group(bare)
     groups = {k: round(a.get(k, 0.0) - b.get(k, 0.0), 1) for k in {*a, *b}}

@@ -195,21 +195,23 @@ def test_cpu_outside_the_engine_is_the_sides_minus_the_bare_servers_per_round() 
                 "llm_router_replica": 2.0,
                 "serve_controller": 4.0,
                 "gcs": 1.0,
+                "dashboard": 0.8,  # seen in this round only
             },
             control_plane_cores=0.17,
         ),
     ]
     out = stats.outside_engine(ray, bare, output_len=64)
-    # round 0: (15+2+2+3+1) - 14 = 9; round 1: (17+2+2+4+1) - 16 = 10. The engine is left out.
-    assert out["extra_ms_per_request"]["trials"] == [9.0, 10.0]
-    assert out["extra_ms_per_request"]["median"] == 9.5
-    assert out["extra_ms_per_token"] == round(9.5 / 64, 3)
+    # round 0: (15+2+2+3+1) - 14 = 9; round 1: (17+2+2+4+1+0.8) - 16 = 10.8. No engine in it.
+    assert out["extra_ms_per_request"]["trials"] == [9.0, 10.8]
+    assert out["extra_ms_per_request"]["median"] == 9.9
+    assert out["extra_ms_per_token"] == round(9.9 / 64, 3)
     assert out["request_path_extra_ms_per_request"]["trials"] == [5.0, 5.0]
-    assert out["control_plane_ms_per_request"]["trials"] == [4.0, 5.0]
+    assert out["control_plane_ms_per_request"]["trials"] == [4.0, 5.8]
     assert out["control_plane_cores"]["median"] == 0.16
     # The frontend is compared with the frontend: the LLM replica against the API server.
     assert out["extra_by_group_ms_per_request"]["frontend"] == 16.0 - 15.0
     assert out["extra_by_group_ms_per_request"]["serve_controller"] == 3.5
+    assert out["extra_by_group_ms_per_request"]["dashboard"] == 0.4  # median of 0 and 0.8
     assert "engine_core" not in out["extra_by_group_ms_per_request"]
 
 
@@ -307,104 +309,6 @@ def test_the_bare_server_gets_the_engine_args_the_ray_side_gets(where: str, tmp_
         assert getattr(parsed, key) == getattr(ray_side, key), key
 
 
-# --- pass isolation, on stand-in servers -------------------------------------------------------
-
-# A stand-in server: a child in its session and a daemon that leaves the session (as a
-# re-parented daemon may); writes the three pids once all are up, then idles.
-FAKE_SERVER = """
-import json, os, subprocess, sys, time
-sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
-child = subprocess.Popen(sleep)
-daemon = subprocess.Popen(sleep, start_new_session=True)
-with open(sys.argv[1] + ".tmp", "w") as f:
-    json.dump([os.getpid(), child.pid, daemon.pid], f)
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-time.sleep(600)
-"""
-
-
-def _running(pid: int) -> bool:
-    """From /proc, not from the code under test: the pid exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def _tags_on_the_machine(run: str) -> set[str]:
-    """Every live process's bench tag, read from /proc/PID/environ by hand."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or not _running(int(entry.name)):
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for item in env:
-            key, _, value = item.decode(errors="replace").partition("=")
-            if key == servers.TAG_ENV and value.startswith(f"{run}/"):
-                found.add(value)
-    return found
-
-
-class StandIns:
-    """``passes.Start`` for stand-in servers; remembers every pid each pass started."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.pids = folder, {}
-
-    @contextmanager
-    def __call__(self, side: str, tag: str) -> Iterator[servers.Server]:
-        ready = self.folder / f"{tag.replace('/', '-')}.json"
-        cmd = [sys.executable, "-c", FAKE_SERVER, str(ready)]
-        with servers.launched(cmd, self.folder / "log", {}, tag) as proc:
-            deadline = time.monotonic() + 60
-            while not ready.exists():
-                assert proc.poll() is None and time.monotonic() < deadline, "stand-in died"
-                time.sleep(0.05)
-            self.pids[tag] = json.loads(ready.read_text())
-            yield servers.Server(side, "http://127.0.0.1:1", proc.pid)
-
-
-def test_during_a_pass_no_process_of_another_side_is_alive(tmp_path: Path) -> None:
-    run, start = f"t{os.getpid()}", StandIns(tmp_path)
-    seen = []
-    for r, round_sides in enumerate(passes.order(["vllm", "vllm_check", "ray"], 2)):
-        for side in round_sides:
-            with passes.alone(run, side, f"round{r}", start, window_s=0.05) as server:
-                mine = start.pids[server.tag]
-                others = [p for tag, pids in start.pids.items() if tag != server.tag for p in pids]
-                assert all(_running(p) for p in mine), f"{server.tag}: its processes are up"
-                assert not [p for p in others if _running(p)], f"{server.tag}: others alive"
-                assert _tags_on_the_machine(run) == {server.tag}
-                # What the trial checks at its main run's start and end passes here.
-                passes.check_alone(run, server.tag, "mid-pass")
-                seen.append(server.tag)
-                assert server.settle["settled"]
-    assert len(seen) == 6 and len(set(seen)) == 6
-    assert not [p for pids in start.pids.values() for p in pids if _running(p)]
-    assert _tags_on_the_machine(run) == set()
-
-
-def test_a_pass_refuses_to_start_beside_a_live_process_of_the_run(tmp_path: Path) -> None:
-    run, start = f"s{os.getpid()}", StandIns(tmp_path)
-    stray = f"{run}/ray/round0"
-    with start("ray", stray):
-        with (
-            pytest.raises(passes.NotAlone, match="ray/round0"),
-            passes.alone(run, "vllm", "round0", start, window_s=0.05),
-        ):
-            pass
-        assert list(start.pids) == [stray]  # the second server was never started
-        with pytest.raises(passes.NotAlone):
-            passes.check_alone(run, f"{run}/vllm/round0", "at the main run's start")
-    # Stopped: the session's processes and the daemon that left the session are all gone.
-    assert not [p for p in start.pids[stray] if _running(p)]
-    assert _tags_on_the_machine(run) == set()
-
-
 @pytest.mark.parametrize(
     ("stack", "expected"),
     [
@@ -453,3 +357,148 @@ def test_park_local_carries_the_pods_serve_env() -> None:
     env = pods_ray_env(service)
     assert serve_tuning.ray_env().items() <= env.items()
     assert pods_ray_env(None) == {}
+
+
+# --- pass isolation, on stand-in servers -------------------------------------------------------
+
+# A stand-in server: a child in its session without the tag in its environment (as Ray's agents)
+# and a daemon that leaves the session with the tag; writes the three pids once all are up.
+FAKE_SERVER = """
+import json, os, subprocess, sys, time
+sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+untagged = {k: v for k, v in os.environ.items() if k != "PARK_SERVE_BENCH_TAG"}
+child = subprocess.Popen(sleep, env=untagged)
+daemon = subprocess.Popen(sleep, start_new_session=True)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    json.dump([os.getpid(), child.pid, daemon.pid], f)
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    """From /proc, not from the code under test: the pid exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _session(pid: int) -> int | None:
+    """A live process's session id, from /proc/PID/stat (field 6)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[3])
+
+
+def _in_sessions(sids: set[int]) -> list[int]:
+    """Live processes in any of ``sids``, from /proc."""
+    return [
+        int(e.name)
+        for e in Path("/proc").iterdir()
+        if e.name.isdigit() and _running(int(e.name)) and _session(int(e.name)) in sids
+    ]
+
+
+def _tag_in_environ(pid: int) -> str | None:
+    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        key, _, value = item.decode(errors="replace").partition("=")
+        if key == servers.TAG_ENV:
+            return value
+    return None
+
+
+def _tags_on_the_machine(run: str) -> set[str]:
+    """Every live process's bench tag, read from /proc/PID/environ by hand."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not _running(int(entry.name)):
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            key, _, value = item.decode(errors="replace").partition("=")
+            if key == servers.TAG_ENV and value.startswith(f"{run}/"):
+                found.add(value)
+    return found
+
+
+class StandIns:
+    """``passes.Start`` for stand-in servers; remembers every pid each pass started."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.pids: dict[str, list[int]] = {}
+        self.sessions: dict[str, int] = {}
+
+    @contextmanager
+    def __call__(self, side: str, tag: str) -> Iterator[servers.Server]:
+        ready = self.folder / f"{tag.replace('/', '-')}.json"
+        cmd = [sys.executable, "-c", FAKE_SERVER, str(ready)]
+        with servers.launched(cmd, self.folder / "log", {}, tag) as proc:
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert proc.poll() is None and time.monotonic() < deadline, "stand-in died"
+                time.sleep(0.05)
+            self.pids[tag] = json.loads(ready.read_text())
+            self.sessions[tag] = proc.pid
+            yield servers.Server(side, "http://127.0.0.1:1", proc.pid)
+
+
+def test_during_a_pass_no_process_of_another_side_is_alive(tmp_path: Path) -> None:
+    run, start = passes.Run(f"t{os.getpid()}"), StandIns(tmp_path)
+    seen = []
+    for r, round_sides in enumerate(passes.order(["vllm", "vllm_check", "ray"], 2)):
+        for side in round_sides:
+            with passes.alone(run, side, f"round{r}", start, window_s=0.05) as server:
+                mine = start.pids[server.tag]
+                others = [p for tag, pids in start.pids.items() if tag != server.tag for p in pids]
+                assert all(_running(p) for p in mine), f"{server.tag}: its processes are up"
+                assert not [p for p in others if _running(p)], f"{server.tag}: others alive"
+                other_sessions = {sid for tag, sid in start.sessions.items() if tag != server.tag}
+                assert not _in_sessions(other_sessions), f"{server.tag}: other sessions alive"
+                assert _tags_on_the_machine(run.id) == {server.tag}
+                # What the trial checks at its main run's start and end passes here.
+                run.check_alone(server.tag, "mid-pass")
+                seen.append(server.tag)
+                assert server.settle["settled"]
+    assert len(seen) == 6 and len(set(seen)) == 6
+    assert not [p for pids in start.pids.values() for p in pids if _running(p)]
+    assert not _in_sessions(set(start.sessions.values()))
+    assert _tags_on_the_machine(run.id) == set()
+
+
+def test_a_pass_refuses_to_start_beside_a_live_process_of_the_run(tmp_path: Path) -> None:
+    run, start = passes.Run(f"s{os.getpid()}"), StandIns(tmp_path)
+    stray = f"{run.id}/ray/round0"
+    with start("ray", stray):
+        with (
+            pytest.raises(passes.NotAlone, match="ray/round0"),
+            passes.alone(run, "vllm", "round0", start, window_s=0.05),
+        ):
+            pass
+        assert list(start.pids) == [stray]  # the second server was never started
+        with pytest.raises(passes.NotAlone):
+            run.check_alone(f"{run.id}/vllm/round0", "at the main run's start")
+    # Stopped: the session's processes and the daemon that left the session are all gone.
+    assert not [p for p in start.pids[stray] if _running(p)]
+    assert _tags_on_the_machine(run.id) == set()
+
+
+def test_a_pass_is_found_by_its_session_and_by_its_tag(tmp_path: Path) -> None:
+    """The stand-in's child lost the tag (as Ray's agents do) and its daemon left the session:
+    the run finds all three processes of the pass."""
+    run, start = passes.Run(f"u{os.getpid()}"), StandIns(tmp_path)
+    with passes.alone(run, "ray", "round0", start, window_s=0.05) as server:
+        leader, child, daemon = start.pids[server.tag]
+        assert _session(leader) == _session(child) == server.sid != _session(daemon)
+        assert _tag_in_environ(child) is None and _tag_in_environ(daemon) == server.tag
+        found = run.others_alive(f"{run.id}/vllm/round0")
+        assert found == {server.tag: sorted([leader, child, daemon])}
+        assert run.others_alive(server.tag) == {}
+    assert not [p for p in (leader, child, daemon) if _running(p)]
