@@ -168,12 +168,13 @@ def run(
                             f"ms, other jobs {t['other_jobs_cpu_s']} CPU-s, load "
                             f"{t['load_average_1m']}"
                         )
+        once = [s for s in sides if s != SELF_CHECK]  # the same server as BARE
         if args.plain_check:
-            for side in sides:
+            for side in once:
                 with b.alone(side, "plain") as server:
                     plain[side] = plain_check(b, server, results)
         if args.profile:
-            for side in sides:
+            for side in once:
                 with b.alone(side, "profile") as server:
                     for endpoint, c in cells:
                         budgets[f"{side}/{endpoint}/c{c}"] = profiled(b, server, endpoint, c)
@@ -329,9 +330,7 @@ def build_report(
             row["self_check"] = check
             others = [s for s in sides if s not in (BARE, SELF_CHECK) and key in results.get(s, {})]
             row["ratio"] = {s: stats.ratios(results[s][key], bare) for s in others}
-            row["verdicts"] = {
-                s: stats.compare(results[s][key], bare, s, check["reliable"]) for s in others
-            }
+            row["verdicts"] = {s: stats.compare(results[s][key], bare, s, check) for s in others}
             row["cpu_outside_engine"] = {
                 s: stats.outside_engine(results[s][key], bare, args.output_len) for s in others
             }

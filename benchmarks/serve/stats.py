@@ -102,16 +102,18 @@ def separation(a: list[float], b: list[float]) -> str:
 
 
 def compare(
-    side: list[dict[str, Any]], bare: list[dict[str, Any]], name: str, reliable: bool
+    side: list[dict[str, Any]], bare: list[dict[str, Any]], name: str, check: dict[str, Any]
 ) -> dict[str, Any]:
     """``name``'s figures against the bare server's: each side's median and spread, and a
-    verdict only when the spreads separate and the cell's self-check held."""
+    verdict only when the spreads separate and the cell's self-check (``check``) held."""
     out: dict[str, Any] = {}
     for figure in VERDICT_FIGURES:
         get = FIGURES[figure]
         a, b = [get(t) for t in side], [get(t) for t in bare]
         sep = separation(a, b)
-        if not reliable:
+        if not check.get("ran", True):
+            verdict = "no verdict: the self-check did not run"
+        elif not check["reliable"]:
             verdict = "no verdict: the self-check failed in this cell"
         elif sep == "overlap":
             verdict = "no verdict: the spreads overlap on this machine"

@@ -128,18 +128,20 @@ def test_spreads_separate_only_when_every_round_of_one_is_beyond_every_round_of_
 def test_a_verdict_only_where_the_spreads_separate_and_the_self_check_held() -> None:
     bare = [_trial(1000, 40), _trial(1100, 35), _trial(900, 45)]
     slower = [_trial(700, 60), _trial(800, 55), _trial(750, 70)]
-    out = stats.compare(slower, bare, "ray", reliable=True)
+    out = stats.compare(slower, bare, "ray", {"reliable": True})
     assert out["output_tokens_per_s"]["spreads"] == "below"
     assert out["output_tokens_per_s"]["verdict"] == "ray below the bare server in every round"
     assert out["mean_ttft_ms"]["spreads"] == "above"
     assert out["output_tokens_per_s"]["ray"]["median"] == 750
     assert out["output_tokens_per_s"]["vllm"]["median"] == 1000
     close = [_trial(950, 41), _trial(1050, 30), _trial(1000, 50)]
-    out = stats.compare(close, bare, "ray", reliable=True)
+    out = stats.compare(close, bare, "ray", {"reliable": True})
     assert out["output_tokens_per_s"]["spreads"] == "overlap"
     assert out["output_tokens_per_s"]["verdict"].startswith("no verdict: the spreads overlap")
-    out = stats.compare(slower, bare, "ray", reliable=False)
+    out = stats.compare(slower, bare, "ray", {"reliable": False})
     assert out["output_tokens_per_s"]["verdict"].startswith("no verdict: the self-check failed")
+    out = stats.compare(slower, bare, "ray", {"reliable": False, "ran": False})
+    assert out["output_tokens_per_s"]["verdict"] == "no verdict: the self-check did not run"
 
 
 def test_self_check_is_reliable_only_when_bare_vs_bare_spans_one() -> None:
