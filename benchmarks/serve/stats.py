@@ -32,9 +32,19 @@ FIGURES = {
     "mean_itl_ms": lambda t: t["itl_ms"]["mean"],
     "mean_e2el_ms": lambda t: t["e2el_ms"]["mean"],
     "server_cpu_s_per_1k_tokens": lambda t: t["server_cpu_s_per_1k_tokens"],
+    # Server CPU per request outside vLLM's engine: the request path and the control plane.
+    "cpu_ms_per_request_outside_engine": lambda t: (
+        t["cpu_ms_per_request_by_role"].get("request_path", 0.0)
+        + t["cpu_ms_per_request_by_role"].get("control_plane", 0.0)
+    ),
 }
 # The figures a verdict is given on, and the self-check's (the goal's two).
-VERDICT_FIGURES = ("output_tokens_per_s", "mean_ttft_ms", "mean_tpot_ms")
+VERDICT_FIGURES = (
+    "output_tokens_per_s",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "cpu_ms_per_request_outside_engine",
+)
 SELF_CHECK_FIGURES = ("output_tokens_per_s", "mean_ttft_ms")
 
 
@@ -167,9 +177,7 @@ def outside_engine(
     and the control plane (per second: ``control_plane_cpu_s_per_s``, in cores), and by group
     (the frontend compared with the frontend)."""
 
-    def outside(t: dict[str, Any]) -> float:
-        return _role(t, "request_path") + _role(t, "control_plane")
-
+    outside = FIGURES["cpu_ms_per_request_outside_engine"]
     pairs = list(zip(side, bare, strict=False))
     extra = spread([outside(a) - outside(b) for a, b in pairs], 1)
     path = spread([_role(a, "request_path") - _role(b, "request_path") for a, b in pairs], 1)

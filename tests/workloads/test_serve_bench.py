@@ -215,6 +215,9 @@ def test_cpu_outside_the_engine_is_the_sides_minus_the_bare_servers_per_round() 
     assert out["extra_by_group_ms_per_request"]["serve_controller"] == 3.5
     assert out["extra_by_group_ms_per_request"]["dashboard"] == 0.4  # median of 0 and 0.8
     assert "engine_core" not in out["extra_by_group_ms_per_request"]
+    # Ray's 23-26.8 ms against the bare server's 14-16 ms: the spreads separate, a verdict.
+    cpu_verdict = stats.compare(ray, bare, "ray", {"reliable": True})
+    assert cpu_verdict["cpu_ms_per_request_outside_engine"]["spreads"] == "above"
 
 
 def test_report_marks_the_run_unreliable_when_the_self_check_fails() -> None:
