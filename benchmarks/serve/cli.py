@@ -10,7 +10,7 @@ per round, and a verdict only where the spreads separate (``stats``). The self-c
 bare server as a second side (``vllm_check``): bare vs bare must span 1.0, else the cell is
 marked unreliable. Beside the ratios: Ray's CPU per request outside the engine, by group (the
 figure that carries to an accelerator host). The default run is the goal's cell: completions,
-64/64 tokens, concurrency 8, 160 prompts, 5 rounds. One JSON document on stdout.
+64/64 tokens, concurrency 8, 640 prompts, 5 rounds. One JSON document on stdout.
 
     python benchmarks/serve_overhead.py                 # the goal's cell, ~30 min on 2 cores
     python benchmarks/serve_overhead.py --concurrency 1 8 --profile --plain-check
@@ -58,9 +58,14 @@ def log(msg: str) -> None:
     print(f"[serve-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+PROMPTS_PER_STREAM, MIN_PROMPTS, MAX_PROMPTS = 80, 160, 1280
+
+
 def prompts_for(concurrency: int, prompts: int | None) -> int:
-    """160 at concurrency 8 (the goal's cell); 20 per concurrent stream, 32..320, elsewhere."""
-    return prompts or max(32, min(320, 20 * concurrency))
+    """640 at concurrency 8 (the goal's cell), 160 at 1: passes of ~20 s on 2 cores. At 160
+    prompts a c8 pass lasted ~5 s and bare vs bare spanned 0.57-1.65x tokens/s over 5 rounds;
+    at 640, 0.77-1.39x (benchmarks/README.md)."""
+    return prompts or max(MIN_PROMPTS, min(MAX_PROMPTS, PROMPTS_PER_STREAM * concurrency))
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -33,7 +33,7 @@ def client_argv(
     *,
     endpoint: str = "completions",
     concurrency: int = 8,
-    prompts: int = 160,
+    prompts: int = 640,
     input_len: int = 64,
     output_len: int = 64,
     warmups: int = 8,

@@ -61,7 +61,8 @@ def test_plain_client_argv_is_what_vllm_bench_serve_parses() -> None:
         "/v1/completions",
         "http://h:1",
     )
-    assert (args.max_concurrency, args.num_prompts, args.num_warmups) == (8, 160, 8)
+    assert (args.max_concurrency, args.num_prompts, args.num_warmups) == (8, 640, 8)
+    assert args.num_prompts == cli.prompts_for(8, None)  # the plain command is the goal's cell
     assert (args.random_input_len, args.random_output_len, args.ignore_eos) == (64, 64, True)
     assert args.temperature == 0.0
 
