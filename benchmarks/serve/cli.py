@@ -10,7 +10,7 @@ per round, and a verdict only where the spreads separate (``stats``). The self-c
 bare server as a second side (``vllm_check``): bare vs bare must span 1.0, else the cell is
 marked unreliable. Beside the ratios: Ray's CPU per request outside the engine, by group (the
 figure that carries to an accelerator host). The default run is the goal's cell: completions,
-64/64 tokens, concurrency 8, 640 prompts, 5 rounds. One JSON document on stdout.
+64/64 tokens, concurrency 8, 640 prompts, 6 rounds. One JSON document on stdout.
 
     python benchmarks/serve_overhead.py                 # the goal's cell, ~30 min on 2 cores
     python benchmarks/serve_overhead.py --concurrency 1 8 --profile --plain-check
@@ -51,7 +51,7 @@ from workloads.serve import local  # noqa: E402
 from workloads.serve.cpu_profile import to_cpu  # noqa: E402
 from workloads.serve.tiny_model import build_tiny_model  # noqa: E402
 
-DEFAULT_ROUNDS = 5
+DEFAULT_ROUNDS = 6  # even: each side as often early in a round as late
 
 
 def log(msg: str) -> None:
@@ -89,7 +89,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=None, help="default: prompts_for()")
     parser.add_argument("--warmups", type=int, default=8, help="vLLM's, in every pass")
     parser.add_argument(
-        "--rounds", type=int, default=DEFAULT_ROUNDS, help="interleaved passes per side"
+        "--rounds", type=int, default=DEFAULT_ROUNDS, help="interleaved passes per side (even)"
     )
     parser.add_argument("--profile", action="store_true", help="+1 py-spy pass per side")
     parser.add_argument(
@@ -130,13 +130,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def sides_of(args: argparse.Namespace) -> list[str]:
-    """The sides in pass order: the bare server first (every ratio is against it), then the
-    self-check (the bare server again) unless ``--no-self-check``, then the rest."""
+    """The sides in pass order: the bare server first (every ratio is against it), the rest,
+    and the self-check (the bare server again) last unless ``--no-self-check``. With the order
+    reversed every other round, the two bare sides take mirrored places (first and last, then
+    last and first) and bracket the others: the self-check compares two places alike."""
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     if args.replica_direct and DIRECT not in sides:
         sides.append(DIRECT)
     rest = [s for s in sides if s not in (BARE, SELF_CHECK)]
-    return [BARE, *([] if args.no_self_check else [SELF_CHECK]), *rest]
+    return [BARE, *rest, *([] if args.no_self_check else [SELF_CHECK])]
 
 
 def run(

@@ -9,7 +9,7 @@ on 2 cores) and buys symmetry: every side pays for its own processes and nothing
 own warm-ups (``--num-warmups``) run in every pass, after the settle.
 
 Rounds interleave the sides (``order``: ABC, CBA, ...), so drifts of the machine's load fall on
-every side alike.
+every side alike; over an even number of rounds every side is as often early in a round as late.
 """
 
 from __future__ import annotations

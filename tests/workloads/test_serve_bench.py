@@ -247,23 +247,24 @@ def test_report_marks_the_run_unreliable_when_the_self_check_fails() -> None:
     assert all(v["verdict"].startswith("no verdict") for v in verdicts.values())
 
 
-def test_sides_put_the_bare_server_first_and_its_self_check_beside_it() -> None:
-    assert cli.sides_of(cli.parse([])) == ["vllm", "vllm_check", "ray_serve_llm"]
-    assert cli.sides_of(
-        cli.parse(["--sides", "ray_defaults,ray_serve_llm", "--replica-direct"])
-    ) == [
-        "vllm",
-        "vllm_check",
-        "ray_defaults",
-        "ray_serve_llm",
-        "ray_replica_direct",
-    ]
+def test_the_two_bare_sides_take_mirrored_places_around_the_others() -> None:
+    assert cli.sides_of(cli.parse([])) == ["vllm", "ray_serve_llm", "vllm_check"]
+    sides = cli.sides_of(cli.parse(["--sides", "ray_defaults,ray_serve_llm", "--replica-direct"]))
+    assert sides == ["vllm", "ray_defaults", "ray_serve_llm", "ray_replica_direct", "vllm_check"]
     assert cli.sides_of(cli.parse(["--no-self-check"])) == ["vllm", "ray_serve_llm"]
-    assert cli.parse([]).rounds >= 5
+    rounds = cli.parse([]).rounds
+    assert rounds >= 5 and rounds % 2 == 0
     with pytest.raises(SystemExit):
         cli.parse(["--rounds", "1"])
-    # ABC, CBA: every side as often early as late.
-    assert passes.order(["a", "b", "c"], 3) == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
+    schedule = passes.order(sides, rounds)
+    last = len(sides) - 1
+    for r in schedule:  # the self-check compares two places alike: mirrored in every round
+        assert r.index("vllm") + r.index("vllm_check") == last
+        assert {r.index("vllm"), r.index("vllm_check")} == {0, last}  # bracketing the others
+    # Over the rounds every side is as often early in a round as late.
+    for side in sides:
+        places = [r.index(side) for r in schedule]
+        assert sum(places) == rounds * last / 2, side
 
 
 def test_serve_gpu_sh_runs_the_same_sides_and_rules() -> None:
@@ -278,7 +279,7 @@ def test_serve_gpu_sh_runs_the_same_sides_and_rules() -> None:
     assert args.rounds == cli.DEFAULT_ROUNDS
     sides = cli.sides_of(args)
     known = gpu.variants(servers.rendered_serve_config(), "/models/qwen3-8b", {})
-    assert sides == ["vllm", "vllm_check", "ray_serve_llm"] and set(sides) <= set(known)
+    assert sides == ["vllm", "ray_serve_llm", "vllm_check"] and set(sides) <= set(known)
     assert known["vllm_check"].config is None and known["vllm_check"].env == known["vllm"].env
     ray_side = known["ray_serve_llm"]
     assert ray_side.module == "benchmarks.serve.gpu" and ray_side.config is not None
