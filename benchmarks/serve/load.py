@@ -33,7 +33,7 @@ def client_argv(
     *,
     endpoint: str = "completions",
     concurrency: int = 8,
-    prompts: int = 160,
+    prompts: int = 640,
     input_len: int = 64,
     output_len: int = 64,
     warmups: int = 8,
@@ -87,17 +87,17 @@ def _ms(result: dict[str, Any], metric: str) -> dict[str, float]:
     }
 
 
-def trial(sid: int, argv: list[str], others: list[int]) -> dict[str, Any]:
+def trial(sid: int, argv: list[str], alone: Callable[[str], None]) -> dict[str, Any]:
     """One pass of ``argv`` against the server of session ``sid``, with its CPU per request.
 
-    ``others``: sessions of the other servers, resident but not measured (their CPU during the
-    pass is reported, as is what the rest of the machine used)."""
+    ``alone(when)`` raises if a process of another side is alive; it is called when the main
+    run starts and when it ends (what the rest of the machine used is reported)."""
     mark: dict[str, Any] = {}
 
     def at_main() -> None:
+        alone("at the main run's start")
         mark.update(
             snap=cpu.cpu_snapshot(sid),
-            others=[cpu.cpu_snapshot(o) for o in others],
             machine=cpu.machine_cpu_s(),
             me=_self_cpu_s(),
             load=os.getloadavg()[0],
@@ -106,12 +106,11 @@ def trial(sid: int, argv: list[str], others: list[int]) -> dict[str, Any]:
 
     result = run_bench(argv, at_main)
     groups = cpu.cpu_delta(mark["snap"], cpu.cpu_snapshot(sid))
-    others_cpu = sum(
-        sum(cpu.cpu_delta(b, cpu.cpu_snapshot(o)).values())
-        for o, b in zip(others, mark["others"], strict=True)
-    )
     machine, me = cpu.machine_cpu_s() - mark["machine"], _self_cpu_s() - mark["me"]
+    wall = time.monotonic() - mark["t"]
+    alone("at the main run's end")
     server_cpu = sum(groups.values())
+    control_plane = sum(s for g, s in groups.items() if g in cpu.CONTROL_PLANE)
     completed, tokens = result["completed"], result["total_output_tokens"]
     per_request = {
         g: round(1000 * s / max(completed, 1), 1)
@@ -132,12 +131,13 @@ def trial(sid: int, argv: list[str], others: list[int]) -> dict[str, Any]:
         "server_cpu_s_per_1k_tokens": round(1000 * server_cpu / max(tokens, 1), 3),
         "server_cpu_ms_per_request": per_request,
         "cpu_ms_per_request_by_role": cpu.by_role(per_request),
+        # Ray's control plane runs per second, not per request: in cores over the pass.
+        "control_plane_cpu_s_per_s": round(control_plane / max(wall, 1e-9), 3),
         "client_cpu_s": round(me, 2),
-        "idle_servers_cpu_s": round(others_cpu, 2),
-        # CPU that no server and not this client used: other jobs on the machine.
-        "other_jobs_cpu_s": round(max(0.0, machine - server_cpu - me - others_cpu), 2),
+        # CPU that neither the server nor this client used: other jobs on the machine.
+        "other_jobs_cpu_s": round(max(0.0, machine - server_cpu - me), 2),
         "load_average_1m": [round(mark["load"], 2), round(os.getloadavg()[0], 2)],
-        "wall_s": round(time.monotonic() - mark["t"], 1),
+        "wall_s": round(wall, 1),
     }
 
 

@@ -1,15 +1,21 @@
-"""The servers compared, each in a session of its own (so every process it starts is found
-and stopped, Ray's re-parented daemons included), all resident for the whole run.
+"""The servers compared. Each pass starts its side's server afresh and stops it before the next
+pass starts (``passes.alone``), so nothing of one side runs while another is measured. Every
+server runs in a session of its own and every process it starts carries ``TAG_ENV`` in its
+environment: both find all of a server's processes (Ray's re-parented daemons included), to
+stop them and to prove that none is left.
 
 - ``vllm``: vLLM's own OpenAI server, ``python -m vllm.entrypoints.openai.api_server``;
+- ``vllm_check``: the same bare server again, as a side of its own: the self-check (bare vs
+  bare must come out within its spread of 1.0);
 - ``ray_serve_llm``: the dev stack's rendered ``serveConfigV2`` (``infra/plan/ray.py:
   serve_config``, with ``infra/plan/serve_tuning.py``'s keys), deployed by ``python -m
   workloads.serve.local --keep`` in a Ray whose processes get the pods' environment
   (``serve_tuning.ray_env()``), i.e. the RayService as shipped;
 - ``ray_defaults``: the same deployment on Ray 2.60's defaults (no serve_tuning keys, no env),
   which is also what ``park local dev --only serve`` ran before it passed the pods' env on;
-- ``ray_replica_direct``: no server of its own; the ``ray_serve_llm`` replica's own HTTP port,
-  past HAProxy and the LLMRouter call: the client-side split of the Ray path.
+- ``ray_nice0``: as shipped but Ray's workers at nice 0 (measured, not shipped);
+- ``ray_replica_direct``: the ``ray_serve_llm`` deployment, measured at its LLM replica's own
+  HTTP port, past HAProxy and the LLMRouter call: the client-side split of the Ray path.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import psutil
 import yaml
 
 from benchmarks.serve import cpu
@@ -37,6 +44,11 @@ from workloads.serve import local
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = ROOT / "stacks" / "Pulumi.dev.yaml"
+BARE, SELF_CHECK, SHIPPED, DIRECT = "vllm", "vllm_check", "ray_serve_llm", "ray_replica_direct"
+# "<run>/<side>/<pass>" in the environment of every process a server starts (Ray passes its
+# environment on to raylet, GCS, workers and HAProxy).
+TAG_ENV = "PARK_SERVE_BENCH_TAG"
+STOP_TIMEOUT_S = 120.0  # every process of a stopped server gone within this, or the run fails
 
 
 @dataclass
@@ -46,6 +58,8 @@ class Server:
     sid: int  # the server's session (= the pid it was started as)
     env: dict[str, str] = field(default_factory=dict)  # what was added to the environment
     startup_s: float = 0.0
+    tag: str = ""  # "<run>/<side>/<pass>" (TAG_ENV)
+    settle: dict[str, Any] = field(default_factory=dict)  # passes.settle's record
 
 
 @dataclass
@@ -57,6 +71,7 @@ class Variant:
     env: dict[str, str]
     note: str
     module: str = "workloads.serve.local"  # deploys ``config`` and prints the endpoint
+    replica_direct: bool = False  # measured at the LLM replica's own port, past HAProxy
 
 
 def rendered_serve_config(tuned: bool = True) -> dict[str, Any]:
@@ -81,13 +96,22 @@ def rendered_serve_config(tuned: bool = True) -> dict[str, Any]:
 def variants(extra_env: dict[str, str]) -> dict[str, Variant]:
     tuned, untuned = rendered_serve_config(tuned=True), rendered_serve_config(tuned=False)
     env = serve_tuning.ray_env(len(local.served_models(tuned)))
+    shipped = Variant(
+        SHIPPED,
+        tuned,
+        {**env, **extra_env},
+        "as shipped: serve_tuning's serveConfigV2 keys and the pods' env (ray_env)",
+    )
     return {
-        "vllm": Variant("vllm", None, {}, "python -m vllm.entrypoints.openai.api_server"),
-        "ray_serve_llm": Variant(
-            "ray_serve_llm",
+        BARE: Variant(BARE, None, {}, "python -m vllm.entrypoints.openai.api_server"),
+        SELF_CHECK: self_check_variant(),
+        SHIPPED: shipped,
+        DIRECT: Variant(
+            DIRECT,
             tuned,
-            {**env, **extra_env},
-            "as shipped: serve_tuning's serveConfigV2 keys and the pods' env (ray_env)",
+            shipped.env,
+            "as shipped, measured at the LLM replica's own port (past HAProxy and the LLMRouter)",
+            replica_direct=True,
         ),
         "ray_defaults": Variant(
             "ray_defaults", untuned, {}, "Ray 2.60's defaults: no serve_tuning keys, no env"
@@ -103,6 +127,11 @@ def variants(extra_env: dict[str, str]) -> dict[str, Variant]:
     }
 
 
+def self_check_variant(note: str = "the bare server again: the self-check") -> Variant:
+    """The bare server as a second side: whatever separates it from ``vllm`` is the bench's."""
+    return Variant(SELF_CHECK, None, {}, note)
+
+
 def engine_flags(engine_kwargs: dict[str, Any]) -> list[str]:
     flags = []
     for key, value in engine_kwargs.items():
@@ -114,35 +143,67 @@ def engine_flags(engine_kwargs: dict[str, Any]) -> list[str]:
     return flags
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (a clean shutdown), then SIGKILL whatever of the server's session is left."""
-    thaw(proc.pid)
+def stop(proc: subprocess.Popen[bytes], tag: str) -> None:
+    """SIGTERM (a clean shutdown), then SIGKILL whatever of the server is left; returns once
+    no process of its session or carrying its tag is alive (RuntimeError past STOP_TIMEOUT_S)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(30)  # serve.shutdown() can take minutes; the session is killed next
+        proc.wait(30)  # serve.shutdown() can take minutes; the rest is killed next
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    time.sleep(2)
-    for p in cpu.session(proc.pid):
-        with contextlib.suppress(Exception):
-            if p.pid != os.getpid():
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while left := members(proc.pid, tag):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"server {tag}: processes still alive after SIGKILL: {left}")
+        for p in left:
+            with contextlib.suppress(psutil.Error):
                 p.kill()
+        time.sleep(0.2)
 
 
-def freeze(sid: int) -> None:
-    """SIGSTOP a resident server while another is measured (bare vLLM only: Ray's health
-    checks would count a frozen cluster's processes dead)."""
-    for p in cpu.session(sid):
-        with contextlib.suppress(Exception):
-            p.suspend()
+def _tag_of(p: psutil.Process) -> str | None:
+    with contextlib.suppress(psutil.Error, OSError):
+        return p.environ().get(TAG_ENV)
+    return None
 
 
-def thaw(sid: int) -> None:
-    for p in cpu.session(sid):
-        with contextlib.suppress(Exception):
-            p.resume()
+def _alive(p: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return p.status() != psutil.STATUS_ZOMBIE
+    return False
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A live process as the census saw it."""
+
+    pid: int
+    sid: int
+    tag: str | None  # its TAG_ENV (None: none, or not readable)
+
+
+def census() -> list[Seen]:
+    """Every live process on the machine but this one (zombies excluded: they run nothing and
+    hold no memory), with its session and tag. Ray's agents (dashboard, runtime env) do not
+    inherit the tag, but stay in the session; daemons that leave the session keep the tag."""
+    out = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if p.pid != os.getpid() and _alive(p):
+                out.append(Seen(p.pid, os.getsid(p.pid), _tag_of(p)))
+    return out
+
+
+def members(sid: int, tag: str, seen: list[Seen] | None = None) -> list[psutil.Process]:
+    """Live processes of a server: in its session, or carrying its tag."""
+    out = []
+    for s in census() if seen is None else seen:
+        if s.sid == sid or s.tag == tag:
+            with contextlib.suppress(psutil.Error):
+                out.append(psutil.Process(s.pid))
+    return out
 
 
 def _normal_priority() -> None:
@@ -154,40 +215,62 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _popen(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+@contextmanager
+def launched(
+    cmd: list[str], log: Path, env: dict[str, str], tag: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``cmd`` in a session of its own, ``tag`` in its environment, at nice 0; stopped on exit
+    (``stop``: nothing of it left)."""
     with log.open("wb") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             cmd,
             cwd=ROOT,
-            env={**os.environ, **env},
+            env={**os.environ, **env, TAG_ENV: tag},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_normal_priority,
         )
+    try:
+        yield proc
+    finally:
+        stop(proc, tag)
+
+
+def bare_argv(model: str, served: str, port: int, flags: list[str]) -> list[str]:
+    """The bare server's arguments (vLLM's ``make_arg_parser`` reads them)."""
+    return [
+        *("--model", model, "--served-model-name", served),
+        *("--host", "127.0.0.1", "--port", str(port), *flags),
+    ]
 
 
 @contextmanager
 def bare_vllm(
-    model: str, served: str, flags: list[str], work: Path, env: dict[str, str] | None = None
+    model: str,
+    served: str,
+    flags: list[str],
+    work: Path,
+    tag: str,
+    side: str = BARE,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """vLLM's own OpenAI server: ``flags`` are the engine's (e.g. ``engine_flags``)."""
     port = free_port()
     cmd = [
-        *(sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model),
-        *("--served-model-name", served, "--host", "127.0.0.1", "--port", str(port), *flags),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        *bare_argv(model, served, port, flags),
     ]
-    log, started = work / "vllm.log", time.monotonic()
-    proc = _popen(cmd, log, env or {})
-    try:
+    log, started = work / f"{_file_name(tag)}.log", time.monotonic()
+    with launched(cmd, log, env or {}, tag) as proc:
         deadline = time.monotonic() + 900
         while not local.probe(f"http://127.0.0.1:{port}/v1", served):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"vLLM server did not come up:\n{_tail(log)}")
             time.sleep(2)
-        yield Server("vllm", f"http://127.0.0.1:{port}", proc.pid, {}, time.monotonic() - started)
-    finally:
-        stop(proc)
+        yield Server(side, f"http://127.0.0.1:{port}", proc.pid, {}, time.monotonic() - started)
 
 
 @contextmanager
@@ -196,17 +279,17 @@ def ray_serve_llm(
     serve_config: dict[str, Any],
     env: dict[str, str],
     work: Path,
+    tag: str,
     module: str = "workloads.serve.local",
 ) -> Iterator[Server]:
     """``python -m workloads.serve.local --keep`` (or ``module``) on the rendered config, with
     ``env`` in the environment of Ray's processes (what the RayService pods get)."""
-    config = work / f"{side}.serveConfigV2.yaml"
+    config = work / f"{_file_name(tag)}.serveConfigV2.yaml"
     config.write_text(yaml.safe_dump(serve_config))
     env = {**own_ports_env(), **env}
-    log, started = work / f"{side}.log", time.monotonic()
+    log, started = work / f"{_file_name(tag)}.log", time.monotonic()
     cmd = [sys.executable, "-m", module, "--serve-config", str(config), "--keep"]
-    proc = _popen(cmd, log, env)
-    try:
+    with launched(cmd, log, env, tag) as proc:
         deadline, endpoint = time.monotonic() + 900, None
         while endpoint is None:
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -215,10 +298,30 @@ def ray_serve_llm(
                 if line.startswith(ENDPOINT_MARKER):
                     endpoint = line[len(ENDPOINT_MARKER) :].strip()
             time.sleep(1)
-        base = endpoint.removesuffix("/v1")
-        yield Server(side, base, proc.pid, env, time.monotonic() - started)
-    finally:
-        stop(proc)
+        yield Server(side, endpoint.removesuffix("/v1"), proc.pid, env, time.monotonic() - started)
+
+
+@contextmanager
+def started(
+    v: Variant, model: str, served: str, engine: list[str], work: Path, tag: str
+) -> Iterator[Server]:
+    """The server of side ``v``, up and answering (for a replica-direct side, its base URL is
+    the LLM replica's own port); stopped, every process gone, on exit."""
+    if v.config is None:
+        with bare_vllm(model, served, engine, work, tag, side=v.name, env=v.env) as server:
+            yield server
+        return
+    with ray_serve_llm(v.name, v.config, v.env, work, tag, v.module) as server:
+        if v.replica_direct:
+            url = replica_direct_url(server.sid)
+            if url is None:
+                raise RuntimeError(f"{v.name}: no HAProxy config names the LLM replica")
+            server.base_url = url
+        yield server
+
+
+def _file_name(tag: str) -> str:
+    return tag.replace("/", "-")
 
 
 def own_ports_env() -> dict[str, str]:
