@@ -207,10 +207,6 @@ def deploy(
     if (http.get("host"), http.get("port")) != ("127.0.0.1", port):
         changes.append(f"http_options {http or 'default'} -> 127.0.0.1:{port} (local only)")
     cpu_config["http_options"] = {**http, "host": "127.0.0.1", "port": port}
-    problems = validate_serve_config(cpu_config)
-    if problems:
-        raise ValueError("the CPU serve config is invalid:\n  " + "\n  ".join(problems))
-
     if announce:
         announce(changes)
     schema = ServeDeploySchema.model_validate(cpu_config)
@@ -232,6 +228,11 @@ def deploy(
             proxy_location=schema.proxy_location,
         )
         client.deploy_apps(schema)
+        # Checked with Ray's LLM classes while the controller builds the app (their import
+        # loads vLLM, seconds the replica's start need not wait for); refused, it goes.
+        problems = validate_serve_config(cpu_config)
+        if problems:
+            raise ValueError("the CPU serve config is invalid:\n  " + "\n  ".join(problems))
         _wait_ready(local.endpoint, local.model_ids, app_names, timeout_s)
     except BaseException:
         local.shutdown()

@@ -22,9 +22,11 @@ The engine's own start is bounded too (LLMServer waits RAYLLM_ENGINE_START_TIMEO
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from ray.llm._internal.common.callbacks.base import CallbackBase
+from ray.serve._private.constants import SERVE_LOGGER_NAME
 
 from workloads import ready
 from workloads.protocol import COMPLETION_MARKERS
@@ -56,11 +58,22 @@ class WaitForModel(CallbackBase):
         source = getattr(loading, "model_source", None)
         if not isinstance(source, str):  # a bucket mirrored by Serve LLM: nothing to wait on
             return
-        self.waited = await asyncio.to_thread(
-            ready.wait_for_model,
-            source,
-            timeout_s=self.timeout_s,
-            who=f"serving model {self.llm_config.model_id}",
-            writer=self.writer,
-            markers=self.markers,
-        )
+        try:
+            self.waited = await asyncio.to_thread(
+                ready.wait_for_model,
+                source,
+                timeout_s=self.timeout_s,
+                who=f"serving model {self.llm_config.model_id}",
+                writer=self.writer,
+                markers=self.markers,
+            )
+        finally:
+            _flush_serve_log()
+
+
+def _flush_serve_log() -> None:
+    """What the wait printed, in the replica's log now: Serve redirects a replica's print to
+    its logger, which buffers up to 1000 records under RAY_SERVE_THROUGHPUT_OPTIMIZED
+    (ray/serve/_private/logging_utils.py `configure_component_logger`)."""
+    for handler in logging.getLogger(SERVE_LOGGER_NAME).handlers:
+        handler.flush()
