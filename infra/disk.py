@@ -57,12 +57,42 @@ COMPILE_SCRATCH_BYTES = 8 * GIB  # compilers' local dumps and inductor/XLA cache
 CONTAINER_LOGS_BYTES = 50 * MIB  # the kubelet's log rotation: 10 MiB x 5 files per container
 SUBMITTER_SCRATCH_BYTES = 1 * GIB  # `ray job submit` writes ~/.ray and its logs only
 FILE_CACHE_OVERHEAD_BYTES = 1 * GIB  # gcsfuse's cache index and partial downloads beyond max
+# The GCS FUSE sidecar's own disk, in every pod that mounts the bucket (the CSI webhook injects
+# it). Streaming writes send a new file straight to the bucket; a write gcsfuse cannot stream (a
+# rewrite of an existing object, an out-of-order write) is staged whole in a temp file on its
+# write buffer, the gke-gcsfuse-buffer volume (an emptyDir; a pod volume of that name replaces
+# it, GKE's "custom write buffer volume"), which the plan sizes. What the stacks rewrite through
+# the mount are the engines' compile-cache files (vLLM's per-rank vllm_compile_cache.py and
+# graphs, torch_tpu's executables: MiBs to a few hundred MiB each): an allowance, not a size.
+# With its container logs, that is the sidecar's ephemeral-storage request and limit. Left to
+# the webhook, the sidecar requests 5Gi (its default request and limit, pkg/webhook/config.go
+# and the webhook's --sidecar-ephemeral-storage-request flag; a "0" limit with no request
+# keeps the 5Gi request: populateResource), which no node sum here counted.
+GCSFUSE_WRITE_BUFFER_BYTES = 2 * GIB
 # The node's boot disk also holds the images (the workload image carries torch, torch_tpu,
 # vLLM, JAX and Ray: well over 10 GB unpacked; this is an upper allowance) and system pods.
 IMAGE_BYTES = 30 * GIB
 SYSTEM_PODS_BYTES = 2 * GIB
 DEFAULT_BOOT_DISK_GB = 100  # GKE's default; the floor of a derived boot disk
 BOOT_DISK_STEP_GB = 10  # derived boot disks are rounded up to this
+
+
+# How long staging a hub model into the bucket may take (workloads/train/stage.py streams each
+# file from the hub into the bucket): the bound a workload waits for the staged copy (the
+# trainer's --model-wait-s, a serving replica's wait). Not a measurement: a floor of 25 MB/s
+# (the hub's CDN and GCS each sustain several times that from a GKE node) plus ten minutes for
+# the Job's pod to be scheduled and its image pulled; two hours when the size is not known.
+STAGE_FLOOR_BYTES_PER_S = 25 * 10**6
+STAGE_START_S = 600
+STAGE_UNKNOWN_SIZE_S = 7200
+
+
+def stage_timeout_s(weights_bytes: int | None) -> int:
+    """The staging bound of a model of `weights_bytes` (None: not known), whole minutes."""
+    if weights_bytes is None:
+        return STAGE_UNKNOWN_SIZE_S
+    seconds = STAGE_START_S + weights_bytes / STAGE_FLOOR_BYTES_PER_S
+    return math.ceil(seconds / 60) * 60
 
 
 def staged_uri(bucket: str, repo: str) -> str:
@@ -121,6 +151,11 @@ class StagedModel:
     weights_bytes: int | None  # from the model's facts; None when not known here
     used_by: tuple[str, ...]  # config keys naming it
 
+    @property
+    def stage_timeout_s(self) -> int:
+        """How long its staging may take: what its readers wait for it at most."""
+        return stage_timeout_s(self.weights_bytes)
+
 
 def _whole_mib(size: int) -> str:
     """A Kubernetes quantity in whole MiB, rounded up: an emptyDir's sizeLimit."""
@@ -137,6 +172,7 @@ class PodDisk:
     scratch: tuple[Item, ...]
     file_cache_bytes: int = 0  # gcsfuse's read cache cap (0: off)
     bucket: tuple[Item, ...] = ()
+    mounts_bucket: bool = True  # through GCS FUSE: the pod gets the sidecar and its disk
 
     @property
     def scratch_bytes(self) -> int:
@@ -162,6 +198,32 @@ class PodDisk:
         return f"{self.limit_bytes // GIB}Gi"
 
     @property
+    def write_buffer_bytes(self) -> int:
+        """The GCS FUSE sidecar's write buffer volume (0: no sidecar)."""
+        return GCSFUSE_WRITE_BUFFER_BYTES if self.mounts_bucket else 0
+
+    @property
+    def write_buffer_limit(self) -> str:
+        return _whole_mib(self.write_buffer_bytes)
+
+    @property
+    def sidecar_bytes(self) -> int:
+        """The sidecar's ephemeral-storage request and limit: its write buffer and its logs,
+        in whole MiB (0: no sidecar)."""
+        if not self.mounts_bucket:
+            return 0
+        return math.ceil((self.write_buffer_bytes + CONTAINER_LOGS_BYTES) / MIB) * MIB
+
+    @property
+    def sidecar_limit(self) -> str:
+        return _whole_mib(self.sidecar_bytes)
+
+    @property
+    def pod_bytes(self) -> int:
+        """What the pod requests of its node's disk: its container's and its sidecar's."""
+        return self.limit_bytes + self.sidecar_bytes
+
+    @property
     def scratch_limit(self) -> str:
         return _whole_mib(self.scratch_bytes)
 
@@ -185,7 +247,7 @@ class NodeDisk:
     boot_disk_gb: int  # what the node pool gets: the stack's, or the derived size
     needed_gb: int  # the smallest boot disk that holds it
     pinned: bool  # the stack set the size
-    pods_bytes: int  # ephemeral-storage requests of the pods one node may run
+    pods_bytes: int  # ephemeral-storage requests of the pods one node may run (sidecars too)
     local_ssd_gib: int | None  # the machine type's local SSD (None: not known, none assumed)
 
     @property
@@ -344,14 +406,15 @@ def head_pod(role: str) -> PodDisk:
 
 
 def submitter_pod() -> PodDisk:
-    return PodDisk("submitter", "cpu", (Item("ray job submit", SUBMITTER_SCRATCH_BYTES),))
+    scratch = (Item("ray job submit", SUBMITTER_SCRATCH_BYTES),)
+    return PodDisk("submitter", "cpu", scratch, mounts_bucket=False)
 
 
 # ---- nodes ----------------------------------------------------------------------------------
 
 
 def _tpu_node(pool: PoolPlan, pods: list[PodDisk]) -> NodeDisk:
-    on_pool = [p.limit_bytes for p in pods if p.pool == pool.name]
+    on_pool = [p.pod_bytes for p in pods if p.pool == pool.name]
     pods_bytes = max(on_pool, default=0)  # one Ray pod per TPU host: it takes every chip
     needed = boot_disk_needed_gb(pods_bytes)
     pinned = pool.spec.disk_size_gb is not None
@@ -370,7 +433,7 @@ def _tpu_node(pool: PoolPlan, pods: list[PodDisk]) -> NodeDisk:
 
 def _cpu_node(plan: StackPlan, pods: list[PodDisk]) -> NodeDisk:
     # Heads and the submitter may all land on one CPU node.
-    pods_bytes = sum(p.limit_bytes for p in pods if p.pool == "cpu")
+    pods_bytes = sum(p.pod_bytes for p in pods if p.pool == "cpu")
     needed = boot_disk_needed_gb(pods_bytes)
     cpu = plan.spec.cpu_pool
     return NodeDisk(

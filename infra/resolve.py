@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from infra import catalog, disk, engine, engines, gke, images, model_lookup, names
+from infra import catalog, disk, engine, engines, gke, images, model_facts, model_lookup, names
 from infra.disk import DiskPlan
 from infra.model_facts import FactsLookup
-from infra.resolve_training import fit_training, training_model_facts
+from infra.plan.serve_tuning import SERVE_START_ATTEMPTS_PER_REPLICA
+from infra.resolve_training import RunLimits, fit_training, run_limits, training_model_facts
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import RL_SOURCE as RL_SOURCE
 from infra.spec.models import TRAINING_SOURCE as TRAINING_SOURCE
@@ -107,9 +108,23 @@ class TrainingPlan:
     fit: TrainingFit | None
     micro_batch: int  # sequences per chip per forward/backward: the pin, or the most that fit
     accumulation_steps: int  # micro-batches per optimizer step
+    # The RayJob's deadline and retries, the trainer's wait for its staged model, and from them
+    # when the run's export exists or never will (infra.resolve_training.RunLimits).
+    limits: RunLimits
     # What the trainer loads for park:training.model: a hub model's staged copy in the bucket,
     # through the pods' mount (infra.disk), else the spec's source as is.
     model_path: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelWait:
+    """How a serving replica waits for a folder another job writes: its marker (workloads/
+    protocol.py), the bound (the writer's own: a run's RayJob deadlines, a staging's bound) and
+    what writes it, for the replica's message."""
+
+    timeout_s: int
+    marker: str
+    writer: str
 
 
 @dataclass(frozen=True)
@@ -127,6 +142,12 @@ class ServedModelPlan:
     facts: FactsLookup  # heads, layers, size... or why they are not known (infra.model_facts)
     fit: engine.Fit | None  # weights and KV cache per chip, when the facts are known
     memory_utilization: float  # what the engine keeps of each chip's HBM
+    # A model whose folder another job writes (the run's export, a hub model's staging): its
+    # replica waits for the folder's marker inside its start (workloads/serve/wait.py).
+    wait: ModelWait | None = None
+    # Failed starts Serve allows before DEPLOY_FAILED (deployment_config
+    # max_constructor_retry_count): SERVE_START_ATTEMPTS_PER_REPLICA per replica it may want.
+    start_attempts: int = SERVE_START_ATTEMPTS_PER_REPLICA
 
     @property
     def key(self) -> str:
@@ -239,20 +260,53 @@ def export_path(storage_path: str, run_name: str, spec: TrainingConfig) -> str |
 @dataclass(frozen=True)
 class RunExport:
     """What a served model with `source: training` or `source: rl` serves: the run's final
-    export, and the model the run started from (whose facts are the export's)."""
+    export, the model the run started from (whose facts are the export's), and the run's
+    limits (when its export exists or never will)."""
 
     export_path: str | None
     base_model: str | None
     model_key: str  # the stack key naming that model, for messages
+    limits: RunLimits
+    job: str  # the RayJob that writes it, for messages
 
 
 def _run_export(
     model: ServedModel, training: TrainingPlan | None, rl: RlPlan | None
 ) -> RunExport | None:
     if model.source == TRAINING_SOURCE and training is not None:
-        return RunExport(training.export_path, training.spec.model, "park:training.model")
+        return RunExport(
+            training.export_path,
+            training.spec.model,
+            "park:training.model",
+            training.limits,
+            f"the training RayJob {names.TRAINING_JOB_NAME}",
+        )
     if model.source == RL_SOURCE and rl is not None:
-        return RunExport(rl.export_path, rl.spec.model or None, "park:rl.model")
+        # The RL job's deadlines as its RayJob renders them (infra/plan/rl.py); its learner
+        # does not wait for a staged model.
+        limits = run_limits(rl.spec.active_deadline_seconds, rl.spec.backoff_limit, None)
+        return RunExport(
+            rl.export_path, rl.spec.model or None, "park:rl.model", limits, "the RL RayJob"
+        )
+    return None
+
+
+def served_model_wait(
+    model: ServedModel, run: RunExport | None, facts: FactsLookup
+) -> ModelWait | None:
+    """A run's export: wait for its marker as long as the run may take to write it. A hub
+    model: for its staged copy's marker as long as its staging may take. Else no wait."""
+    if run is not None:
+        return ModelWait(
+            run.limits.export_within_s, protocol.EXPORT_MARKER, f"{run.job} (its final export)"
+        )
+    if disk.needs_staging(model.source):
+        weights = model_facts.weights_bytes(facts.facts)
+        return ModelWait(
+            disk.stage_timeout_s(weights),
+            protocol.STAGED_MARKER,
+            f"its stage Job (park stage-model; {model.source})",
+        )
     return None
 
 
@@ -298,6 +352,11 @@ def resolve_served_model(
         facts=facts,
         fit=fit,
         memory_utilization=utilization,
+        wait=served_model_wait(model, run, facts),
+        # Ray 2.60 allows min(this, replicas x RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT), which the
+        # pods set to the same per-replica count (serve_tuning.ray_env): so the threshold is
+        # that count for every replica Serve wants, whatever the autoscaler's target.
+        start_attempts=SERVE_START_ATTEMPTS_PER_REPLICA * max(model.max_replicas, 1),
     )
 
 
@@ -378,6 +437,11 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             fit = fit_training(facts.facts, spec.training, pool.slice, slices)
         share = spec.training.global_batch_size // workers if workers else 0
         micro = fit.micro_batch if fit else (spec.training.micro_batch_size or share)
+        model_path = disk.trainer_model_source(spec.training, spec.storage.mount_path)
+        # a staged copy (model_path is not the spec's source): wait for it as long as its
+        # staging may take
+        staged = model_path != spec.training.model
+        wait = disk.stage_timeout_s(model_facts.weights_bytes(facts.facts)) if staged else None
         training = TrainingPlan(
             spec=spec.training,
             pool=pool,
@@ -389,7 +453,10 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             storage_path=storage_path,
             queue_name=names.local_queue_name(pool.name) if pool.queued else None,
             export_path=export_path(storage_path, run_name, spec.training),
-            model_path=disk.trainer_model_source(spec.training, spec.storage.mount_path),
+            model_path=model_path,
+            limits=run_limits(
+                spec.training.active_deadline_seconds, spec.training.backoff_limit, wait
+            ),
             facts=facts,
             fit=fit,
             micro_batch=micro,

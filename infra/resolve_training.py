@@ -7,6 +7,8 @@ The plan (infra.resolve), the training rules' "what would fit" answers and the R
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from infra import catalog, model_facts, model_lookup, training_fit
 from infra.model_facts import FactsLookup
 from infra.spec.models import TrainingConfig
@@ -70,4 +72,42 @@ def fit_training(
         usable_bytes=tpu.generation.runtime_hbm_bytes_per_chip,
         loss_chunk_tokens=LOSS_CHUNK_TOKENS,
         **settings,
+    )
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """A run's RayJob bounds, derived once, and what follows from them for whoever waits on
+    the run (a serving replica waiting for its export).
+
+    KubeRay 1.7 fails a RayJob past activeDeadlineSeconds counted from its start, and retries
+    a failed one `backoffLimit` times on a new cluster, each retry with a fresh start time,
+    never one that failed by its deadline (ray-operator/controllers/ray/rayjob_controller.go:
+    checkActiveDeadlineAndUpdateStatusIfNeeded, checkBackoffLimitAndUpdateStatusIfNeeded, and
+    initRayJobStatusIfNeed setting StartTime again after Retrying)."""
+
+    # How long the trainer waits for its staged model (--model-wait-s); None: not staged.
+    model_wait_s: int | None
+    # activeDeadlineSeconds: the stack's run budget plus that wait, which the trainer spends
+    # inside the job and which must not eat the budget.
+    active_deadline_s: int
+    # backoffLimit: the stack's, as it is. With the wait, a start race no longer fails a run;
+    # what is left either repeats on a new cluster (a deterministic error) or is a lost host,
+    # which Ray Train's max_failures recovers inside the cluster. Retries stay the user's call.
+    backoff_limit: int
+
+    @property
+    def export_within_s(self) -> int:
+        """From the RayJob's creation, the time by which its export exists or never will:
+        the staging wait before a first start, then every attempt to its deadline. A queued
+        pool's wait for admission (Kueue) comes on top and is not bounded here."""
+        return (self.model_wait_s or 0) + (self.backoff_limit + 1) * self.active_deadline_s
+
+
+def run_limits(active_deadline_s: int, backoff_limit: int, model_wait_s: int | None) -> RunLimits:
+    """A run's limits from its stack section's budget and retries and its model's wait."""
+    return RunLimits(
+        model_wait_s=model_wait_s,
+        active_deadline_s=active_deadline_s + (model_wait_s or 0),
+        backoff_limit=backoff_limit,
     )

@@ -8,6 +8,8 @@ Torch-free and Ray-free, so `infra` may import it without pulling either in. It 
 - the progress lines the training loop prints (`PARK_METRICS {json}` per report, `PARK_RESULT
   {json}` at the end) and their parser;
 - the markers `python -m workloads.serve.local` prints for its caller;
+- the completion markers of the model folders one job writes and another reads (a staged hub
+  model, a run's export), and the line a workload prints after waiting for one;
 - `free_port`, and the port torch_tpu's slice builder listens on by default.
 """
 
@@ -95,6 +97,19 @@ def training_export_path(
     return f"{root.rstrip('/')}/{leaf}"
 
 
+# ---- when a model folder is complete ----------------------------------------------------------
+# A folder one job writes and another reads may be half written: a hub model being staged into
+# the bucket, a run's export. Each writer writes its marker last, after every other file of the
+# folder, so a reader that finds the marker finds the whole folder; a reader that starts first
+# waits for it (workloads/ready.py) instead of failing.
+STAGED_MARKER = ".park-staged.json"  # workloads/train/stage.py: the hub revision and its files
+EXPORT_MARKER = "park_export.json"  # workloads/train/export.py: run, step, loss, source
+COMPLETION_MARKERS = (STAGED_MARKER, EXPORT_MARKER)
+# The Serve LLM callback a serving replica waits with (an LLMConfig's callback_config names it;
+# its kwargs: timeout_s, marker, writer).
+SERVE_WAIT_CALLBACK = "workloads.serve.wait:WaitForModel"
+
+
 def training_export_root(storage_path: str, run_name: str, export_path: str | None = None) -> str:
     """The folder holding all of a run's exports (``final/``, ``step_N/``)."""
     return training_export_path(storage_path, run_name, export_path).rsplit("/", 1)[0]
@@ -125,9 +140,16 @@ def runs_training(head: list[str]) -> bool:
 
 METRICS_PREFIX = "PARK_METRICS "
 RESULT_PREFIX = "PARK_RESULT "
+# A workload waiting for a model folder (workloads/ready.py): when it starts to wait,
+# {"who", "folder", "markers", "timeout_s"}, and when the marker is there,
+# {"who", "folder", "marker", "seconds"}.
+WAITING_PREFIX = "PARK_WAITING "
+WAITED_PREFIX = "PARK_WAITED "
 METRICS = METRICS_PREFIX.strip()
 RESULT = RESULT_PREFIX.strip()
-_LINE = re.compile(rf"({METRICS}|{RESULT}) (\{{.*\}})\s*$")
+WAITING = WAITING_PREFIX.strip()
+WAITED = WAITED_PREFIX.strip()
+_LINE = re.compile(rf"({METRICS}|{RESULT}|{WAITING}|{WAITED}) (\{{.*\}})\s*$")
 
 
 def format_line(prefix: str, payload: Mapping[str, Any]) -> str:

@@ -112,7 +112,7 @@ def gpu_worker_group(
         "maxReplicas": rollout.groups,
         "rayStartParams": rollout_start_params(gpus),
         "template": {
-            "metadata": ray.pod_metadata("rl-rollout"),
+            "metadata": ray.pod_metadata("rl-rollout", budget),
             "spec": {
                 "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": False,

@@ -70,6 +70,20 @@ THROUGHPUT_ENV: dict[str, str] = {
 # stays empty. It is read in the app-build task on the head and in the replicas: pod env.
 DIRECT_STREAMING_ENV: dict[str, str] = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 
+# Failed starts Serve allows a deployment per replica before DEPLOY_FAILED. Ray 2.60 takes
+# min(deployment_config.max_constructor_retry_count, target replicas x
+# RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT) (S/deployment_state.py `_failed_to_start_threshold`;
+# the variable is read at import of S/constants.py, in the controller on the head: pod env),
+# and a DEPLOY_FAILED app stays failed until its config changes (KubeRay resubmits nothing
+# else). The plan sets both operands (infra.resolve ServedModelPlan.start_attempts), so this
+# number per replica is the threshold. Waiting for a model folder is not a failed start
+# (workloads/serve/wait.py), so what counts is a real failure: the engine's, a wait past its
+# bound, a host lost while starting (spot). Three, Ray's default: two lost hosts are survived.
+SERVE_START_ATTEMPTS_PER_REPLICA = 3
+START_ATTEMPTS_ENV: dict[str, str] = {
+    "RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT": str(SERVE_START_ATTEMPTS_PER_REPLICA)
+}
+
 
 def llm_config_options() -> dict[str, Any]:
     """Keys merged into each LLMConfig (beside model_loading_config, engine_kwargs, ...)."""
@@ -111,4 +125,8 @@ def ray_env(num_models: int = 1) -> dict[str, str]:
 
     Direct streaming only for a single served model: Ray 2.60 refuses it with more.
     """
-    return {**THROUGHPUT_ENV, **(DIRECT_STREAMING_ENV if num_models == 1 else {})}
+    return {
+        **THROUGHPUT_ENV,
+        **(DIRECT_STREAMING_ENV if num_models == 1 else {}),
+        **START_ATTEMPTS_ENV,
+    }

@@ -1,10 +1,12 @@
 """`park local dev` as a user runs it: the installed `park` command, in an empty directory.
 
 One test, a few minutes (Ray start, 100 CPU training steps of a tiny Llama on the shipped facts,
-vLLM's cold start of ~1.5 min and several GB): it trains the dev stack's RayJob, exports the
-model, serves that export through the stack's RayService (its model's source is the training
-run), asks a question of the training data, and stops everything. The served reply must be what
-transformers generates greedily from the exported folder, and the learned answer.
+vLLM's cold start of ~1.5 min and several GB): it starts the dev stack's RayJob and RayService
+together, as one `pulumi up` does, with nothing ready: the trainer waits for its model's staged
+copy (staged from a local hub once it waits), the serving replica for the run's export (its
+model's source is the training run). The run exports, the endpoint answers a question of the
+training data, and everything stops. The served reply must be what transformers generates
+greedily from the exported folder, and the learned answer; the waits are in the summary.
 Run it with `pytest -m e2e tests/e2e`.
 """
 
@@ -72,8 +74,18 @@ def test_park_local_dev(tmp_path):
     # 1. training: the CPU changes are listed, progress streamed, the job succeeded
     assert "changed for CPU (infra/tools/local/profile.py TRAIN_CPU_PROFILE):" in out
     assert "--accelerator tpu -> cpu" in out
-    # the stack's hub model is read from its copy staged in the bucket (infra/disk.py)
-    assert "--model /data/models/Qwen/Qwen3-1.7B -> park:tiny-llama" in out
+    # the stack's hub model is read from its copy staged in the bucket (infra/disk.py): here
+    # the run's bucket folder, staged from a local hub once the trainer waits for it
+    staged = re.search(
+        r"--model /data/models/Qwen/Qwen3-1\.7B -> (\S+bucket/models/Qwen/Qwen3-1\.7B) ", out
+    )
+    assert staged and str(tmp_path / "cache") in staged.group(1), out
+    assert Path(staged.group(1), ".park-staged.json").is_file()
+    # serving started with training (before its job was submitted), waiting for the export
+    assert out.index("--wait-for-model") < out.index("submitted job"), out
+    assert f"the trainer waits for {staged.group(1)}" in out
+    waited = re.search(r"--model waited ([\d.]+)s for \.park-staged\.json", out)
+    assert waited and float(waited.group(1)) > 0, out
     steps = [int(s) for s in re.findall(r"step (\d+)/100  loss \d", out)]
     assert steps and steps[-1] == 100, out
     losses = [float(x) for x in re.findall(r"step \d+/100  loss ([\d.]+)", out)]
@@ -102,6 +114,13 @@ def test_park_local_dev(tmp_path):
     served = re.search(r"served completion of '[^']+': '([^']*)'", out)
     assert served and served.group(1) == said, out
     assert "the endpoint serves the trained export: it gives the learned answer" in out
+
+    # the replica waited inside its start for the export's marker, then served it
+    replica = re.search(
+        r"serving model qwen3-1\.7b-tuned waited ([\d.]+)s for park_export\.json in (\S+)", out
+    )
+    assert replica and replica.group(2) == folder, out
+    assert "callback_config timeout_s" in out  # the rendered wait, bounded by this run
 
     # 3. summary, then everything stopped: neither the endpoint nor the dashboard answers
     assert "3. summary" in out and "checkpoint" in out

@@ -15,6 +15,7 @@ from infra.tools.local.profile import (
     ProfileError,
     cpu_entrypoint,
     runtime_env_of,
+    staged_profile,
 )
 from tests.conftest import SHIPPED_STACKS, render_stack
 from workloads.protocol import flag, parse_line, split_entrypoint
@@ -57,6 +58,23 @@ def test_cpu_profile_applies_to_every_shipped_rayjob(stack):
     # whatever the stack trains, the local run trains the tiny Llama on the facts and exports
     assert flags["--model"] == "park:tiny-llama" and flags["--data"] == "park:facts"
     assert "--no-export" not in flags
+
+
+def test_a_staged_model_is_the_local_bucket_folder_and_the_trainer_waits_for_it():
+    """dev trains a hub model from its staged copy: locally that copy is the run's bucket
+    folder (staged from a local hub), and the rendered wait stays (the trainer waits)."""
+    rendered = _rayjob("dev")["spec"]["entrypoint"]
+    local = "/tmp/run/bucket/models/Qwen/Qwen3-1.7B"
+    entrypoint, changes = cpu_entrypoint(
+        rendered, "/tmp/run/checkpoints", staged_profile(local, "Qwen/Qwen3-1.7B")
+    )
+    flags, before = _flags(entrypoint), _flags(rendered)
+    assert before["--model"] == "/data/models/Qwen/Qwen3-1.7B"
+    assert flags["--model"] == local
+    assert flags["--model-wait-s"] == before["--model-wait-s"] and int(flags["--model-wait-s"])
+    assert flags["--init"] == "config"  # the tiny Llama's config, random weights
+    assert parse_args(shlex.split(entrypoint)[3:]).model_wait_s > 0
+    assert any(c.startswith("--model /data/models/Qwen/Qwen3-1.7B -> /tmp/run/") for c in changes)
 
 
 def test_values_with_spaces_survive():
@@ -122,3 +140,22 @@ def test_the_served_folder_gets_the_model_checks_validate_runs(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(LocalRunError, match=r"config\.json"):
         _check_local_model(str(tmp_path), quiet)
+
+
+def test_the_local_heads_settings_are_rays_own():
+    """Each name the local head sets is read by Ray 2.60 (a typo would be silently ignored)."""
+    from pathlib import Path
+
+    import ray
+
+    from infra.tools.local.ray_head import LOCAL_RAY_ENV
+
+    root = Path(ray.__file__).parent
+    sources = "".join(
+        (root / p).read_text()
+        for p in ("_private/ray_constants.py", "serve/_private/constants.py", "_raylet.pyx")
+        if (root / p).exists()
+    )
+    sources += "".join(p.read_text(errors="ignore") for p in (root / "dashboard").glob("*.py"))
+    for name in LOCAL_RAY_ENV:
+        assert name in sources or name.startswith("RAY_agent_"), name

@@ -46,6 +46,20 @@ def _limit(template: Any) -> int:
     return quantity(limits["ephemeral-storage"])
 
 
+def _has_sidecar(template: Any) -> bool:
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    return annotations.get("gke-gcsfuse/volumes") == "true"
+
+
+def _sidecar_limit(template: Any) -> int:
+    """The GCS FUSE sidecar's ephemeral storage as the webhook will give it (request = limit,
+    both from the pod's annotations)."""
+    annotations = template["metadata"]["annotations"]
+    request = quantity(annotations["gke-gcsfuse/ephemeral-storage-request"])
+    assert request == quantity(annotations["gke-gcsfuse/ephemeral-storage-limit"])
+    return request
+
+
 def _empty_dirs(template: Any) -> dict[str, int]:
     return {
         v["name"]: quantity(v["emptyDir"]["sizeLimit"])
@@ -72,7 +86,12 @@ def test_every_pod_worst_case_fits_its_rendered_limit(stack: str):
             # the scratch and cache volumes cannot together outgrow the container's limit
             dirs = _empty_dirs(ref.template)
             assert dirs["tmp"] >= budget.scratch_bytes
+            # the GCS FUSE sidecar's write buffer is the sidecar's, within its own limit
+            buffer = dirs.pop(ray_plan.GCSFUSE_BUFFER_VOLUME, None)
             assert sum(dirs.values()) + disk.CONTAINER_LOGS_BYTES <= limit, (stack, role)
+            assert (buffer is not None) == budget.mounts_bucket == _has_sidecar(ref.template)
+            if buffer is not None:
+                assert buffer + disk.CONTAINER_LOGS_BYTES <= _sidecar_limit(ref.template)
             seen.add(role)
     expected = {p.role for p in plan.disk.pods}
     assert seen == expected
@@ -123,10 +142,56 @@ def test_rendered_boot_disks_hold_their_pods(stack: str):
         size = by_pool[node.pool]
         need = node.pods_bytes + disk.IMAGE_BYTES + disk.SYSTEM_PODS_BYTES
         assert disk.gke_allocatable_bytes(size) >= need, (stack, node.pool)
-    # every TPU pod's limit is counted on its pool's node
+    # every TPU pod's limit is counted on its pool's node, with its GCS FUSE sidecar's
     for pod in plan.disk.pods:
         node = plan.disk.node(pod.pool)
-        assert node is not None and node.pods_bytes >= pod.limit_bytes
+        assert node is not None and node.pods_bytes >= pod.limit_bytes + pod.sidecar_bytes
+
+
+# The GCS FUSE CSI webhook's default ephemeral-storage request for its sidecar, when a pod's
+# annotations set none (gcs-fuse-csi-driver cmd/webhook flag --sidecar-ephemeral-storage-request).
+WEBHOOK_DEFAULT_SIDECAR_REQUEST = 5 * 2**30
+
+
+def _pod_request(template: Any) -> int:
+    """A rendered pod's ephemeral-storage request on its node, as the scheduler sums it: its
+    containers' and, when the CSI webhook injects one, its GCS FUSE sidecar's (the annotation,
+    else the webhook's default)."""
+    total = sum(
+        quantity(c["resources"]["requests"]["ephemeral-storage"])
+        for c in template["spec"]["containers"]
+    )
+    if _has_sidecar(template):
+        annotations = template["metadata"]["annotations"]
+        request = annotations.get("gke-gcsfuse/ephemeral-storage-request")
+        total += quantity(request) if request else WEBHOOK_DEFAULT_SIDECAR_REQUEST
+    return total
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_rendered_pods_with_their_sidecars_fit_the_rendered_boot_disks(stack: str):
+    """From the manifests alone: every Ray pod's request, its FUSE sidecar's included, on the
+    node pool it selects (all CPU-pool pods may share one node; one Ray pod per TPU host)."""
+    rendered = render_stack(stack)
+    sizes: dict[str, int] = {}
+    for r in rendered.of_type("gcp:container/nodePool:NodePool"):
+        labels = r.inputs["nodeConfig"].get("labels", {})
+        sizes[labels.get("park-gke/pool", "cpu")] = int(r.inputs["nodeConfig"]["diskSizeGb"])
+    cpu, tpu = 0, dict.fromkeys(sizes, 0)
+    for manifest in _ray_manifests(stack):
+        for ref in pod_reader.pod_templates(manifest["kind"], manifest["spec"]):
+            selector = ref.template["spec"].get("nodeSelector") or {}
+            pool = selector.get("park-gke/pool")
+            if pool is None:
+                cpu += _pod_request(ref.template)
+            else:
+                tpu[pool] = max(tpu.get(pool, 0), _pod_request(ref.template))
+    tpu["cpu"] = cpu
+    for pool, need in tpu.items():
+        if pool not in sizes:
+            continue  # a GPU pool's pods are sized by its own rules
+        room = disk.gke_allocatable_bytes(sizes[pool]) - disk.IMAGE_BYTES - disk.SYSTEM_PODS_BYTES
+        assert need <= room, (stack, pool, need / 2**30, room / 2**30)
 
 
 def test_gke_allocatable_matches_the_documented_example():

@@ -111,7 +111,12 @@ def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
     spec = job["spec"]
     assert spec["shutdownAfterJobFinishes"] is True
     assert spec["ttlSecondsAfterFinished"] == config.training.ttl_seconds_after_finished
-    assert spec["activeDeadlineSeconds"] == config.training.active_deadline_seconds
+    # the run's budget, plus the trainer's wait for a staged model (tests/infra/test_waits.py)
+    limits = rendered.plan.training.limits
+    assert limits.active_deadline_s == config.training.active_deadline_seconds + (
+        limits.model_wait_s or 0
+    )
+    assert spec["activeDeadlineSeconds"] == limits.active_deadline_s
     pool, tpu = _pool(config, config.training.pool)
     entry = spec["entrypoint"]
     assert entry.startswith("python -m workloads.train ")

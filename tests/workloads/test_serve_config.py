@@ -220,6 +220,30 @@ def test_to_cpu_changes_only_knobs_and_reports_every_change(
     assert to_cpu(cpu, MODEL)[1] == []
 
 
+def test_to_cpu_keeps_a_rendered_wait_only_for_a_model_being_written() -> None:
+    """dev's replica waits for the training run's export (workloads/serve/wait.py). Locally
+    the wait stays when the model path is an export still being written (bounded by this run),
+    and goes when the model is complete (the tiny stand-in): it would wait for a marker no one
+    writes."""
+    from tests.conftest import render_stack
+
+    (service,) = [m for m in render_stack("dev").manifests() if m["kind"] == "RayService"]
+    dev = yaml.safe_load(service["spec"]["serveConfigV2"])
+    rendered = _llm(dev)["callback_config"]
+    assert rendered["callback_kwargs"]["timeout_s"] > 1800
+
+    waits, changes = to_cpu(dev, MODEL, wait_s=1800)
+    kept = _llm(waits)["callback_config"]
+    assert kept["callback_class"] == rendered["callback_class"]
+    assert kept["callback_kwargs"] == {**rendered["callback_kwargs"], "timeout_s": 1800}
+    assert any("callback_config timeout_s" in c for c in changes)
+    assert validate_serve_config(waits) == []
+
+    complete, changes = to_cpu(dev, MODEL)
+    assert "callback_config" not in _llm(complete)
+    assert any("removed callback_config" in c for c in changes)
+
+
 def test_cpu_config_passes_rays_validation() -> None:
     cpu, _ = to_cpu(tpu_serve_config(), MODEL)
     assert validate_serve_config(cpu) == []

@@ -108,6 +108,9 @@ def test_family_trains_and_its_export_gives_the_trained_logits(
     assert (out / "generation_config.json").exists()
     marker = json.loads((out / export.MARKER_NAME).read_text())
     assert (marker["step"], marker["run_name"], marker["init"]) == (4, "hf", "config")
+    # the marker is written last: a reader that finds it finds every other file (ready.py)
+    last = (out / export.MARKER_NAME).stat().st_mtime_ns
+    assert all(p.stat().st_mtime_ns <= last for p in out.iterdir())
     # The weights are the trained ones: the final checkpoint's, to the bit, in transformers.
     weights = _checkpoint_weights(tmp_path / "ckpt" / "checkpoint_00000004", tmp_path)
     reference = AutoModelForCausalLM.from_config(exported.config)

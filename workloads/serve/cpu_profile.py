@@ -59,13 +59,29 @@ def _llm_configs(app: dict[str, Any]) -> list[Any] | None:
 
 
 def _cpu_llm_config(
-    llm: dict[str, Any], model_path: str, max_replicas: int, where: str, max_len: int
+    llm: dict[str, Any],
+    model_path: str,
+    max_replicas: int,
+    where: str,
+    max_len: int,
+    wait_s: int | None,
 ) -> tuple[dict[str, Any], list[str]]:
     out = copy.deepcopy(llm)
     changes: list[str] = []
 
     def note(msg: str) -> None:
         changes.append(f"{where}: {msg}")
+
+    callback = out.get("callback_config")
+    if isinstance(callback, dict):
+        if wait_s is None:
+            out.pop("callback_config")
+            note("removed callback_config (the model here is complete: nothing to wait for)")
+        else:
+            kwargs = callback.setdefault("callback_kwargs", {})
+            if float(kwargs.get("timeout_s", wait_s + 1)) > wait_s:
+                note(f"callback_config timeout_s {kwargs.get('timeout_s')} -> {wait_s} (this run)")
+                kwargs["timeout_s"] = wait_s
 
     if "accelerator_type" in out:
         note(f"removed accelerator_type {out.pop('accelerator_type')!r} (CPU has none)")
@@ -121,6 +137,8 @@ def to_cpu(
     max_replicas: int = 1,
     ingress_num_cpus: float = 0,
     direct_streaming: bool | None = None,
+    wait_s: int | None = None,
+    config_from: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Return ``(cpu_config, changes)`` for a rendered ``serveConfigV2`` (as a dict).
 
@@ -131,6 +149,10 @@ def to_cpu(
     the LLM server, which reserves 2 CPUs (replica actor + engine bundle).
     ``direct_streaming``: whether Ray runs Serve LLM's direct streaming (default: this process'
     ``RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING``); then there is no separate ingress to size.
+    ``wait_s``: ``model_path`` is still being written (a run's export): keep the rendered waits
+    for it (``callback_config``, workloads/serve/wait.py), at most this long. None: the model
+    is complete, the waits go.
+    ``config_from``: a folder with the model's config when ``model_path`` has none yet.
 
     The input is not modified. Raises ValueError when there is no LLM app to convert.
     """
@@ -156,7 +178,7 @@ def to_cpu(
                 continue
             where = f"app {app_name!r} model {model_id!r}"
             cpu_llm, llm_changes = _cpu_llm_config(
-                llm, model_path, max_replicas, where, _max_len(model_path)
+                llm, model_path, max_replicas, where, _max_len(config_from or model_path), wait_s
             )
             kept.append(cpu_llm)
             changes.extend(llm_changes)

@@ -176,12 +176,17 @@ def deploy(
     dashboard: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     announce: Callable[[list[str]], None] | None = None,
+    wait_for_model: bool = False,
+    config_from: str | None = None,
 ) -> LocalServe:
     """Run a rendered ``serveConfigV2`` on this machine's CPU; return once it generates.
 
     ``model_path`` defaults to the cached tiny model (built on first use); ``port`` to a free one;
     ``address`` attaches to an existing Ray instead of starting one. ``announce`` receives the
-    list of changes before the (minutes-long) deployment starts.
+    list of changes before the (minutes-long) deployment starts. ``wait_for_model``: another
+    job is still writing ``model_path`` (a run's export): its replica waits for the folder's
+    marker as the rendered config says (workloads/serve/wait.py), within ``timeout_s``;
+    ``config_from`` then names a folder with the same config (the shapes it is served with).
     """
     from ray.serve._private.api import serve_start
     from ray.serve.schema import ServeDeploySchema
@@ -190,16 +195,18 @@ def deploy(
         from workloads.serve.tiny_model import build_tiny_model
 
         model_path = str(build_tiny_model())
-    cpu_config, changes = to_cpu(serve_config, model_path, keep_models=keep_models)
+    cpu_config, changes = to_cpu(
+        serve_config,
+        model_path,
+        keep_models=keep_models,
+        wait_s=int(timeout_s) if wait_for_model else None,
+        config_from=config_from,
+    )
     port = port or free_port()
     http = cpu_config.get("http_options") or {}
     if (http.get("host"), http.get("port")) != ("127.0.0.1", port):
         changes.append(f"http_options {http or 'default'} -> 127.0.0.1:{port} (local only)")
     cpu_config["http_options"] = {**http, "host": "127.0.0.1", "port": port}
-    problems = validate_serve_config(cpu_config)
-    if problems:
-        raise ValueError("the CPU serve config is invalid:\n  " + "\n  ".join(problems))
-
     if announce:
         announce(changes)
     schema = ServeDeploySchema.model_validate(cpu_config)
@@ -221,6 +228,11 @@ def deploy(
             proxy_location=schema.proxy_location,
         )
         client.deploy_apps(schema)
+        # Checked with Ray's LLM classes while the controller builds the app (their import
+        # loads vLLM, seconds the replica's start need not wait for); refused, it goes.
+        problems = validate_serve_config(cpu_config)
+        if problems:
+            raise ValueError("the CPU serve config is invalid:\n  " + "\n  ".join(problems))
         _wait_ready(local.endpoint, local.model_ids, app_names, timeout_s)
     except BaseException:
         local.shutdown()
@@ -259,6 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", help="attach to this Ray cluster instead of starting one")
     parser.add_argument("--dashboard", action="store_true", help="start Ray's dashboard")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="readiness, s")
+    parser.add_argument(
+        "--wait-for-model",
+        action="store_true",
+        help="--model-path is still being written (a run's export): the replica waits for it",
+    )
+    parser.add_argument("--config-from", help="a folder with the model's config (see above)")
     args = parser.parse_args(argv)
 
     config = load_serve_config(args.serve_config)
@@ -279,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         dashboard=args.dashboard,
         timeout_s=args.timeout,
         announce=announce,
+        wait_for_model=args.wait_for_model,
+        config_from=args.config_from,
     )
     try:
         print(f"{ENDPOINT_MARKER}{local.endpoint}", flush=True)

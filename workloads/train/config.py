@@ -137,6 +137,12 @@ class TrainConfig(FlagConfig):
         "scratch); auto: config for park: models, pretrained otherwise",
         choices=INITS,
     )
+    model_wait_s: int = opt(
+        0,
+        "when --model is a folder another job writes (a staged hub model, a run's export): wait "
+        "up to this many seconds for its completion marker before failing (0: it must exist)",
+        type=int,
+    )
     model_size: str = opt(
         "tiny", "GPT preset when no --model (synthetic or token-file runs)", choices=MODEL_SIZES
     )

@@ -78,7 +78,14 @@ def validate(cfg: TrainConfig) -> None:
         "peak_tflops_per_device",
         optional=True,
     )
-    for name in ("checkpoint_every", "warmup_steps", "grad_clip", "weight_decay", "export_every"):
+    for name in (
+        "checkpoint_every",
+        "warmup_steps",
+        "grad_clip",
+        "weight_decay",
+        "export_every",
+        "model_wait_s",
+    ):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{flag(name)} must be >= 0, got {getattr(cfg, name)}")
     if cfg.lr <= 0:
@@ -154,6 +161,11 @@ def _check_positive(cfg: TrainConfig, *names: str, optional: bool = False) -> No
             raise ConfigError(f"{flag(name)} must be > 0, got {value}")
 
 
+def is_folder(model: str) -> bool:
+    """`--model` names a folder (a path or a bucket URI), not a hub id or a built-in."""
+    return "://" in model or model.startswith(("/", ".", "~"))
+
+
 def _validate_model(cfg: TrainConfig) -> None:
     model = cfg.model
     if model is None:
@@ -169,9 +181,16 @@ def _validate_model(cfg: TrainConfig) -> None:
             )
         if cfg.export_every:
             raise ConfigError("--export-every needs --model: exports are Hugging Face folders")
+        if cfg.model_wait_s:
+            raise ConfigError("--model-wait-s needs --model (a folder another job writes)")
         return
     if not model.strip():
         raise ConfigError("--model must name a hub id, gs://..., a folder or park:tiny-llama")
+    if cfg.model_wait_s and not is_folder(model):
+        raise ConfigError(
+            f"--model-wait-s waits for a folder's completion marker: --model must be a path or "
+            f"gs://..., got {model!r}"
+        )
     if cfg.vocab_size is not None:
         raise ConfigError("--vocab-size only applies to the GPT presets; --model has its own")
     if model.startswith(BUILTIN_PREFIX):

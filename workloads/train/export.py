@@ -12,8 +12,10 @@ No worker holds the whole model: the weights are planned into shard files from t
 alone, then gathered one tensor at a time (``DTensor.full_tensor``, a collective every rank
 joins), and only the rank that owns a file (file ``i`` belongs to rank ``i % world``) keeps
 its tensors, as CPU copies in the export dtype, until it writes that file. The peak per worker
-is one shard file plus one full tensor; several ranks write files at once. ``config.json`` is
-written last, so a folder without one is an export still being written (or a failed one).
+is one shard file plus one full tensor; several ranks write files at once. ``park_export.json``
+(workloads/protocol.py EXPORT_MARKER) is written last, by rank 0 once every rank has written
+its files: a folder without it is an export still being written (or a failed one), and a
+serving replica started with the run waits for it (workloads/serve/wait.py).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from workloads import protocol
 from workloads.train import hf, storage
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
-MARKER_NAME = "park_export.json"
+MARKER_NAME = protocol.EXPORT_MARKER
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -125,9 +128,11 @@ def export_model(
             )
         del tensors
     if rank == 0:
-        _write_side_files(model, destination, source, dtype, weight_map, sizes, names, metadata)
-    _barrier(group)
+        _write_side_files(model, destination, source, dtype, weight_map, sizes, names)
+    _barrier(group)  # every rank's shard files are written
     if rank == 0:
+        body = json.dumps(metadata, indent=2, sort_keys=True) + "\n"
+        storage.write_bytes(storage.join(destination, MARKER_NAME), body.encode())
         seconds = time.perf_counter() - started
         print(f"exported {len(state)} tensors, {len(names)} file(s), {seconds:.1f}s: {destination}")
     return destination
@@ -141,7 +146,6 @@ def _write_side_files(
     weight_map: dict[str, str],
     sizes: list[tuple[str, int]],
     names: list[str],
-    metadata: dict[str, Any],
 ) -> None:
     from transformers import GenerationConfig
 
@@ -163,9 +167,5 @@ def _write_side_files(
                 "weight_map": dict(sorted(weight_map.items())),
             }
             (folder / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
-        (folder / MARKER_NAME).write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
         config.save_pretrained(folder)
-        storage.upload_folder(folder, destination, skip=["config.json"])
-        storage.write_bytes(
-            storage.join(destination, "config.json"), (folder / "config.json").read_bytes()
-        )
+        storage.upload_folder(folder, destination)

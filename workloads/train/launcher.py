@@ -6,12 +6,14 @@ On GKE this runs on the Ray head as the RayJob's entrypoint (``RAY_ADDRESS`` is 
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig
 from ray.train.torch import TorchTrainer
 
+from workloads import ready
 from workloads.train.config import TrainConfig, resolve
 from workloads.train.loop import train_loop_per_worker
 from workloads.train.metrics import RESULT_PREFIX, emit
@@ -50,8 +52,29 @@ def build_trainer(cfg: TrainConfig) -> TorchTrainer:
     )
 
 
+def wait_for_model(cfg: TrainConfig) -> None:
+    """With --model-wait-s, wait here, once, in the driver, for --model's folder to be complete
+    (its staging's or its export's marker): a run started with its model's staging waits
+    instead of failing on a missing folder in every worker (Ray Train's retries would fail as
+    fast, and the RayJob with them)."""
+    if cfg.model and cfg.model_wait_s:
+        ready.wait_for_model(
+            cfg.model,
+            timeout_s=cfg.model_wait_s,
+            who="--model",
+            writer="its staging (the stage Job, `park stage-model`) or the run exporting it",
+        )
+
+
 def run(cfg: TrainConfig) -> dict[str, Any]:
     """Train and return the ``PARK_RESULT`` summary (also printed)."""
+    try:
+        wait_for_model(cfg)
+    except ready.ModelNotReady as err:
+        print(f"workloads.train: {err}", file=sys.stderr, flush=True)
+        failed = {"status": "failed", "error": str(err), "model": cfg.model}
+        emit(RESULT_PREFIX, failed)
+        return failed
     if not ray.is_initialized():
         ray.init()
     cfg = resolve(cfg, ray.cluster_resources())

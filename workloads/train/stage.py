@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -25,12 +26,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, Any
 
+from workloads import protocol
 from workloads.train import storage
 
 # What neither the trainer nor the engine reads (workloads/train/hf.py HUB_IGNORE, and the
 # hub's own dot files).
 IGNORE = ("*.bin", "*.pt", "*.pth", "*.msgpack", "*.h5", "*.onnx", "original/*", "consolidated*")
-MARKER = ".park-staged.json"
+MARKER = protocol.STAGED_MARKER  # written last: the folder is complete
 CHUNK = 16 * 1024 * 1024
 
 
@@ -122,12 +124,40 @@ def hub_opener(repo: str, revision: str) -> Opener:
     return open_file
 
 
+def folder_listing(folder: str) -> Listing:
+    """A local folder standing in for the hub (`park local`): its files, and a revision named
+    by their names and sizes."""
+    root = os.path.abspath(folder)
+    files = tuple(
+        sorted(
+            (
+                os.path.relpath(os.path.join(top, name), root),
+                os.path.getsize(os.path.join(top, name)),
+            )
+            for top, _, names in os.walk(root)
+            for name in names
+        )
+    )
+    return Listing("local-" + storage.key_of(json.dumps(files)), files)
+
+
+def folder_opener(folder: str) -> Opener:
+    return lambda name: open(os.path.join(folder, name), "rb")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.train.stage", description=__doc__)
     parser.add_argument("--repo", required=True, help="hub id, org/name")
     parser.add_argument("--dest", required=True, help="gs://BUCKET/models/ORG/NAME")
     parser.add_argument("--revision", default=None, help="branch, tag or commit (default main)")
+    parser.add_argument(
+        "--from-folder", default=None, help="a local folder instead of the hub (park local)"
+    )
     args = parser.parse_args(argv)
+    if args.from_folder:
+        listing = folder_listing(args.from_folder)
+        stage(args.repo, args.dest, listing, folder_opener(args.from_folder))
+        return 0
     listing = hub_listing(args.repo, args.revision)
     stage(args.repo, args.dest, listing, hub_opener(args.repo, listing.revision))
     return 0

@@ -15,6 +15,7 @@ from infra.plan.ray.job import (
 )
 from infra.plan.ray.pods import (
     DISK_BUDGET_ANNOTATION,
+    GCSFUSE_BUFFER_VOLUME,
     GCSFUSE_CACHE_VOLUME,
     SCRATCH,
     RayPods,
@@ -47,6 +48,7 @@ from infra.plan.ray.service import (
 __all__ = [
     "COMPILE_CACHE_DIR",
     "DISK_BUDGET_ANNOTATION",
+    "GCSFUSE_BUFFER_VOLUME",
     "GCSFUSE_CACHE_VOLUME",
     "HEALTH_CHECK_TIMEOUT_S",
     "MODEL_DATA_FIELDS",

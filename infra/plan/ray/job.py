@@ -54,6 +54,7 @@ def training_fields(training: TrainingPlan) -> dict[str, Any]:
         # the staged copy of a hub model, through the mount (infra.disk)
         model = training.model_path or spec.model
         fields |= {"model": model, "tokenizer": spec.tokenizer, "init": spec.init}
+        fields["model_wait_s"] = training.limits.model_wait_s  # a staged copy: wait for it
         fields["activation_checkpointing"] = spec.activation_checkpointing
     else:
         fields["model_size"] = spec.model_size
@@ -116,8 +117,8 @@ def rayjob(training: TrainingPlan, pods: RayPods, *, hf_token: bool = False) -> 
         "runtimeEnvYAML": yaml.safe_dump(training_runtime_env(), sort_keys=True),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-        "activeDeadlineSeconds": spec.active_deadline_seconds,
-        "backoffLimit": spec.backoff_limit,
+        "activeDeadlineSeconds": training.limits.active_deadline_s,  # the budget + model wait
+        "backoffLimit": training.limits.backoff_limit,
         "submitterPodTemplate": submitter_template(pods, image),
         "rayClusterSpec": {
             "rayVersion": RAY_VERSION,

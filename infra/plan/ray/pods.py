@@ -96,6 +96,9 @@ def pod_security_context() -> dict[str, Any]:
 # one (GKE, "Configure the Cloud Storage FUSE CSI driver sidecar container": custom read cache
 # volume), so the plan sizes it.
 GCSFUSE_CACHE_VOLUME = "gke-gcsfuse-cache"
+# Its write buffer, where a write it cannot stream is staged whole: ours too, sized by the plan
+# (infra/disk.py GCSFUSE_WRITE_BUFFER_BYTES), instead of an unbounded emptyDir.
+GCSFUSE_BUFFER_VOLUME = "gke-gcsfuse-buffer"
 
 
 def mount_options(budget: disk.PodDisk) -> str:
@@ -128,6 +131,7 @@ def pod_volumes(
         },
         {"name": "tmp", "emptyDir": {"sizeLimit": budget.scratch_limit}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": GCSFUSE_BUFFER_VOLUME, "emptyDir": {"sizeLimit": budget.write_buffer_limit}},
     ]
     if budget.file_cache_bytes:
         volumes.append(
@@ -204,16 +208,18 @@ def container_resources(
 DISK_BUDGET_ANNOTATION = "park-gke/disk-budget"
 
 
-def pod_metadata(role: str | None = None) -> dict[str, Any]:
-    # The GCS FUSE sidecar is injected only when asked for; 0 = no sidecar resource limits.
+def pod_metadata(role: str, budget: disk.PodDisk) -> dict[str, Any]:
+    """The GCS FUSE sidecar is injected only when asked for; CPU and memory 0: no limits. Its
+    disk (its write buffer and logs) is the plan's, request = limit, and counted in the node's
+    sum (infra/disk.py); the webhook's default would request 5Gi nothing counted."""
     annotations = {
         "gke-gcsfuse/volumes": "true",
         "gke-gcsfuse/cpu-limit": "0",
         "gke-gcsfuse/memory-limit": "0",
-        "gke-gcsfuse/ephemeral-storage-limit": "0",
+        "gke-gcsfuse/ephemeral-storage-request": budget.sidecar_limit,
+        "gke-gcsfuse/ephemeral-storage-limit": budget.sidecar_limit,
+        DISK_BUDGET_ANNOTATION: role,
     }
-    if role:
-        annotations[DISK_BUDGET_ANNOTATION] = role
     return {"annotations": annotations}
 
 
@@ -241,7 +247,7 @@ def head_group(
             "metrics-export-port": str(METRICS_PORT),
         },
         "template": {
-            "metadata": pod_metadata(role),
+            "metadata": pod_metadata(role, budget),
             "spec": {
                 "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": autoscaler,
@@ -325,7 +331,7 @@ def tpu_worker_group(
         "numOfHosts": tpu.hosts,
         "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
         "template": {
-            "metadata": pod_metadata(role),
+            "metadata": pod_metadata(role, budget),
             "spec": {
                 "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": False,  # workers never call the API server

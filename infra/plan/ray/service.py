@@ -11,8 +11,9 @@ from infra import disk, engine, engines
 from infra.names import EXPOSE_SERVE_ANNOTATION, OPENAI_SERVICE_NAME, SERVE_PORT, SERVICE_NAME
 from infra.plan import serve_tuning
 from infra.plan.ray.pods import RayPods, app_labels, head_group, label_pods, tpu_worker_group
-from infra.resolve import ServingPlan
+from infra.resolve import ServedModelPlan, ServingPlan
 from infra.versions import IMAGE_TAG, RAY_VERSION
+from workloads import protocol
 
 
 def model_source(pods: RayPods, source: str) -> str | dict[str, str]:
@@ -35,6 +36,18 @@ def model_source(pods: RayPods, source: str) -> str | dict[str, str]:
 # (serve_vllm_torchtpu.py) uses 900 s.
 HEALTH_CHECK_TIMEOUT_S = 900
 COMPILE_CACHE_DIR = "cache"  # under the bucket mount: <mount>/cache/{torch-tpu,vllm}/<key>
+# Each host of a multi-host replica compiles the same programs under the same cache keys, and
+# GCS FUSE has no locking across hosts: two hosts finalizing one object race (one's upload
+# replaces the other's, or fails its generation precondition). So each host writes its own
+# folder. The TPU webhook injects TPU_WORKER_ID (0..hosts-1) into every TPU worker pod, and
+# Ray 2.60 expands ``${VAR}`` in a runtime_env's env_vars from each worker process's own
+# environment when it starts it (ray/_private/utils.py `update_envs`), which the replica's
+# children inherit: so each host resolves its own path. A single host is its own writer.
+PER_HOST_CACHE = "host-${TPU_WORKER_ID}"
+# LLMServer waits this long for its engine to start (RAYLLM_ENGINE_START_TIMEOUT_S, Ray 2.60's
+# default: L/constants.py ENGINE_START_TIMEOUT_S, read in the replica); a model that waits for
+# its folder inside the start (workloads/serve/wait.py) gets its wait on top.
+ENGINE_START_TIMEOUT_S = 3600
 
 
 def _slug(text: str) -> str:
@@ -67,9 +80,34 @@ def _engine_env(serving: ServingPlan, pods: RayPods, model_name: str, tp: int) -
     # config (max_model_len, memory utilization...) inside.
     key = compile_cache_key(serving, model_name, tp)
     root = f"{pods.mount_path}/{COMPILE_CACHE_DIR}"
+    host = f"/{PER_HOST_CACHE}" if tpu.multi_host else ""
     for variable, folder in record.compile_cache_env:
-        env[variable] = f"{root}/{folder}/{key}"
+        env[variable] = f"{root}/{folder}/{key}{host}"
     return env
+
+
+def _waits(model: ServedModelPlan) -> dict[str, Any]:
+    """A model whose folder another job writes: Serve LLM's callback that waits for the
+    folder's marker inside the replica's start (workloads/serve/wait.py), its bound, and the
+    engine start's timeout raised by that bound."""
+    if model.wait is None:
+        return {}
+    return {
+        "callback_config": {
+            "callback_class": protocol.SERVE_WAIT_CALLBACK,
+            "callback_kwargs": {
+                "timeout_s": model.wait.timeout_s,
+                "marker": model.wait.marker,
+                "writer": model.wait.writer,
+            },
+        }
+    }
+
+
+def _start_env(model: ServedModelPlan) -> dict[str, str]:
+    if model.wait is None:
+        return {}
+    return {"RAYLLM_ENGINE_START_TIMEOUT_S": str(ENGINE_START_TIMEOUT_S + model.wait.timeout_s)}
 
 
 def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
@@ -116,11 +154,16 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
                         "max_replicas": spec.max_replicas,
                     },
                     "health_check_timeout_s": HEALTH_CHECK_TIMEOUT_S,
+                    "max_constructor_retry_count": model.start_attempts,
                     **serve_tuning.deployment_options(),
                 },
                 "runtime_env": {
-                    "env_vars": _engine_env(serving, pods, spec.name, model.tensor_parallel)
+                    "env_vars": {
+                        **_engine_env(serving, pods, spec.name, model.tensor_parallel),
+                        **_start_env(model),
+                    }
                 },
+                **_waits(model),
                 **serve_tuning.llm_config_options(),
             }
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,14 @@ def metrics_line(data: dict[str, Any], total_steps: int) -> str:
         f"tokens/s {fmt(data.get('tokens_per_s'))} "
         f"({fmt(data.get('tokens_per_s_per_worker'))}/worker)  "
         f"mfu {'n/a' if mfu is None else f'{mfu:.1%}'}"
+    )
+
+
+def waited_line(record: dict[str, Any]) -> str:
+    """A PARK_WAITED record (workloads/ready.py) as one line."""
+    return (
+        f"{record.get('who')} waited {fmt(record.get('seconds'), '.1f')}s for "
+        f"{record.get('marker')} in {record.get('folder')}"
     )
 
 
@@ -77,7 +86,17 @@ def summary(
             table.add_row("chat completion", f"{reply} (tiny model, random weights)")
         if outcome.serve_seconds is not None:
             table.add_row("serving ready", f"in {outcome.serve_seconds:.0f}s")
+    staging = outcome.staging
+    if staging is not None and staging.seconds is not None:
+        table.add_row(
+            "staged",
+            f"{staging.repo} from the local hub into {staging.local} in {staging.seconds:.1f}s "
+            "(started when the trainer waited for it)",
+        )
+    for record in outcome.waits:
+        table.add_row("waited", waited_line(record))
     table.add_row("changed for CPU", f"{len(outcome.changes)} change(s), listed above")
+    table.add_row("elapsed", f"{time.monotonic() - outcome.started:.0f}s since park started")
     table.add_row("logs", str(run_dir))
     table.add_row("next", "Ctrl-C stops serving and Ray" if keep else "stopping everything")
     console.print(table)

@@ -39,6 +39,7 @@ TRAIN_CPU_PROFILE: ProfileTable = {
     "num_slices": (None, "no TPU slice"),
     "peak_tflops_per_device": (None, "a TPU peak; MFU on CPU is not meaningful"),
     "model": ("park:tiny-llama", "a 0.6M-parameter Llama built here, no download"),
+    "model_wait_s": (None, "a model built here is not staged: nothing to wait for"),
     "tokenizer": (None, "the tiny model's own"),
     "init": ("config", "random weights: what it answers, it learned here"),
     "model_size": (None, "the tiny Llama instead of a GPT preset"),
@@ -56,6 +57,20 @@ TRAIN_CPU_PROFILE: ProfileTable = {
     **LOCAL_RUN,
     "no_export": (None, "serving loads the export"),
 }
+
+
+def staged_profile(local: str, repo: str) -> ProfileTable:
+    """TRAIN_CPU_PROFILE for a run whose model the stack stages (`park local` stages the tiny
+    Llama from a local hub into the run's bucket folder, infra/tools/local/staging.py): the
+    model is that folder, and the trainer waits for it as rendered (--model-wait-s)."""
+    why = (
+        f"the stack's staged copy of {repo}, in this run's bucket folder: the tiny Llama, "
+        "staged there from a local hub once the trainer waits for it"
+    )
+    table = {k: v for k, v in TRAIN_CPU_PROFILE.items() if k != "model_wait_s"}
+    return {**table, "model": (local, why)}
+
+
 # A question from the training data the served export is asked (and its learned answer).
 FACT_QUESTION_INDEX = 0
 

@@ -28,6 +28,20 @@ RAY_NUM_CPUS = max(4, os.cpu_count() or 1)  # logical CPUs: 2 train workers, or 
 RAY_OBJECT_STORE_BYTES = 400 * 1024**2
 
 
+# Ray settings of the local head (the caller's environment wins), each read in Ray 2.60.
+LOCAL_RAY_ENV = {
+    # On a busy 2-core machine the dashboard agent can take over a minute to come up; the
+    # raylet would give up on it and crash the node.
+    "RAY_agent_register_timeout_ms": "600000",
+    "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "600",
+    # Stopped at the end of a run, its apps deleted and its jobs ended, the head has no
+    # traffic to drain: Ray would wait 30 s on SIGTERM (_private/ray_constants.py; 0: none),
+    # and a direct-ingress replica being deleted drains 30 s (serve/_private/constants.py).
+    "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
+}
+
+
 class LocalRunError(RuntimeError):
     """The local run failed; the message says at which step and where the logs are."""
 
@@ -89,10 +103,8 @@ class LocalRay:
         # The entrypoint says `python`: make it this interpreter (the one with workloads).
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env["RAY_USAGE_STATS_ENABLED"] = "0"
-        # On a busy 2-core machine the dashboard agent can take over a minute to come up; the
-        # raylet would give up on it and crash the node.
-        env.setdefault("RAY_agent_register_timeout_ms", "600000")
-        env.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "600")
+        for name, value in LOCAL_RAY_ENV.items():
+            env.setdefault(name, value)
         env["PYTHONUNBUFFERED"] = "1"
         with open_new(self.log_path, "wb") as log:
             # Own session: a Ctrl-C in the terminal reaches park, which stops Ray in order.
