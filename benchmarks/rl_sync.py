@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # Three Llama shapes built from configs (random weights, nothing downloaded).
-SIZES = {
+SIZES: dict[str, dict[str, Any]] = {
     "llama-20m": {"hidden_size": 256, "num_hidden_layers": 4, "intermediate_size": 688},
     "llama-60m": {"hidden_size": 512, "num_hidden_layers": 8, "intermediate_size": 1376},
     "llama-170m": {"hidden_size": 1024, "num_hidden_layers": 8, "intermediate_size": 2752},
@@ -52,7 +52,7 @@ TENSOR_PARALLEL = 2
 STACKS = (("rl", None), ("rl", "Qwen/Qwen2.5-7B-Instruct"), ("rl-8b", None))
 
 
-def build_model(shape: dict[str, int]) -> Any:
+def build_model(shape: dict[str, Any]) -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -112,11 +112,9 @@ def before(model: Any, scratch: Path) -> dict[str, Any]:
     _write_fp32(model, folder)
     write_s = time.perf_counter() - started
     written = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    stand_in: Any = ray.remote(WorkerStandIn).options(num_cpus=0)
     workers = [
-        [
-            ray.remote(WorkerStandIn).options(num_cpus=0).remote(r, TENSOR_PARALLEL)
-            for r in range(TENSOR_PARALLEL)
-        ]
+        [stand_in.remote(r, TENSOR_PARALLEL) for r in range(TENSOR_PARALLEL)]
         for _ in range(ENGINES)
     ]
     started = time.perf_counter()
@@ -165,14 +163,15 @@ def now(model: Any, store: Any, version: int, scratch: Path) -> dict[str, Any]:
     started = time.perf_counter()
     published = publish_buckets(learner, store)  # type: ignore[arg-type]
     publish_s = time.perf_counter() - started
-    receiver = ray.remote(HostReceiver).options(num_cpus=0).remote(f"park-rl-bench-{scratch.name}")
+    receiver: Any = (
+        ray.remote(HostReceiver).options(num_cpus=0).remote(f"park-rl-bench-{scratch.name}")
+    )
+    stand_in: Any = ray.remote(WorkerStandIn).options(num_cpus=0)
     workers = [
-        ray.remote(WorkerStandIn).options(num_cpus=0).remote(r, TENSOR_PARALLEL)
-        for _ in range(ENGINES)
-        for r in range(TENSOR_PARALLEL)
+        stand_in.remote(r, TENSOR_PARALLEL) for _ in range(ENGINES) for r in range(TENSOR_PARALLEL)
     ]
     started = time.perf_counter()
-    staged = ray.get(receiver.stage.remote(published.policy))
+    staged: Any = ray.get(receiver.stage.remote(published.policy))
     copies = ray.get([w.copy_slice.remote(staged.path) for w in workers])  # all engines at once
     sync_s = time.perf_counter() - started
     ray.get(receiver.close.remote())
@@ -277,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         ray.shutdown()
-    report = {
+    report: dict[str, Any] = {
         "benchmark": "rl_sync",
         "machine": {"cpus": torch.get_num_threads(), "python": platform.python_version()},
         "cpu": results,
