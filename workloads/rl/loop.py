@@ -253,9 +253,11 @@ def _start_driver(
         actor.remote(first.path, kwargs, cpu, first.version) for _ in range(cfg.rollout_engines)
     ]
     receivers: dict[str, Any] = {}
+    hosts: list[str] | None = None
     if cfg.weight_sync == "ray":  # one per engine host, on that host
         staging = f"park-rl-{cfg.run_name}-{uuid.uuid4().hex[:8]}"
-        for host in sorted(set(ray.get([engine.node_id.remote() for engine in engines]))):
+        hosts = ray.get([engine.node_id.remote() for engine in engines])
+        for host in sorted(set(hosts)):
             where = NodeAffinitySchedulingStrategy(host, soft=False)
             receiver = ray.remote(HostReceiver).options(
                 num_cpus=0, max_restarts=2, scheduling_strategy=where
@@ -266,7 +268,7 @@ def _start_driver(
         prompts_text=text_of,
         rewards=Rewards(cfg.reward_names, cfg.weights),
         store=store,
-        pool=RolloutPool(engines, store, receivers=receivers or None),
+        pool=RolloutPool(engines, store, receivers=receivers or None, hosts=hosts),
         receivers=receivers,
     )
 

@@ -182,15 +182,21 @@ class RolloutPool:
     """The driver's view of the engine actors: keep them on the newest weights, run rounds."""
 
     def __init__(
-        self, engines: list[Any], store: Any, *, receivers: dict[str, Any] | None = None
+        self,
+        engines: list[Any],
+        store: Any,
+        *,
+        receivers: dict[str, Any] | None = None,
+        hosts: list[str] | None = None,
     ) -> None:
         if not engines:
             raise ValueError("a rollout pool needs at least one engine")
         self.engines = engines
         self.store = store  # a PolicyStore or a Ray actor handle of one
-        # host -> its HostReceiver actor, and each engine's host (None: folder versions only)
+        # host -> its HostReceiver actor, and each engine's host (None: folder versions only;
+        # asked of the engines when first needed unless given)
         self.receivers = receivers
-        self.hosts: list[str] | None = None
+        self.hosts = hosts
         self._stages: dict[str, tuple[int, Any]] = {}  # host -> (version, stage ObjectRef)
         self._counted: set[tuple[str, int]] = set()  # (host, version) whose bytes were counted
         self.sync_s: list[float] = []  # every engine load's seconds (tests count the loads)
