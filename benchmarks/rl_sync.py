@@ -73,6 +73,10 @@ class WorkerStandIn:
     def __init__(self, rank: int, tp: int) -> None:
         self.rank, self.tp = rank, tp
 
+    def ready(self) -> bool:
+        """Answers once the actor's process is up (started before the clock, not timed)."""
+        return True
+
     def read_whole(self, folder: str) -> tuple[int, float]:
         """Before: every tensor of the folder materialised (safetensors' get_tensor)."""
         from safetensors import safe_open
@@ -117,6 +121,7 @@ def before(model: Any, scratch: Path) -> dict[str, Any]:
         [stand_in.remote(r, TENSOR_PARALLEL) for r in range(TENSOR_PARALLEL)]
         for _ in range(ENGINES)
     ]
+    ray.get([w.ready.remote() for engine in workers for w in engine])
     started = time.perf_counter()
     read = 0
     for engine in workers:  # one engine after another
@@ -170,6 +175,7 @@ def now(model: Any, store: Any, version: int, scratch: Path) -> dict[str, Any]:
     workers = [
         stand_in.remote(r, TENSOR_PARALLEL) for _ in range(ENGINES) for r in range(TENSOR_PARALLEL)
     ]
+    ray.get([receiver.node_id.remote()] + [w.ready.remote() for w in workers])
     started = time.perf_counter()
     staged: Any = ray.get(receiver.stage.remote(published.policy))
     copies = ray.get([w.copy_slice.remote(staged.path) for w in workers])  # all engines at once
@@ -231,9 +237,23 @@ def v6e_estimates() -> list[dict[str, Any]]:
     return rows
 
 
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first run's counts, each time field as the median over the runs (and its range)."""
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if key.endswith("_s") or key == "seconds":
+            values = sorted(run[key] for run in runs)
+            out[key] = values[len(values) // 2]
+            out[f"{key}_range"] = [values[0], values[-1]]
+        elif isinstance(value, int) and any(run[key] != value for run in runs):
+            raise AssertionError(f"{key} differs between rounds: {[run[key] for run in runs]}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--rounds", type=int, default=3, help="before/now pairs per size")
     args = parser.parse_args(argv)
 
     import ray
@@ -249,8 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         for version, (name, shape) in enumerate(SIZES.items(), start=1):
             model = build_model(shape)
             params = sum(p.numel() for p in model.parameters())
-            old = before(model, scratch / name)
-            new = now(model, store, version, scratch / name)
+            olds, news = [], []
+            for round_ in range(args.rounds):  # alternating, medians reported
+                olds.append(before(model, scratch / name / f"r{round_}"))
+                news.append(
+                    now(model, store, version * 100 + round_, scratch / name / f"r{round_}")
+                )
+            old, new = _median(olds), _median(news)
             # the counts the preview's estimate uses, against what moved here
             expect_before = params * 4 * (1 + ENGINES * TENSOR_PARALLEL)
             results.append(
