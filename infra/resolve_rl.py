@@ -15,6 +15,12 @@ hold (chips / TP per slice, every slice of the pool). TP follows the serving rul
 the smallest allowed TP whose engine fits (infra.engine.fit_served at maxModelLen = prompt +
 response), so the slice holds the most engines. A GPU pool of park:gpuPools is accepted too:
 TP then divides a node's GPUs, and the memory fit (a TPU model) is not computed.
+
+The weight sync per learner step is estimated here too (:class:`SyncEstimate`): the bytes of the
+scheme the job runs (workloads/rl/sync.py: bf16 buckets through Ray's object store, pulled once
+by each rollout host) against the scheme it replaced (an fp32 folder every tensor-parallel worker
+of every engine read whole, one engine after another), and the seconds on v6e's data-center
+network under the assumptions the record states.
 """
 
 from __future__ import annotations
@@ -62,6 +68,91 @@ class RolloutPlan:
         return self.engines * self.tensor_parallel
 
 
+# v6e's data-center network: 25.6 Tbps per 256-chip pod (Google's v6e system table; 4 x 200
+# Gbps NICs per 8-chip host), so 100 Gbps per chip: a 4-chip VM has 400 Gbps.
+DCN_GBPS_PER_CHIP = {"v6e": 100.0}
+# Assumed, not measured here: the share of that line rate Ray's object manager reaches for a
+# large object pulled by one node (chunked gRPC transfers), and the rate a host copies weights
+# into a chip's HBM.
+RAY_TRANSFER_EFFICIENCY = 0.25
+HOST_TO_HBM_GB_PER_S = 16.0
+SYNC_ASSUMPTIONS = (
+    f"v6e DCN {DCN_GBPS_PER_CHIP['v6e']:g} Gbps per chip (25.6 Tbps per 256-chip pod), Ray "
+    f"reaching {RAY_TRANSFER_EFFICIENCY:.0%} of it, hosts copying {HOST_TO_HBM_GB_PER_S:g} GB/s "
+    "into each chip; learner hosts upload every rollout host's copy (no relaying)"
+)
+SYNC_BYTES_PER_PARAM = 2  # bf16
+LEGACY_BYTES_PER_PARAM = 4  # fp32 safetensors
+
+
+@dataclass(frozen=True)
+class SyncEstimate:
+    """One weight sync per learner step (``syncEvery`` 1): as the job runs it and as before."""
+
+    params: int
+    rollout_hosts: int
+    learner_hosts: int
+    engines: int
+    tensor_parallel: int
+    seconds: float | None  # on v6e under SYNC_ASSUMPTIONS (None: a GPU rollout pool)
+
+    @property
+    def version_bytes(self) -> int:
+        """One version in bf16: what each rollout host receives."""
+        return self.params * SYNC_BYTES_PER_PARAM
+
+    @property
+    def bytes_per_step(self) -> int:
+        """Moved per step: the version once onto each rollout host."""
+        return self.version_bytes * self.rollout_hosts
+
+    @property
+    def legacy_written(self) -> int:
+        return self.params * LEGACY_BYTES_PER_PARAM
+
+    @property
+    def legacy_read(self) -> int:
+        """The fp32 folder read whole by every tensor-parallel worker of every engine."""
+        return self.legacy_written * self.engines * self.tensor_parallel
+
+    @property
+    def legacy_bytes_per_step(self) -> int:
+        return self.legacy_written + self.legacy_read
+
+    @property
+    def host_memory_bytes(self) -> int:
+        """Per rollout host: the object store's copy and the staged files (two versions)."""
+        return self.version_bytes * 3
+
+
+def sync_estimate(
+    facts: model_facts.ModelFacts, learner: PoolPlan, rollout: RolloutPlan
+) -> SyncEstimate:
+    params = training_fit.shapes(facts).params
+    version = params * SYNC_BYTES_PER_PARAM
+    seconds = None
+    gbps = DCN_GBPS_PER_CHIP.get(learner.slice.generation.name)
+    if rollout.tpu is not None and gbps is not None:
+
+        def rate(chips: int) -> float:  # bytes/s a host of `chips` chips moves through Ray
+            return chips * gbps * 1e9 / 8 * RAY_TRANSFER_EFFICIENCY
+
+        upload = (
+            version * rollout.hosts / (learner.slice.hosts * rate(learner.slice.chips_per_host))
+        )
+        download = version / rate(rollout.tpu.slice.chips_per_host)
+        load = version / rollout.tensor_parallel / (HOST_TO_HBM_GB_PER_S * 1e9)
+        seconds = max(upload, download) + load
+    return SyncEstimate(
+        params=params,
+        rollout_hosts=rollout.hosts,
+        learner_hosts=learner.slice.hosts,
+        engines=rollout.engines,
+        tensor_parallel=rollout.tensor_parallel,
+        seconds=seconds,
+    )
+
+
 @dataclass(frozen=True)
 class RlPlan:
     """The RL RayJob: the learner on one slice of its pool, the engines on the rollout pool."""
@@ -80,6 +171,7 @@ class RlPlan:
     fit: TrainingFit | None  # the learner's step per chip, when the facts are known
     micro_batch: int
     accumulation_steps: int
+    sync: SyncEstimate | None  # the weight sync per step, when the facts are known
 
     @property
     def batch(self) -> int:
@@ -232,12 +324,13 @@ def resolve_rl(
     model_path = rl.model
     if rl.model and disk.needs_staging(rl.model) and rl.init != "config":
         model_path = disk.staged_path(spec.storage.mount_path, rl.model)
+    rollout = resolve_rollout(rl, facts, tpu, gpu)
     return RlPlan(
         spec=rl,
         learner=learner,
         workers=workers,
         hosts=hosts,
-        rollout=resolve_rollout(rl, facts, tpu, gpu),
+        rollout=rollout,
         image=rl.image or images.default_ref(stack_names.registry_url, WORKLOAD_IMAGE),
         run_name=run_name,
         storage_path=storage,
@@ -247,4 +340,5 @@ def resolve_rl(
         fit=fit,
         micro_batch=micro,
         accumulation_steps=fit.accumulation_steps if fit else max(share // max(micro, 1), 1),
+        sync=sync_estimate(facts.facts, learner, rollout) if facts.facts is not None else None,
     )

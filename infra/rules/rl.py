@@ -31,6 +31,7 @@ _KEY_OF_FLAG = {
     "lr": "learningRate",
     "temperature": "samplingTemperature",
     "publish_every": "syncEvery",
+    "reward_timeout_s": "rewardTimeoutSeconds",
     "rollout_tensor_parallel_size": "tensorParallelSize",
 }
 _ROLLOUT_FLAGS = {"rollout_accelerator", "rollout_engines", "rollout_torch_tpu_topology"}

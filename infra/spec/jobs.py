@@ -3,11 +3,13 @@ job's entrypoint; see infra.spec.models for the rest)."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from infra.spec._model import _Model
+from workloads.rl.config import DEFAULT_CLIP_RATIO_C, DEFAULT_IS_CAP, MAX_GROUP_SIZE, MAX_STALENESS
 
 # Named, so the component arguments' enums (infra/components/_types.py) are these very values.
 Strategy = Literal["ddp", "fsdp2"]
@@ -16,6 +18,10 @@ ModelSize = Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"]
 LrSchedule = Literal["cosine", "linear", "constant"]
 Objective = Literal["clm", "sft"]
 ExportDtype = Literal["auto", "float32", "bfloat16"]
+# The RL workload's choices (workloads/rl/config.py CORRECTIONS, WEIGHT_SYNCS; a test holds
+# them equal).
+OffPolicyCorrection = Literal["token_truncate", "token_mask", "bypass"]
+WeightSync = Literal["ray", "folder"]
 
 
 # Bounds of the training numbers: past these a value is a typo (and some drive the planner's
@@ -147,11 +153,11 @@ class RlConfig(_Model):
     """Record field of the prompt."""
     answer_field: str = "answer"
     """Record field of the reference answer."""
-    group_size: int = Field(8, ge=1)
-    """Completions sampled per prompt (≥ 2: advantages are within a group)."""
+    group_size: int = Field(8, ge=1, le=MAX_GROUP_SIZE)
+    """Completions sampled per prompt (2 to 64: advantages are within a group)."""
     prompts_per_step: int = Field(32, ge=1)
     """Prompts per learner step (x groupSize: a multiple of the chips)."""
-    sampling_temperature: float = Field(1.0, gt=0)
+    sampling_temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
     """Sampling temperature of the rollouts."""
     max_prompt_tokens: int = Field(512, ge=1)
     """Longest prompt; with maxResponseTokens the engines' context."""
@@ -162,15 +168,29 @@ class RlConfig(_Model):
     """`exact_match`, `numeric`, `format`, or `module:function`; summed."""
     reward_weights: list[float] | None = None
     """One weight per reward (default 1 each)."""
-    kl_coef: float = Field(0.0, ge=0)
+    reward_timeout_seconds: float = Field(60.0, gt=0, allow_inf_nan=False)
+    """A reward call taking longer scores 0 (rewards run concurrently)."""
+    prompt_template: str = "{prompt}"
+    """The prompt as asked; `{prompt}` is the record's, e.g. with a format instruction."""
+    kl_coef: float = Field(0.0, ge=0, allow_inf_nan=False)
     """Weight of the KL to the frozen reference policy (0: none)."""
-    max_staleness: int = Field(1, ge=0)
-    """Policy versions a rollout may lag the learner."""
+    off_policy_correction: OffPolicyCorrection = "token_truncate"
+    """Loss weights π_old/π_sampler: `token_truncate` (min(·, cap)), `token_mask`, `bypass`."""
+    importance_sampling_cap: float = Field(DEFAULT_IS_CAP, ge=1, allow_inf_nan=False)
+    """C of the importance weights (TRL's and verl's default 2)."""
+    clip_ratio_c: float = Field(DEFAULT_CLIP_RATIO_C, gt=1, allow_inf_nan=False)
+    """Dual-clip: a token's loss with a negative advantage is at most -A·c."""
+    max_staleness: int = Field(1, ge=0, le=MAX_STALENESS)
+    """Policy versions a rollout may lag the learner (≤ 8, ≤ steps)."""
+    overlap: bool = True
+    """Sample step n+1 while the learner takes step n (one-step-off); false: synchronous."""
     sync_every: int = Field(1, ge=1)
     """Publish the policy to the engines every N learner steps."""
+    weight_sync: WeightSync = "ray"
+    """New weights to the engines: `ray` (bf16 via the object store) or `folder`."""
     steps: int = Field(200, ge=1)
     """Learner steps in total."""
-    learning_rate: float = Field(1e-6, ge=0)
+    learning_rate: float = Field(1e-6, ge=0, allow_inf_nan=False)
     """Learning rate (AdamW)."""
     strategy: Strategy = "fsdp2"
     """Learner: `ddp` or `fsdp2`."""
@@ -180,7 +200,7 @@ class RlConfig(_Model):
     """Learner: recompute activations in backward."""
     tensor_parallel_size: int | None = Field(None, ge=1)
     """Chips per rollout engine; unset: the smallest that fits."""
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, allow_inf_nan=False)
     """Share of each chip's memory a vLLM engine keeps."""
     checkpoint_every: int = Field(50, ge=1)
     """Learner steps between checkpoints."""
@@ -194,5 +214,12 @@ class RlConfig(_Model):
     """Kill the job after this long."""
     backoff_limit: int = Field(0, ge=0)
     """Retries (each a new Ray cluster)."""
-    estimated_step_seconds: float = Field(30.0, gt=0)
+    estimated_step_seconds: float = Field(30.0, gt=0, allow_inf_nan=False)
     """Step time (rollout + learner + sync) for `park cost`."""
+
+    @field_validator("reward_weights")
+    @classmethod
+    def _finite_weights(cls, weights: list[float] | None) -> list[float] | None:
+        if weights is not None and not all(math.isfinite(w) for w in weights):
+            raise ValueError(f"every weight must be a finite number, got {weights}")
+        return weights

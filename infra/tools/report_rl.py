@@ -1,13 +1,30 @@
 """What `park validate`, `park render` and `park cost` print about park:rl: both sides of the
-job as the plan resolved them (infra.resolve_rl), the learner's fit and the engines'."""
+job as the plan resolved them (infra.resolve_rl), the learner's fit and the engines', and the
+weight sync per step (as the job runs it, against the fp32-folder scheme it replaced)."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
 from infra.resolve import StackPlan
+from infra.resolve_rl import SYNC_ASSUMPTIONS, SyncEstimate
 
 GIB = 1024**3
+GB = 1e9
+
+
+def sync_line(sync: SyncEstimate) -> str:
+    """The weight sync of one step, in a sentence (the rl table's caption)."""
+    seconds = "" if sync.seconds is None else f", ~{sync.seconds:.1f} s"
+    return (
+        f"weight sync per step: {sync.version_bytes / GB:.2f} GB bf16 to each of "
+        f"{sync.rollout_hosts} rollout host(s) = {sync.bytes_per_step / GB:.2f} GB{seconds} "
+        f"through Ray's object store; before: fp32 {sync.legacy_written / GB:.2f} GB written + "
+        f"{sync.legacy_read / GB:.2f} GB read ({sync.engines} engine(s) x TP "
+        f"{sync.tensor_parallel}, one after another): "
+        f"{sync.legacy_bytes_per_step / sync.bytes_per_step:.1f}x the bytes. Rollout host "
+        f"memory for it: {sync.host_memory_bytes / GB:.1f} GB. Assumed: {SYNC_ASSUMPTIONS}"
+    )
 
 
 def rl_table(plan: StackPlan) -> Table | None:
@@ -17,7 +34,8 @@ def rl_table(plan: StackPlan) -> Table | None:
     spec, rollout = rl.spec, rl.rollout
     table = Table(
         title=f"rl: {spec.model}, {spec.prompts_per_step} prompts x {spec.group_size} "
-        f"completions per step, {rl.seq_len}-token sequences"
+        f"completions per step, {rl.seq_len}-token sequences",
+        caption=None if rl.sync is None else sync_line(rl.sync),
     )
     for column in ("side", "pool", "layout", "per chip (GiB)", "fits"):
         table.add_column(column)

@@ -1,9 +1,10 @@
 """`park local rl` as a user runs it: the installed `park` command, in an empty directory.
 
 It runs the rl stack's RayJob entrypoint (GRPO: a Ray Train learner on gloo, a vLLM-CPU
-rollout engine actor) with the CPU profile on the shipped toy task, prints the reward line,
-serves the exported final policy and asks it one prompt. The reward must rise clearly (that it
-rises because of the updates, and stays flat at learning rate 0, is
+rollout engine actor, one-step-off overlap, bf16 weights through Ray's object store) with the CPU
+profile on the shipped toy task, prints a line per step with the sync's seconds and bytes and the
+reward line, serves the exported final policy and asks it one prompt. The reward must rise
+clearly (that it rises because of the updates, and stays flat at learning rate 0, is
 tests/workloads/test_rl_loop.py). Run it with `pytest -m e2e tests/e2e/test_park_local_rl.py`.
 """
 
@@ -31,6 +32,12 @@ def test_park_local_rl(tmp_path: Path) -> None:
     assert last > first + 0.1, f"no clear rise: {first} → {last}"
     steps = [int(s) for s in re.findall(r"step (\d+)  reward ", out)]
     assert steps and steps[-1] == 16, out[-4000:]
+    # from step 3 on (steps 1 and 2 sample the start weights) every round loaded the newest:
+    # its seconds and bytes (the tiny Llama in bf16: about a megabyte)
+    synced = re.findall(r"sync ([\d.]+)s ([\d.]+)MB", out)
+    assert len(synced) == 16 and all(0 < float(mb) < 10 for _, mb in synced[2:]), synced
+    staleness = [int(s) for s in re.findall(r"staleness (\d+)", out)]
+    assert staleness[0] == 0 and set(staleness[1:]) == {1}  # one-step-off
     served = re.search(r"served policy rl-policy \((\S+)\) asked '([^']+)': '(.*)'", out)
     assert served, out[-4000:]
     export = Path(served.group(1))

@@ -356,6 +356,7 @@ def _largest() -> dict:
     }
 
 
+@pytest.mark.e2e  # three CLI commands over the largest stack: ~10 s
 @pytest.mark.timeout(600)
 def test_the_largest_accepted_stack_validates_renders_and_prices_in_bounded_time(tmp_path):
     """Not a speed target (benchmarks/ has those): it ends, and one more of anything is

@@ -412,3 +412,135 @@ def test_source_rl_without_an_rl_run_is_refused():
     values = _serving_the_policy()
     values["park:rl"] = {**values["park:rl"], "enabled": False}
     assert "park:serving.models[0].source" in _refused(values)
+
+
+# ---- bounded numbers, the off-policy and sync keys -----------------------------------------
+
+
+BOUNDS = {
+    "NaN learning rate": (with_rl(learningRate=float("nan")), "park:rl.learningRate"),
+    "infinite KL coefficient": (with_rl(klCoef=float("inf")), "park:rl.klCoef"),
+    "infinite reward weight": (
+        with_rl(rewards=["numeric", "format"], rewardWeights=[1.0, float("inf")]),
+        "park:rl.rewardWeights",
+    ),
+    "dual-clip not above 1": (with_rl(clipRatioC=1.0), "park:rl.clipRatioC"),
+    "importance cap below 1": (with_rl(importanceSamplingCap=0.5), "park:rl.importanceSamplingCap"),
+    "a group past the stated maximum": (with_rl(groupSize=65), "park:rl.groupSize"),
+    "a batch past the store's bound": (
+        with_rl(promptsPerStep=4096, groupSize=8),
+        "park:rl.promptsPerStep",
+    ),
+    "staleness past the steps": (with_rl(maxStaleness=5, steps=4), "park:rl.maxStaleness"),
+    "overlap without staleness": (with_rl(maxStaleness=0), "park:rl.maxStaleness"),
+    "a template without the prompt": (
+        with_rl(promptTemplate="Solve it."),
+        "park:rl.promptTemplate",
+    ),
+    "a reward timeout of zero": (with_rl(rewardTimeoutSeconds=0), "park:rl.rewardTimeoutSeconds"),
+    "an unknown correction": (
+        with_rl(offPolicyCorrection="sequence"),
+        "park:rl.offPolicyCorrection",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BOUNDS, ids=list(BOUNDS))
+def test_unbounded_numbers_are_refused_naming_the_key(case):
+    values, key = BOUNDS[case]
+    assert key in _refused(values)
+
+
+def test_synchronous_runs_on_policy_are_accepted():
+    synchronous = plan_of(with_rl(overlap=False, maxStaleness=0))
+    manifest = rl_rayjob(synchronous.rl, ray.ray_pods(synchronous))
+    cfg = parse_args(shlex.split(manifest["spec"]["entrypoint"])[3:])
+    assert (cfg.overlap, cfg.max_staleness) == (False, 0)
+
+
+def test_the_workloads_choices_are_the_specs():
+    from typing import get_args
+
+    from infra.spec.jobs import OffPolicyCorrection, WeightSync
+    from workloads.rl.config import CORRECTIONS, WEIGHT_SYNCS
+
+    assert get_args(OffPolicyCorrection) == CORRECTIONS
+    assert get_args(WeightSync) == WEIGHT_SYNCS
+
+
+def test_the_off_policy_and_sync_keys_reach_the_entrypoint(plan):
+    spec = plan.spec.rl
+    cfg = parse_args(shlex.split(rl_rayjob(plan.rl, ray.ray_pods(plan))["spec"]["entrypoint"])[3:])
+    assert cfg.off_policy_correction == spec.off_policy_correction == "token_truncate"
+    assert cfg.importance_sampling_cap == spec.importance_sampling_cap == 2.0  # TRL, verl
+    assert cfg.clip_ratio_c == spec.clip_ratio_c == 3.0  # verl
+    assert cfg.overlap is spec.overlap is True
+    assert cfg.weight_sync == spec.weight_sync == "ray"
+    assert cfg.reward_timeout_s == spec.reward_timeout_seconds
+    # verl examples/data_preprocess/gsm8k.py: question + " " + instruction_following
+    assert cfg.prompt_template == (
+        '{prompt} Let\'s think step by step and output the final answer after "####".'
+    )
+
+
+def test_the_sync_estimate_counts_the_models_bytes(plan):
+    """bf16 once onto each rollout host, against the fp32 folder every TP worker of every engine
+    read: the model's parameters from the catalogue's config (the training fit's count)."""
+    sync, rollout = plan.rl.sync, plan.rl.rollout
+    params = training_fit.shapes(plan.rl.facts.facts).params
+    assert 1.5e9 < params < 1.6e9  # Qwen2.5-1.5B: 1.54B (tied embeddings counted once)
+    assert sync.bytes_per_step == 2 * params * rollout.hosts
+    assert sync.legacy_written == 4 * params
+    assert sync.legacy_read == 4 * params * rollout.engines * rollout.tensor_parallel
+    # the issue's figures for this stack: 6.2 GB written and 25 GB read per step before
+    assert round(sync.legacy_written / 1e9, 1) == 6.2 and round(sync.legacy_read / 1e9) == 25
+    assert sync.legacy_bytes_per_step / sync.bytes_per_step >= 4
+    assert sync.seconds is not None and 0 < sync.seconds < 5
+
+
+def _eight_b() -> StackPlan:
+    values, _ = read_stack_file(STACKS_DIR / "Pulumi.rl-8b.yaml")
+    return plan_of(values)
+
+
+def test_the_8b_stack_fits_both_sides_and_says_so_at_preview():
+    from rich.console import Console
+
+    from infra.tools.report_rl import rl_table, sync_line
+
+    plan = _eight_b()
+    rl = plan.rl
+    assert rl.spec.model == "Qwen/Qwen3-8B" and training_fit.shapes(rl.facts.facts).params > 8e9
+    tpu = rl.learner.slice
+    expected = training_fit.best_micro_batch(
+        rl.facts.facts,
+        per_chip_batch=rl.batch // rl.workers,
+        pinned=None,
+        world_size=rl.workers,
+        shard_size=tpu.chips,
+        usable_bytes=tpu.generation.runtime_hbm_bytes_per_chip,
+        loss_chunk_tokens=LOSS_CHUNK_TOKENS,
+        strategy="fsdp2",
+        seq_len=rl.seq_len,
+        activation_checkpointing=True,
+    )
+    assert rl.fit == expected and rl.fit.fits
+    facts = rl.facts.facts
+    engine_fit = engine.fit_served(
+        facts, rl.rollout.tpu.slice, rl.rollout.tensor_parallel, rl.seq_len,
+        {"gpu_memory_utilization": 0.9},
+    )  # fmt: skip
+    assert rl.rollout.fit == engine_fit and engine_fit.fits
+    assert rl.sync.legacy_bytes_per_step / rl.sync.bytes_per_step >= 4
+    console = Console(record=True, width=300)
+    console.print(rl_table(plan))
+    shown = console.export_text()
+    assert sync_line(rl.sync).split(";")[0] in shown.replace("\n", " ")
+    cost = estimate(plan)
+    assert cost.rl_run is not None and cost.as_json()["rl_run"]["cost"] > 0
+
+
+def test_a_7b_on_the_rl_stack_drops_sync_bytes_at_least_fourfold():
+    rl = plan_of(with_rl(model="Qwen/Qwen2.5-7B-Instruct")).rl
+    assert rl.fit.fits and rl.rollout.fit.fits
+    assert rl.sync.legacy_bytes_per_step / rl.sync.bytes_per_step >= 4

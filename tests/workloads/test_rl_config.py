@@ -27,6 +27,8 @@ BASE = {"model": "park:tiny-llama", "data": "/tmp/prompts.jsonl"}
         {**BASE, "rewards": "numeric,format", "reward_weights": "1,0.1", "group_size": 4},
         {**BASE, "accelerator": "tpu", "num_workers": 8, "tpu_topology": "2x4", "export": False},
         {**BASE, "data": "hf:openai/gsm8k:main", "lr": 3e-7, "temperature": 0.7},
+        {**BASE, "overlap": False, "max_staleness": 0, "off_policy_correction": "bypass"},
+        {**BASE, "prompt_template": "{prompt} Answer after ####.", "weight_sync": "folder"},
     ],
 )
 def test_entrypoint_round_trips(values):
@@ -55,6 +57,16 @@ def test_builtin_reward_names_are_the_rewards_modules():
         ({"temperature": 0.0}, "--temperature"),
         ({"num_workers": 3, "prompts_per_step": 2, "group_size": 4}, "--num-workers"),
         ({"accelerator": "tpu", "num_workers": 8, "tpu_topology": "2x2"}, "--num-workers"),
+        ({"lr": float("nan")}, "--lr"),
+        ({"kl_coef": float("inf")}, "--kl-coef"),
+        ({"clip_ratio_c": 1.0}, "--clip-ratio-c"),
+        ({"importance_sampling_cap": 0.5}, "--importance-sampling-cap"),
+        ({"group_size": 65}, "--group-size"),
+        ({"prompts_per_step": 4096, "group_size": 8}, "--prompts-per-step"),
+        ({"max_staleness": 0}, "--max-staleness"),  # overlap samples one version behind
+        ({"max_staleness": 3, "steps": 2}, "--max-staleness"),
+        ({"prompt_template": "no placeholder"}, "--prompt-template"),
+        ({"reward_timeout_s": 0.0}, "--reward-timeout-s"),
     ],
 )
 def test_refusals_name_the_flag(change, flag):

@@ -1,6 +1,8 @@
 """The whole local GRPO loop, for real: the trainer's tiny Llama as the learner (gloo), a vLLM
-engine on CPU as a Ray actor, weights published and reloaded after every update. The reward
-rises with a learning rate and stays flat at zero, so the rise comes from the updates.
+engine on CPU as a Ray actor, bf16 weights published through Ray's object store and reloaded
+after every update. The reward rises with a learning rate (one-step-off: rollouts sampled while
+the learner steps, one version behind, importance-weighted) and stays flat at zero (synchronous:
+each round after the publish), so the rise comes from the updates; both modes run.
 
 The task is deliberately one a randomly initialised model can learn in a minute: the share of
 vowels among the completion's letters (dense, within-group spread from the first step;
@@ -31,9 +33,11 @@ def ray_and_gloo() -> Iterator[None]:
         yield
 
 
-def _run(lr: float, root: Path, on_step: Any = None) -> list[dict[str, float]]:
+def _run(
+    lr: float, root: Path, on_step: Any = None, overlap: bool = True
+) -> list[dict[str, float]]:
     sampling = dict(prompts_per_step=2, group_size=8, max_response_tokens=16, max_prompt_tokens=64)
-    cfg = toy_rl(root, steps=12, lr=lr, export=False, **sampling)
+    cfg = toy_rl(root, steps=12, lr=lr, export=False, overlap=overlap, **sampling)
     history = rl_train(cfg, LocalEnv(root / "checkpoints"), on_step)
     print(summary(history))
     return history
@@ -52,8 +56,9 @@ def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path) -> Non
     killed: dict[str, int] = {}
 
     def kill_engine(step: int, pool: Any) -> None:
-        """Mid-run, the engine process dies; Ray restarts it from version 0's folder and the
-        pool catches it up before the next round."""
+        """Mid-run, the engine process dies (while it samples step 6's round: overlap launched
+        it before step 5 learned); Ray restarts it from the start folder and the pool loads the
+        newest weights into it and samples its share again."""
         if step == 5:
             killed["before"] = ray.get(pool.engines[0].pid.remote())
             ray.kill(pool.engines[0], no_restart=False)
@@ -63,12 +68,21 @@ def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path) -> Non
     learning = _run(1e-2, tmp_path / "lr", kill_engine)
     assert len(learning) == 12 and learning[-1]["version"] == 12
     assert killed["after"] != killed["before"]  # a new engine process from step 6 on
-    # No round lost and nothing stale: the restarted engine (back at version 0) was caught up
-    # before it sampled (a version-0 rollout at step 6 would be 5 behind and dropped).
-    assert all(m["staleness_max"] == 0 for m in learning)
+    # No round lost: one-step-off rollouts are one version behind (the first on the start
+    # weights), never more: the restarted engine (back at version 0) was caught up before it
+    # sampled (a version-0 rollout at step 6 would be 5 behind and dropped).
+    assert [m["staleness_max"] for m in learning] == [0.0] + [1.0] * 11
+    assert all(0 < m["is_weight"] <= 2.0 for m in learning)  # truncated at C = 2
+    # steps 1 and 2 sample the start weights; from step 3 every round loaded the newest
+    assert all(m["sync_bytes"] > 0 for m in learning[2:]) and learning[-1]["publish_bytes"] > 0
     assert _gain(learning) > 0.1, summary(learning)  # measured: 0.33 -> 0.57 in 12 steps
 
-    frozen = _run(0.0, tmp_path / "zero")
+    frozen = _run(0.0, tmp_path / "zero", overlap=False)
     assert abs(_gain(frozen)) < 0.06, summary(frozen)  # sampling noise only (measured 0.03)
     assert _gain(learning) > _gain(frozen) + 0.1
-    assert all(m["clip_fraction"] == 0 for m in frozen)  # the engine is the learner exactly
+    assert all(m["staleness_max"] == 0 for m in frozen)  # synchronous: on the newest weights
+    # The engine runs the learner's weights rounded to bf16 (what crosses): close, not equal.
+    assert all(m["mismatch_abs_logp"] < 0.05 for m in frozen), [
+        m["mismatch_abs_logp"] for m in frozen
+    ]
+    assert all(m["clip_fraction"] == 0 for m in frozen)  # π_old is the learner's own

@@ -1,11 +1,14 @@
 """Checkpoint and resume of an RL run: the learner (DCP), the prompt order and the policy
 version come back, the run continues to ``--steps``, and the final policy is exported where
-training's goes. The engines are stand-ins (a Ray actor returning fixed-shape rollouts): what
-is under test is the loop's state, not vLLM (tests/workloads/test_rl_loop.py runs vLLM)."""
+training's goes; after a resume an engine restarted by Ray still finds the folder it starts
+from; a step of more completions than the old store's fixed 1,024 runs. The engines are
+stand-ins (a Ray actor returning fixed-shape rollouts): what is under test is the loop's state,
+not vLLM (tests/workloads/test_rl_loop.py runs vLLM)."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,7 +22,7 @@ from tests.workloads.train_fixtures import ray_head, rendezvous, run_ranks, toy_
 from workloads.protocol import training_export_path
 from workloads.rl import loop
 from workloads.rl.rollout import Rollout, Sampling
-from workloads.rl.sync import PolicyVersion, version_folder
+from workloads.rl.sync import PolicyVersion, Staged, version_folder
 from workloads.rl.toy import write_prompts
 from workloads.train.checkpointing import DATA_STATE_DIR
 from workloads.train.runenv import LocalEnv
@@ -29,16 +32,30 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 
 class FakeEngine:
-    """RolloutEngine's interface; completions of random tokens, each at log-prob -4."""
+    """RolloutEngine's interface; completions of random tokens, each at log-prob -4. Like vLLM,
+    it cannot start (or restart) without the model folder it is given."""
 
-    def __init__(self, model: str, engine_kwargs: Any = None, cpu: bool = True) -> None:
-        self.version = 0
+    def __init__(
+        self, model: str, engine_kwargs: Any = None, cpu: bool = True, version: int = 0
+    ) -> None:
+        if not Path(model, "config.json").is_file():
+            raise FileNotFoundError(f"no model at {model}: the engine cannot start")
+        self.version = version
         self.rng = random.Random(0)
 
     def get_version(self) -> int:
         return self.version
 
-    def load(self, policy: PolicyVersion) -> float:
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node_id(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def load(self, policy: PolicyVersion | Staged) -> float:
+        assert policy.path is not None and any(Path(policy.path).glob("*.safetensors"))
         self.version = policy.version
         return 0.0
 
@@ -55,7 +72,7 @@ class FakeEngine:
 
 REPO = Path(__file__).resolve().parents[2]
 # The fake engine's runs: groups of two short completions of short prompts, a fast lr.
-SMALL: dict[str, Any] = dict(group_size=2, max_response_tokens=4, max_prompt_tokens=16, lr=1e-2)
+SMALL: dict[str, Any] = dict(group_size=2, max_response_tokens=4, max_prompt_tokens=64, lr=1e-2)
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +107,57 @@ def test_a_resumed_run_continues_learner_prompts_and_version(
     assert resumed[-1]["reward_first"] == first[0]["reward_mean"]
     final = _data_state(tmp_path / "ckpt" / "checkpoint_00000005")
     assert final["order"] == {"epoch": 1, "index": 1, "seed": 0}  # 25 prompts asked of 24
-    assert Path(version_folder(str(tmp_path / "rl"), 5), "config.json").is_file()
+    # the start folders of both runs; the versions between went through Ray's object store
+    for version in (0, 2):
+        assert Path(version_folder(str(tmp_path / "rl"), version), "config.json").is_file()
+    assert not Path(version_folder(str(tmp_path / "rl"), 5)).exists()
     export = Path(training_export_path(str(tmp_path), "rl"))
     assert export.name == "final" and (export / "config.json").is_file()
     assert json.loads((export / "park_export.json").read_text())["policy_version"] == 5
+
+
+@pytest.mark.usefixtures("ray_and_gloo")
+@pytest.mark.parametrize("weight_sync", ["ray", "folder"])
+def test_after_a_resume_a_restarted_engine_finds_its_start_folder(
+    weight_sync: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resumed run's engines start from its start folder (version 2 here). Three publishes
+    later Ray restarts a killed engine from that folder again: it must still be there (it was
+    deleted two publishes after a resume), and the engine is caught up from it."""
+    import ray
+
+    monkeypatch.setattr(loop, "RolloutEngine", FakeEngine)
+    cfg = toy_rl(tmp_path, steps=2, prompts_per_step=2, weight_sync=weight_sync, **SMALL)
+    loop.rl_train(cfg, LocalEnv(tmp_path / "ckpt"))
+    seen: dict[str, int] = {}
+
+    def kill(step: int, pool: Any) -> None:
+        if step == 5:  # versions 3, 4, 5 published since the resume
+            seen["before"] = ray.get(pool.engines[0].pid.remote())
+            ray.kill(pool.engines[0], no_restart=False)
+        if step == 6:
+            seen["after"] = ray.get(pool.engines[0].pid.remote())
+
+    resumed = loop.rl_train(replace(cfg, steps=7), LocalEnv(tmp_path / "ckpt"), kill)
+    assert [m["step"] for m in resumed] == [3, 4, 5, 6, 7]
+    assert seen["after"] != seen["before"]  # restarted, from the start folder
+    assert Path(version_folder(str(tmp_path / "rl"), 2), "config.json").is_file()
+    assert all(m["staleness_max"] <= 1 for m in resumed)
+
+
+@pytest.mark.usefixtures("ray_and_gloo")
+@pytest.mark.timeout(240)
+def test_a_step_larger_than_a_thousand_completions_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """130 prompts x 8 = 1,040 completions: the store is sized from the batch (it refused the
+    rest at its fixed 1,024 and the loop sampled again forever)."""
+    monkeypatch.setattr(loop, "RolloutEngine", FakeEngine)
+    run = SMALL | {"group_size": 8, "max_response_tokens": 2}
+    cfg = toy_rl(tmp_path, steps=1, prompts_per_step=130, export=False, **run)
+    assert cfg.batch == 1040 > 1024
+    history = loop.rl_train(cfg, LocalEnv(tmp_path / "ckpt"))
+    assert [m["step"] for m in history] == [1]
 
 
 def _rank(rank: int, meet: str, root: str, queue: Any) -> None:
@@ -129,4 +193,6 @@ def test_two_learner_ranks_share_a_step(tmp_path: Path) -> None:
     run_ranks(_rank, (rendezvous(tmp_path), str(tmp_path), queue), timeout_s=400)
     results = sorted(queue.get(timeout=5) for _ in range(2))
     assert results == [(0, [1, 2, 3], True), (1, [], True)]
-    assert Path(version_folder(str(tmp_path / "rl"), 3), "config.json").is_file()
+    # the start folder; versions 1-3 went through Ray's object store (rank 1, no Ray worker
+    # here, left the buckets to rank 0)
+    assert Path(version_folder(str(tmp_path / "rl"), 0), "config.json").is_file()

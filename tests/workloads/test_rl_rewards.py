@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from workloads.rl import rewards
-from workloads.rl.rewards import RewardError, Rewards, extract_number, resolve
+from workloads.rl.rewards import RewardError, Rewards, extract_number, marked_answer, resolve
 
 GSM8K_ANSWER = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n48+24 = <<48+24=72>>72\n#### 72"
 
@@ -90,3 +90,80 @@ def test_weighted_sum_and_bad_values() -> None:
 
 def _bad_reward(**_: object) -> object:
     return "yes"
+
+
+# ---- GSM8K completions as models write them -----------------------------------------------
+# Endings of the shapes the references' models produce for GSM8K (answer 72 unless noted):
+# GSM8K's own solutions and verl's prompt ("output the final answer after ####"), Qwen2.5-Math
+# and DeepSeek-R1 (\boxed{}), Llama 3's "The final answer is: $\boxed{72}$", chat models'
+# Markdown ("**Answer:** 72", "**Final Answer**"), plain "The answer is 72.", currency, LaTeX.
+COMPLETIONS = [
+    ("Natalia sold 48/2 = 24 clips in May.\n48+24 = 72\n#### 72", 72),
+    ("She sold 48 + 24 = 72 clips altogether.\n#### 72", 72),
+    ("48 + 24 = 72\n####72", 72),
+    ("Adding them: 48 + 24 = 72.\n\nThe answer is 72.", 72),
+    ("In total she sold 72 clips. The answer is: 72", 72),
+    ("So the total is 72.\n\n**Answer:** 72", 72),
+    ("Total: 48 + 24 = 72\n\n**Final Answer:** 72 clips", 72),
+    ("**Answer: 72**", 72),
+    ("The final answer is: $\\boxed{72}$", 72),
+    ("48 + 24 = 72\n\n**Final Answer**\n\\[\n\\boxed{72}\n\\]", 72),
+    ("Therefore she sold \\(\\boxed{72}\\) clips in April and May.", 72),
+    ("The cost is \\boxed{\\$18}.", 18),
+    ("\\boxed{18\\%} of the class", 18),
+    ("so \\boxed{72 \\text{ clips}}", 72),
+    ("the sum is \\boxed{1{,}234}", 1234),
+    ("#### $1,234.00", 1234),
+    ("The answer is $18.", 18),
+    ("She has \u22125 dollars left.\n#### \u22125", -5),
+    ("Each gets \\boxed{\\dfrac{3}{4}} of a pie", Fraction(3, 4)),
+    ("I think it is 48, no wait: 48 + 24 gives 72", 72),  # unmarked: the last number
+    ("The answer is 72. Let me check: 48 + 24 = 72. Yes.", 72),  # the sentence, not the line
+    ("\\boxed{x + 1}", None),  # an expression: no guess
+    ("**Answer:** I am not sure.", None),
+]
+
+
+@pytest.mark.parametrize(("completion", "number"), COMPLETIONS)
+def test_completions_as_models_write_them(completion: str, number: object) -> None:
+    got = extract_number(completion)
+    assert got == (None if number is None else Fraction(number)), completion
+    if number is not None:
+        assert rewards.numeric(completion=completion, answer=f"... #### {number}") == 1.0
+
+
+def _verl_gsm8k(solution_str: str, method: str) -> str | None:
+    """verl utils/reward_score/gsm8k.py extract_solution, as written there."""
+    import re
+
+    if method == "strict":
+        solution = re.search("#### (\\-?[0-9\\.\\,]+)", solution_str)
+        if solution is None:
+            return None
+        return solution.group(0).split("#### ")[1].replace(",", "").replace("$", "")
+    answer = re.findall("(\\-?[0-9\\.\\,]+)", solution_str)
+    final = None
+    for final in reversed(answer):
+        if final not in ["", "."]:
+            break
+    return final
+
+
+@pytest.mark.parametrize(("completion", "number"), COMPLETIONS)
+def test_where_verls_gsm8k_extraction_applies_it_agrees(completion: str, number: object) -> None:
+    # verl's strict form ("#### <digits>") and, for unmarked text, its flexible form (the last
+    # number): where either applies, the number is the same as ours.
+    strict = _verl_gsm8k(completion, "strict")
+    if strict is not None and strict.strip("."):
+        assert Fraction(strict.rstrip(".")) == extract_number(completion)
+    if marked_answer(completion) is None:
+        flexible = _verl_gsm8k(completion, "flexible")
+        assert flexible is not None
+        assert Fraction(flexible.replace(",", "").rstrip(".")) == extract_number(completion)
+
+
+def test_bold_and_boxed_answers_score_where_they_scored_zero() -> None:
+    """The shapes the issue names: `**Answer:** 72` and `\\boxed{72}` against GSM8K's reference."""
+    for completion in ("**Answer:** 72", "\\boxed{72}", "The answer is **72**."):
+        assert rewards.numeric(completion=completion, answer=GSM8K_ANSWER) == 1.0
+        assert rewards.format_reward(completion=completion) == 1.0

@@ -90,12 +90,13 @@ def one_rank_batches(units: Any, encoder: Any, **options: Any) -> Any:
 
 def toy_rl(root: str | Path, **fields: Any) -> Any:
     """The RL tests' run (an RLRunConfig): park:tiny-llama from its config learning the toy
-    vowel-share reward on one CPU worker, DDP, on policy, a checkpoint only at the end, in
-    ``root``, on the toy prompts written to ``root``/p.jsonl unless ``data`` is given."""
+    vowel-share reward on one CPU worker, DDP, one-step-off (rollouts at most one version
+    behind), a checkpoint only at the end, in ``root``, on the toy prompts written to
+    ``root``/p.jsonl unless ``data`` is given."""
     from workloads.rl.config import RLRunConfig
     from workloads.rl.toy import write_prompts
 
-    run: dict[str, Any] = {"model": TINY_LLAMA, "init": "config", "max_staleness": 0}
+    run: dict[str, Any] = {"model": TINY_LLAMA, "init": "config", "max_staleness": 1}
     run |= {"accelerator": "cpu", "num_workers": 1, "strategy": "ddp", "checkpoint_every": 0}
     run |= {"rewards": "workloads.rl.toy:vowel_share", "storage_path": str(root), "run_name": "rl"}
     if "data" not in fields:

@@ -15,6 +15,7 @@ workloads/rl/rewards.py).
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,24 @@ INITS = ("pretrained", "config")
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 REWARD_NAME = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
 PROMPT_DATA_KINDS = ("text", "hf", "folder")  # .jsonl/.json/.parquet, hf:, a folder of them
+# The off-policy corrections of the loss (workloads/rl/grpo.py says what each is) and their
+# defaults: TRL's vllm_importance_sampling_cap and verl's rollout_is_threshold (2), verl's
+# clip_ratio_c (3).
+CORRECTIONS = ("token_truncate", "token_mask", "bypass")
+DEFAULT_IS_CAP = 2.0
+DEFAULT_CLIP_RATIO_C = 3.0
+# How new weights reach the engines (workloads/rl/sync.py): bf16 buckets through Ray's object
+# store, one receiver per engine host; or a bf16 safetensors folder every engine reads.
+WEIGHT_SYNCS = ("ray", "folder")
+PROMPT_PLACEHOLDER = "{prompt}"
+# Bounds that keep one step's work and the preview's arithmetic finite: completions per prompt
+# (the references use 4-64), completions per step (rank 0 holds them, the store queues two
+# rounds of them), and a staleness no run would want.
+MAX_GROUP_SIZE = 64
+MAX_BATCH = 16384
+MAX_STALENESS = 8
+# Rounds the rollout store holds at most: the one the learner takes and the one sampled ahead.
+STORE_ROUNDS = 2
 
 __all__ = ["ConfigError", "RLRunConfig", "parse_args", "rl_entrypoint", "to_entrypoint", "validate"]
 
@@ -98,8 +117,29 @@ class RLRunConfig(FlagConfig):
     kl_coef: float = opt(0.0, "weight of the k3 KL to the frozen reference (0: none)", type=float)
     clip_low: float = opt(0.2, "policy-ratio clip below 1", type=float)
     clip_high: float = opt(0.28, "policy-ratio clip above 1", type=float)
+    clip_ratio_c: float = opt(
+        DEFAULT_CLIP_RATIO_C, "dual-clip: a token's loss with A < 0 is at most -A·c", type=float
+    )
+    off_policy_correction: str = opt(
+        "token_truncate",
+        "how the loss corrects for the sampler: token_truncate, token_mask or bypass",
+        choices=CORRECTIONS,
+    )
+    importance_sampling_cap: float = opt(
+        DEFAULT_IS_CAP, "C of the truncated (or masked) importance weights", type=float
+    )
     max_staleness: int = opt(1, "policy versions a rollout may lag the learner", type=int)
     publish_every: int = opt(1, "publish the policy to the engines every N steps", type=int)
+    overlap: bool = opt(
+        True, "sample step n+1's rollouts while the learner takes step n (one-step-off)", type=bool
+    )
+    weight_sync: str = opt(
+        "ray", "new weights to the engines: ray (object store) or folder", choices=WEIGHT_SYNCS
+    )
+    reward_timeout_s: float = opt(60.0, "seconds a reward call may take (then 0)", type=float)
+    prompt_template: str = opt(
+        PROMPT_PLACEHOLDER, "the prompt as asked: {prompt} replaced by the record's prompt"
+    )
     steps: int = opt(200, "learner steps in total (a resumed run continues to this)", type=int)
     lr: float = opt(1e-6, "learning rate (AdamW)", type=float)
     seed: int = opt(0, "seed for the prompt order and sampling", type=int)
@@ -130,6 +170,11 @@ class RLRunConfig(FlagConfig):
     def batch(self) -> int:
         """Completions per learner step."""
         return self.prompts_per_step * self.group_size
+
+    @property
+    def store_capacity(self) -> int:
+        """Rollouts the store may hold: the round the learner takes and the one sampled ahead."""
+        return self.batch * STORE_ROUNDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,11 +229,16 @@ def validate(cfg: RLRunConfig) -> None:
             f"--group-size must be >= 2, got {cfg.group_size}: GRPO's advantage is a completion's "
             "reward against its group's mean, which one completion does not have"
         )
+    for name in FLOAT_FLAGS:
+        value = getattr(cfg, name)
+        if not math.isfinite(value):
+            raise ConfigError(f"{flag(name)} must be a finite number, got {value}")
     if cfg.temperature <= 0:
         raise ConfigError(f"--temperature must be > 0 (GRPO samples), got {cfg.temperature}")
     for name in ("kl_coef", "lr", "max_staleness", "checkpoint_every"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{flag(name)} must be >= 0, got {getattr(cfg, name)}")
+    _validate_bounds(cfg)
     if not 0 < cfg.gpu_memory_utilization <= 1:
         raise ConfigError(
             f"--gpu-memory-utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"
@@ -221,6 +271,71 @@ def validate(cfg: RLRunConfig) -> None:
             )
     if cfg.rollout_torch_tpu_topology:
         topology_chips(cfg.rollout_torch_tpu_topology)
+
+
+FLOAT_FLAGS = (
+    "temperature",
+    "kl_coef",
+    "clip_low",
+    "clip_high",
+    "clip_ratio_c",
+    "importance_sampling_cap",
+    "lr",
+    "gpu_memory_utilization",
+    "reward_timeout_s",
+)
+
+
+def _validate_bounds(cfg: RLRunConfig) -> None:
+    """The loss's coefficients, the batch, the staleness and the template, each bounded."""
+    if not 0 <= cfg.clip_low < 1:
+        raise ConfigError(f"--clip-low must be in [0, 1), got {cfg.clip_low}")
+    if cfg.clip_high < 0:
+        raise ConfigError(f"--clip-high must be >= 0, got {cfg.clip_high}")
+    if cfg.clip_ratio_c <= 1:
+        raise ConfigError(
+            f"--clip-ratio-c must be > 1 (dual-clip bounds a ratio above 1), got {cfg.clip_ratio_c}"
+        )
+    if cfg.importance_sampling_cap < 1:
+        raise ConfigError(
+            f"--importance-sampling-cap must be >= 1, got {cfg.importance_sampling_cap}"
+        )
+    if cfg.reward_timeout_s <= 0:
+        raise ConfigError(f"--reward-timeout-s must be > 0, got {cfg.reward_timeout_s}")
+    if cfg.group_size > MAX_GROUP_SIZE:
+        raise ConfigError(
+            f"--group-size {cfg.group_size}: at most {MAX_GROUP_SIZE} completions per prompt"
+        )
+    if cfg.batch > MAX_BATCH:
+        raise ConfigError(
+            f"--prompts-per-step {cfg.prompts_per_step} x --group-size {cfg.group_size} = "
+            f"{cfg.batch} completions per step; allowed: at most {MAX_BATCH} (rank 0 holds a "
+            f"step's rollouts and the store {STORE_ROUNDS} steps' worth)"
+        )
+    if cfg.max_staleness > min(MAX_STALENESS, cfg.steps):
+        raise ConfigError(
+            f"--max-staleness {cfg.max_staleness}: allowed at most {min(MAX_STALENESS, cfg.steps)}"
+            f" (--steps {cfg.steps}, and no more than {MAX_STALENESS})"
+        )
+    lag = cfg.publish_every if cfg.overlap else cfg.publish_every - 1
+    if cfg.max_staleness < lag:
+        why = "overlap samples on the weights one step behind, and " if cfg.overlap else ""
+        raise ConfigError(
+            f"--max-staleness {cfg.max_staleness}: {why}--publish-every {cfg.publish_every} "
+            f"makes rollouts up to {lag} updates stale; every round would be dropped (allowed: "
+            f">= {lag}, or --overlap false)"
+        )
+    if cfg.prompt_template.count(PROMPT_PLACEHOLDER) != 1:
+        raise ConfigError(
+            f"--prompt-template must contain {PROMPT_PLACEHOLDER} exactly once, got "
+            f"{cfg.prompt_template!r}"
+        )
+
+
+def render_prompt(template: str, prompt: str) -> str:
+    """The prompt as asked: the template with ``{prompt}`` replaced (by text replacement, not
+    str.format, so braces in the data stay as they are)."""
+    return template.replace(PROMPT_PLACEHOLDER, prompt, 1)
 
 
 def _validate_data(cfg: RLRunConfig) -> None:

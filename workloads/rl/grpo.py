@@ -1,5 +1,6 @@
 """GRPO's arithmetic: advantages normalised within each prompt's group, and the clipped
-policy-ratio loss with per-token normalisation and an optional k3 KL term.
+policy-ratio loss with per-token normalisation, an off-policy correction against the sampler,
+and an optional k3 KL term.
 
 The formulas are the field's, written here in a few lines rather than imported:
 
@@ -8,8 +9,28 @@ The formulas are the field's, written here in a few lines rather than imported:
   standard deviation (unbiased, as ``torch.std`` in both) plus ``eps``. A group whose rewards are
   all equal teaches nothing and gets exactly zero (tested by spread, not by ``std < eps``, so
   rounding in the mean cannot leak a tiny advantage through the division by ``eps``).
-- **Loss** (PPO's clipped surrogate, per token): ``r = exp(logp - logp_old)``, per token
-  ``-min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)``; DAPO's decoupled ``ε_high`` is allowed.
+- **Loss** (PPO's clipped surrogate, per token, verl ``compute_policy_loss_vanilla``):
+  ``r = exp(clamp(logp - logp_old, ±20))`` (the clamp before ``exp``: a log-ratio of 100 would
+  overflow to inf and its gradient to NaN), ``L1 = max(-A·r, -A·clip(r, 1-ε_low, 1+ε_high))``;
+  DAPO's decoupled ``ε_high`` is allowed. **Dual-clip** for negative advantages (Ye et al. 2020,
+  verl ``clip_ratio_c``, default 3): where ``A < 0`` the loss is ``min(L1, -A·c)``, so a token
+  whose ratio ran away (50 with A = -1) costs at most ``c`` and passes no gradient.
+- **Off-policy correction** (the sampler is vLLM in bf16, possibly a version behind; the
+  learner is fp32 masters under autocast: ``π_sampler ≠ π_old``):
+  ``token_truncate`` (default): ``π_old`` is the learner's own log-probability before the update
+  and every token's loss is weighted by ``w = min(π_old/π_sampler, C)``, the truncated
+  importance sampling of TRL (``vllm_importance_sampling_cap``, C = 2) and verl's token-level
+  rollout correction (``rollout_is: token``, ``rollout_is_threshold`` 2); ``token_mask``:
+  ``w = π_old/π_sampler`` inside ``[1/C, C]`` and 0 outside (TRL's ``token_mask`` with verl's
+  default lower bound ``1/C``; masked tokens still count in the divisor, as in TRL);
+  ``bypass``: ``π_old`` is the sampler's own log-probability and no weight (verl's bypass mode:
+  the clipped ratio is the correction). The weights are detached (they change the measure, not
+  the objective) and computed from a log-ratio clamped to ±20 like the ratio.
+  ``π_old`` is the learner's log-probability *before* the update. The learner takes one
+  optimizer step per batch, so the forward that computes the loss runs on exactly those
+  weights: its log-probabilities, detached, are ``π_old``, and the separate no-grad forward
+  verl and TRL run (they take several PPO mini-batch steps per batch) would compute the same
+  numbers again (tests/workloads/test_rl_learner.py holds them equal).
 - **Per-token normalisation** (DAPO; verl ``loss_agg_mode="token-mean"``; TRL
   ``loss_type="dapo"``): the sum over every response token of the batch divided by the number
   of those tokens, so a long completion weighs by its length instead of being averaged down
@@ -20,7 +41,11 @@ The formulas are the field's, written here in a few lines rather than imported:
   verl ``low_var_kl``, TRL's ``per_token_kl``): with ``d = logp_ref - logp``,
   ``k3 = exp(d) - d - 1`` ≥ 0, unbiased for KL(π‖π_ref) under samples of π and of low variance.
   Clamped at 10 as verl does, so one token whose reference probability collapsed cannot blow
-  up a step.
+  up a step. Not importance-weighted (neither verl nor TRL weights it).
+- **Mismatch metrics** between the learner and the sampler: ``mismatch_abs_logp``, the mean
+  ``|logp_learner - logp_sampler|`` (TRL ``sampling/sampling_logp_difference/mean``), and
+  ``mismatch_k3``, the mean of ``exp(δ) - δ - 1`` with ``δ = logp_learner - logp_sampler``
+  (verl ``rollout_corr/k3_kl``), with the weights' mean and the share of tokens they cut.
 """
 
 from __future__ import annotations
@@ -29,7 +54,12 @@ from dataclasses import dataclass
 
 import torch
 
+from workloads.rl.config import CORRECTIONS, DEFAULT_CLIP_RATIO_C, DEFAULT_IS_CAP
+
 KL_CLAMP = 10.0
+# The log-ratio's bound before exp (verl compute_policy_loss and rollout_corr_helper
+# SAFETY_BOUND): exp(20) ≈ 4.9e8 is finite in fp32, exp(100) is not.
+LOG_RATIO_CLAMP = 20.0
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
@@ -54,6 +84,17 @@ class LossSettings:
     clip_low: float = 0.2  # ε_low: the ratio is clipped below at 1 - clip_low
     clip_high: float = 0.2  # ε_high: above at 1 + clip_high (DAPO: 0.28)
     kl_coef: float = 0.0  # β: weight of the k3 KL to the reference (0: no reference needed)
+    clip_ratio_c: float = DEFAULT_CLIP_RATIO_C  # dual-clip bound for A < 0 (> 1)
+    correction: str = "token_truncate"  # one of CORRECTIONS
+    is_cap: float = DEFAULT_IS_CAP  # C of the truncated / masked importance weights
+
+    def __post_init__(self) -> None:
+        if self.correction not in CORRECTIONS:
+            raise ValueError(f"correction {self.correction!r}: allowed {', '.join(CORRECTIONS)}")
+        if not self.clip_ratio_c > 1.0:  # verl asserts the same
+            raise ValueError(f"clip_ratio_c must be > 1, got {self.clip_ratio_c}")
+        if not self.is_cap >= 1.0:
+            raise ValueError(f"is_cap must be >= 1, got {self.is_cap}")
 
 
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
@@ -62,9 +103,45 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return (torch.exp(delta) - delta - 1.0).clamp(max=KL_CLAMP)
 
 
+def bounded_exp(log_ratio: torch.Tensor) -> torch.Tensor:
+    """``exp`` of a log-ratio clamped to ±LOG_RATIO_CLAMP: finite, with a finite gradient."""
+    return torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+def importance_weights(
+    old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, settings: LossSettings
+) -> torch.Tensor:
+    """Per-token weights ``π_old/π_sampler`` as ``settings.correction`` bounds them (detached;
+    all ones for ``bypass``)."""
+    if settings.correction == "bypass":
+        return torch.ones_like(old_logprobs)
+    rho = bounded_exp((old_logprobs - sampler_logprobs).detach())
+    if settings.correction == "token_truncate":
+        return rho.clamp(max=settings.is_cap)
+    inside = (rho >= 1.0 / settings.is_cap) & (rho <= settings.is_cap)
+    return torch.where(inside, rho, torch.zeros_like(rho))
+
+
+def _mean(values: torch.Tensor, weights: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    return ((values * weights).sum() / count).detach()
+
+
+def mismatch_metrics(
+    learner_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """How far the learner is from the sampler on the sampled tokens (token means)."""
+    keep = mask.to(learner_logprobs.dtype)
+    count = keep.sum().clamp_min(1.0)
+    delta = (learner_logprobs - sampler_logprobs).detach().clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return {
+        "mismatch_abs_logp": _mean(delta.abs(), keep, count),
+        "mismatch_k3": _mean(torch.exp(delta) - delta - 1.0, keep, count),
+    }
+
+
 def policy_loss(
     logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
+    sampler_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     settings: LossSettings = LossSettings(),
@@ -75,36 +152,49 @@ def policy_loss(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The GRPO loss of a batch and its metrics.
 
-    ``logprobs`` (with gradient), ``old_logprobs`` (the policy that sampled, no gradient) and
-    ``ref_logprobs`` are ``[B, T]`` log-probabilities of the sampled tokens; ``mask`` ``[B, T]``
-    marks response tokens; ``advantages`` is ``[B]`` (one per completion) or ``[B, T]``;
-    ``entropy`` ``[B, T]`` (optional, a metric only). ``total_tokens``: the divisor (default:
-    this batch's response tokens). Metrics are detached token means over the response tokens
-    of this batch: ``policy_loss``, ``kl``, ``clip_fraction`` (tokens whose clipped term was
-    the one taken, i.e. whose gradient was cut), ``ratio``, ``entropy``.
+    ``logprobs`` (with gradient, the learner's), ``sampler_logprobs`` (the engine's, under the
+    weights that sampled) and ``ref_logprobs`` are ``[B, T]`` log-probabilities of the sampled
+    tokens; ``mask`` ``[B, T]`` marks response tokens; ``advantages`` is ``[B]`` (one per
+    completion) or ``[B, T]``; ``entropy`` ``[B, T]`` (optional, a metric only).
+    ``total_tokens``: the divisor (default: this batch's response tokens). Metrics are detached
+    token means over the response tokens of this batch: ``policy_loss``, ``kl``,
+    ``clip_fraction`` (tokens whose clipped term was the one taken, verl's ``pg_clipfrac``),
+    ``clip_fraction_lower`` (dual-clip taken), ``ratio``, ``entropy``, ``is_weight``,
+    ``is_cut_fraction`` (tokens whose weight was truncated or masked), the mismatch metrics.
     """
-    weights = mask.to(logprobs.dtype)
-    count = weights.sum().clamp_min(1.0)
+    keep = mask.to(logprobs.dtype)
+    count = keep.sum().clamp_min(1.0)
     divisor = count if total_tokens is None else total_tokens
     adv = advantages if advantages.ndim == 2 else advantages[:, None]
     adv = adv.to(logprobs.dtype)
-    ratio = torch.exp(logprobs - old_logprobs.detach())
-    unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high) * adv
-    per_token = -torch.minimum(unclipped, clipped)
+    sampler = sampler_logprobs.detach().to(logprobs.dtype)
+    old = sampler if settings.correction == "bypass" else logprobs.detach()
+    ratio = bounded_exp(logprobs - old)
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high)
+    surrogate = torch.maximum(unclipped, clipped)
+    dual = -adv * settings.clip_ratio_c
+    per_token = torch.where(adv < 0, torch.minimum(surrogate, dual), surrogate)
+    weights = importance_weights(old, sampler, settings)
+    per_token = per_token * weights
+    raw = bounded_exp(old - sampler)
     metrics: dict[str, torch.Tensor] = {
-        "policy_loss": ((per_token * weights).sum() / count).detach(),
-        "clip_fraction": (((clipped < unclipped).to(weights.dtype) * weights).sum() / count),
-        "ratio": ((ratio * weights).sum() / count).detach(),
+        "policy_loss": _mean(per_token, keep, count),
+        "clip_fraction": _mean((clipped > unclipped).to(keep.dtype), keep, count),
+        "clip_fraction_lower": _mean(((surrogate > dual) & (adv < 0)).to(keep.dtype), keep, count),
+        "ratio": _mean(ratio, keep, count),
+        "is_weight": _mean(weights, keep, count),
+        "is_cut_fraction": _mean((weights != raw).to(keep.dtype), keep, count),
+        **mismatch_metrics(logprobs, sampler, mask),
     }
     if settings.kl_coef and ref_logprobs is None:
         raise ValueError("kl_coef is set but no reference log-probabilities were given")
     if ref_logprobs is not None:
         kl = k3_kl(logprobs, ref_logprobs.detach())
-        metrics["kl"] = ((kl * weights).sum() / count).detach()
+        metrics["kl"] = _mean(kl, keep, count)
         if settings.kl_coef:
             per_token = per_token + settings.kl_coef * kl
     if entropy is not None:
-        metrics["entropy"] = ((entropy.detach() * weights).sum() / count).detach()
-    loss = (per_token * weights).sum() / divisor
+        metrics["entropy"] = _mean(entropy.detach(), keep, count)
+    loss = (per_token * keep).sum() / divisor
     return loss, metrics

@@ -4,28 +4,39 @@ Ray 2.60's TorchTrainer runs this function on every learner worker (workloads/rl
 so the learner is Ray Train's: one worker per chip, its process group (gloo, nccl, tpu_dist
 through the trainer's TPU bridge), its restarts and its checkpoint registry. Rank 0 is the
 coordinator: it creates the PolicyStore and the vLLM engines as Ray actors (on the rollout
-pool, by their resources), samples and scores each round, and hands every rank its share of the
+pool, by their resources), runs the rounds, scores them and hands every rank its share of the
 batch (``scatter_object_list`` on a gloo group). Coordinating from rank 0 rather than from the
 job's driver keeps one control flow: a driver would need a second channel into the
 TorchTrainer's workers every step (Ray Train's only driver-to-worker path is the dataset
 iterator, built for a fixed dataset, not per-step on-policy batches). Per step:
 
-1. rank 0: the pool catches every engine up to the newest published version, then samples
-   ``group_size`` completions for each of ``prompts_per_step`` prompts; the rollouts go
-   through the store (staleness bound) and are scored; advantages within each group;
-2. every rank: one GRPO step on its share, the engines' log-probabilities as the behaviour
-   policy's (a stale rollout is importance-weighted);
-3. every rank: publish the new version (every ``publish_every`` steps; the exporter gathers).
+1. rank 0: the round sampled for this step is collected (an engine that died during it costs
+   only its share, sampled again), checked against the staleness bound in one store call each
+   way, and scored (rewards concurrently, each call bounded by ``--reward-timeout-s``);
+   advantages within each group;
+2. with ``--overlap`` (one-step-off, as verl's and TRL's async trainers), rank 0 launches the
+   next round at once, on the weights the engines hold, so the engines sample step n+1 while
+   the learner takes step n; those rollouts are one update stale, and the loss's importance
+   weights (workloads/rl/grpo.py) correct for it. Without it, the next round starts after the
+   publish, on the new weights (on policy up to the engine/learner mismatch);
+3. every rank: one GRPO step on its share, with the engines' log-probabilities as the
+   sampler's;
+4. every rank: publish the new version (every ``publish_every`` steps): bf16 buckets into Ray's
+   object store (or a folder, ``--weight-sync folder``); rank 0 starts every engine host's
+   receiver pulling it at once, behind the sampling.
 
-Progress is a ``PARK_METRICS`` line per step (reward mean/spread, KL, response length,
-rollout tokens/s, learner step time, sync time, staleness); checkpoints are the trainer's DCP
-ones with the prompt order and the policy version beside them; the final policy is exported
-where training exports (``<storage>/<run>/export/final``) for serving.
+Progress is a ``PARK_METRICS`` line per step (reward mean/spread, KL, the learner/sampler
+mismatch and the importance weights, response length, rollout tokens/s, learner step time,
+publish and sync time and bytes, staleness); checkpoints are the trainer's DCP ones with the
+prompt order and the policy version beside them; the final policy is exported where training
+exports (``<storage>/<run>/export/final``) for serving.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,13 +45,28 @@ import torch
 import torch.distributed as dist
 
 from workloads.protocol import METRICS_PREFIX, training_export_path
-from workloads.rl.config import RLRunConfig
+from workloads.rl.config import RLRunConfig, render_prompt, validate
 from workloads.rl.grpo import LossSettings, group_advantages
-from workloads.rl.learner import GRPOLearner, RolloutBatch, collate, publish
-from workloads.rl.prompts import PromptOrder, chat_prompt, read_prompts, round_metrics, score
+from workloads.rl.learner import (
+    GRPOLearner,
+    Published,
+    RolloutBatch,
+    collate,
+    publish_buckets,
+    write_folder,
+)
+from workloads.rl.prompts import (
+    Prompt,
+    PromptOrder,
+    chat_prompt,
+    fit_prompts,
+    read_prompts,
+    round_metrics,
+    score,
+)
 from workloads.rl.rewards import Rewards
-from workloads.rl.rollout import CPU_ENGINE_KWARGS, RolloutEngine, RolloutPool, Sampling
-from workloads.rl.sync import PolicyStore, Taken
+from workloads.rl.rollout import CPU_ENGINE_KWARGS, RolloutEngine, RolloutPool, Round, Sampling
+from workloads.rl.sync import HostReceiver, PolicyStore, PolicyVersion, Put, StoreFull, Taken
 from workloads.train import checkpointing, modeling
 from workloads.train.config import TrainConfig
 from workloads.train.metrics import emit
@@ -95,7 +121,9 @@ def engine_kwargs(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:
 
 def engine_options(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:
     """Ray actor options that put an engine on the rollout pool (its chips), restartable."""
-    options: dict[str, Any] = {"max_restarts": 2, "max_task_retries": 2}
+    # No task retries: a call replayed on a restarted engine would sample with its start
+    # weights; the pool samples a lost share again itself, on the newest ones.
+    options: dict[str, Any] = {"max_restarts": 2, "max_task_retries": 0}
     tp = cfg.rollout_tensor_parallel_size
     # The rollout pods' own resource (--rollout-resource, set by the plan): the learner's
     # workers also advertise TPU, so a TPU request alone could put an engine on their slice.
@@ -139,7 +167,14 @@ def build_learner(cfg: RLRunConfig, env: RunEnv, directory: str | None) -> GRPOL
     return GRPOLearner(
         model,
         optimizer,
-        settings=LossSettings(cfg.clip_low, cfg.clip_high, cfg.kl_coef),
+        settings=LossSettings(
+            cfg.clip_low,
+            cfg.clip_high,
+            cfg.kl_coef,
+            clip_ratio_c=cfg.clip_ratio_c,
+            correction=cfg.off_policy_correction,
+            is_cap=cfg.importance_sampling_cap,
+        ),
         temperature=cfg.temperature,
         device=device,
         micro_batch=cfg.micro_batch_size or share,
@@ -148,20 +183,47 @@ def build_learner(cfg: RLRunConfig, env: RunEnv, directory: str | None) -> GRPOL
     )
 
 
+def _store_name(cfg: RLRunConfig, rank: int, world: int, group: Any) -> str:
+    """The PolicyStore actor's name, rank 0's pick sent to every rank: rank 0 creates it, the
+    others offer it buckets. A new one per attempt: a restarted attempt's store must not meet
+    the name of the one that died with the last."""
+    name = [f"park-rl-store-{cfg.run_name}-{uuid.uuid4().hex[:8]}" if rank == 0 else ""]
+    if world > 1:
+        dist.broadcast_object_list(name, src=0, group=group)
+    return name[0]
+
+
 @dataclass
 class _Driver:
     """Rank 0's part: the prompts, rewards, store and engines."""
 
     order: PromptOrder
-    prompts_text: Callable[[str], str]
+    prompts_text: Callable[[Prompt], str]
     rewards: Rewards
     store: Any
-    engines: list[Any]
     pool: RolloutPool
+    receivers: dict[str, Any]
+
+    def launch(self, cfg: RLRunConfig) -> tuple[list[Prompt], Round]:
+        """The next prompts, sampled by the engines on the newest weights they can load."""
+        prompts = self.order.next(cfg.prompts_per_step)
+        sampling = Sampling(cfg.group_size, cfg.temperature, cfg.max_response_tokens)
+        return prompts, self.pool.launch([self.prompts_text(p) for p in prompts], sampling)
+
+    def close(self) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.get([r.close.remote() for r in self.receivers.values()], timeout=60)
+        for handle in [*self.pool.engines, *self.receivers.values(), self.store]:
+            ray.kill(handle)
 
 
-def _start_driver(cfg: RLRunConfig, learner: GRPOLearner, first_path: str, store: Any) -> _Driver:
+def _start_driver(
+    cfg: RLRunConfig, learner: GRPOLearner, first: PolicyVersion, store: Any
+) -> _Driver:
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     prompts = read_prompts(
         cfg.data,
@@ -169,19 +231,45 @@ def _start_driver(cfg: RLRunConfig, learner: GRPOLearner, first_path: str, store
         answer_field=cfg.answer_field,
         split=cfg.data_split,
     )
+    tokenizer = learner.model.source.tokenizer if learner.model.source else None
+
+    def text_of(prompt: Prompt) -> str:
+        return chat_prompt(tokenizer, render_prompt(cfg.prompt_template, prompt.text))
+
+    def tokens_of(prompt: Prompt) -> int:
+        text = text_of(prompt)
+        return len(tokenizer(text)["input_ids"]) if tokenizer is not None else len(text.split())
+
+    prompts, left_out = fit_prompts(prompts, tokens_of, cfg.max_prompt_tokens)
+    if left_out:
+        print(f"{left_out} prompts longer than --max-prompt-tokens {cfg.max_prompt_tokens} left "
+              f"out; {len(prompts)} kept", flush=True)  # fmt: skip
     accelerator = rollout_accelerator(cfg, learner.device.type)
     actor = ray.remote(RolloutEngine).options(**engine_options(cfg, accelerator))
     kwargs = engine_kwargs(cfg, accelerator)
     cpu = accelerator == "cpu"
-    engines = [actor.remote(first_path, kwargs, cpu) for _ in range(cfg.rollout_engines)]
-    tokenizer = learner.model.source.tokenizer if learner.model.source else None
+    assert first.path is not None
+    engines: list[Any] = [
+        actor.remote(first.path, kwargs, cpu, first.version) for _ in range(cfg.rollout_engines)
+    ]
+    receivers: dict[str, Any] = {}
+    hosts: list[str] | None = None
+    if cfg.weight_sync == "ray":  # one per engine host, on that host
+        staging = f"park-rl-{cfg.run_name}-{uuid.uuid4().hex[:8]}"
+        hosts = ray.get([engine.node_id.remote() for engine in engines])
+        for host in sorted(set(hosts)):
+            where = NodeAffinitySchedulingStrategy(host, soft=False)
+            receiver = ray.remote(HostReceiver).options(
+                num_cpus=0, max_restarts=2, scheduling_strategy=where
+            )
+            receivers[host] = receiver.remote(staging)
     return _Driver(
         order=PromptOrder(prompts, cfg.seed),
-        prompts_text=lambda text: chat_prompt(tokenizer, text),
+        prompts_text=text_of,
         rewards=Rewards(cfg.reward_names, cfg.weights),
         store=store,
-        engines=engines,
-        pool=RolloutPool(engines, store),
+        pool=RolloutPool(engines, store, receivers=receivers or None, hosts=hosts),
+        receivers=receivers,
     )
 
 
@@ -194,6 +282,15 @@ def _scatter(share: list[Any], rank: int, world: int, group: Any) -> Any:
     return out[0]
 
 
+def _publish(
+    cfg: RLRunConfig, learner: GRPOLearner, root: str, store: Any, start: int, group: Any
+) -> Published:
+    """The new version to the engines' side: buckets in Ray's object store, or a folder."""
+    if cfg.weight_sync == "folder":
+        return write_folder(learner, root, store, keep=2, protect=start)
+    return publish_buckets(learner, store, group=group)
+
+
 def rl_train(
     cfg: RLRunConfig, env: RunEnv, on_step: OnStep | None = None
 ) -> list[dict[str, float]]:
@@ -202,11 +299,7 @@ def rl_train(
     after each step (a test kills an engine there)."""
     import ray
 
-    if cfg.max_staleness < cfg.publish_every - 1:
-        raise ValueError(
-            f"--publish-every {cfg.publish_every} makes rollouts up to {cfg.publish_every - 1} "
-            f"updates stale, beyond --max-staleness {cfg.max_staleness}: every round would drop"
-        )
+    validate(cfg)
     rank, world = env.rank, env.world_size
     group = checkpointing.coordination_group(env.device.type)
     objects = group if group is not None else None  # gloo: object collectives work on it
@@ -219,19 +312,37 @@ def rl_train(
             state = checkpointing.load(directory, learner.model.module, learner.optimizer, group)
             data_state = checkpointing.load_data_state(directory, rank, state.step)
             state.resumes += 1
-    learner.version = state.step
+    learner.version = start = state.step
     store = None
+    name = _store_name(cfg, rank, world, objects)
     if rank == 0:
-        store = ray.remote(PolicyStore).options(num_cpus=0).remote(cfg.max_staleness, 1024)
-    first, _ = publish(learner, root, store)  # the folder the engines start (and restart) from
-    driver = _start_driver(cfg, learner, first.path, store) if rank == 0 else None
-    if driver is not None and "order" in data_state:
-        driver.order.load_state_dict(data_state["order"])
+        store = (
+            ray.remote(PolicyStore)
+            .options(num_cpus=0, name=name)
+            .remote(cfg.max_staleness, cfg.store_capacity)
+        )
+    # The start folder: the engines start (and Ray restarts them) from it; kept all run long.
+    first = write_folder(learner, root, store, keep=0)
+    if rank != 0 and cfg.weight_sync == "ray" and ray.is_initialized():
+        store = ray.get_actor(name)
+    driver = None
+    if rank == 0:
+        assert first.policy is not None
+        driver = _start_driver(cfg, learner, first.policy, store)
+        if "order" in data_state:
+            driver.order.load_state_dict(data_state["order"])
     history: list[dict[str, float]] = []
+    pending: tuple[list[Prompt], Round] | None = None
     try:
         step = state.step
         while step < cfg.steps:
-            ready = _round(cfg, driver, learner, world) if driver is not None else None
+            ready = None
+            if driver is not None:
+                pending = pending or driver.launch(cfg)
+                ready = _finish(cfg, driver, pending, learner, world)
+                pending = None
+                if cfg.overlap and ready[0][0] is not None and step + 1 < cfg.steps:
+                    pending = driver.launch(cfg)  # step n+1's rollouts, while step n learns
             batch, metrics = _scatter(
                 [(b, ready[1]) for b in ready[0]] if ready else [], rank, world, objects
             )
@@ -240,7 +351,10 @@ def rl_train(
             step += 1
             metrics.update(learner.step(batch, cfg.lr))
             if step % cfg.publish_every == 0 or step == cfg.steps:
-                _, metrics["publish_s"] = publish(learner, root, store)
+                published = _publish(cfg, learner, root, store, start, group)
+                metrics.update(publish_s=published.seconds, publish_bytes=float(published.nbytes))
+                if driver is not None and published.policy is not None and step < cfg.steps:
+                    driver.pool.prestage(published.policy)  # the hosts pull it now
             state.step = step
             metrics.update(step=step, version=float(learner.version), resumes=state.resumes)
             if rank == 0:
@@ -274,38 +388,47 @@ def rl_train(
             print(f"run {cfg.run_name} already at step {state.step}: nothing to do")
     finally:  # the engines hold GBs of memory: gone with the run, not with the Ray session
         if driver is not None:
-            for handle in [*driver.engines, driver.store]:
-                ray.kill(handle)
+            driver.close()
     return history
 
 
-def _round(
-    cfg: RLRunConfig, driver: _Driver, learner: GRPOLearner, world: int
+def _finish(
+    cfg: RLRunConfig,
+    driver: _Driver,
+    pending: tuple[list[Prompt], Round],
+    learner: GRPOLearner,
+    world: int,
 ) -> tuple[list[RolloutBatch | None], dict[str, float]]:
-    """Rank 0: sample, score and split one step's batch into ``world`` shares (all None when
-    the round must be sampled again)."""
+    """Rank 0: collect, check, score and split one step's batch into ``world`` shares (all
+    None when the round must be sampled again)."""
     import ray
 
-    pool, store = driver.pool, driver.store
-    prompts = driver.order.next(cfg.prompts_per_step)
-    sampling = Sampling(cfg.group_size, cfg.temperature, cfg.max_response_tokens)
-    synced = len(pool.sync_s)
-    started = time.perf_counter()
-    rollouts = pool.sample([driver.prompts_text(p.text) for p in prompts], sampling)
-    sample_s = time.perf_counter() - started
-    for rollout in rollouts:
-        ray.get(store.put.remote(rollout.version, rollout))
-    taken: Taken = ray.get(store.take.remote(len(rollouts), learner.version))
+    prompts, round_ = pending
+    rollouts, sync = driver.pool.finish(round_)
+    sample_s = time.perf_counter() - round_.started
+    put: Put = ray.get(driver.store.put_many.remote([(r.version, r) for r in rollouts]))
+    if put.full:
+        raise StoreFull(
+            f"the rollout store refused {put.full} of {len(rollouts)} rollouts: it holds "
+            f"{cfg.store_capacity} ({cfg.batch} completions per step x 2 rounds)"
+        )
+    taken: Taken = ray.get(driver.store.take.remote(len(rollouts), learner.version))
     used = taken.items
     if len(used) != len(rollouts):
-        print(f"{taken.dropped} stale rollouts dropped; sampling the round again", flush=True)
+        print(f"{put.stale + taken.dropped} stale rollouts dropped; sampling the round again",
+              flush=True)  # fmt: skip
         return [None] * world, {}
-    scores = score(used, prompts, driver.rewards)
-    advantages = group_advantages(torch.tensor(scores), cfg.group_size)
-    metrics = round_metrics(used, scores, cfg.group_size, learner.version)
+    scored = score(used, prompts, driver.rewards, timeout_s=cfg.reward_timeout_s)
+    advantages = group_advantages(torch.tensor(scored.values), cfg.group_size)
+    metrics = round_metrics(used, scored.values, cfg.group_size, learner.version)
     tokens = sum(len(r.completion_ids) for r in used)
-    metrics["rollout_tokens_per_s"] = tokens / max(sample_s, 1e-9)
-    metrics["sync_s"] = sum(pool.sync_s[synced:])
+    metrics.update(
+        rollout_tokens_per_s=tokens / max(sample_s, 1e-9),
+        sync_s=sync.seconds,
+        sync_bytes=float(sync.nbytes),
+        reward_s=scored.seconds,
+        reward_timeouts=float(scored.timeouts),
+    )
     source = learner.model.source
     pad = 0 if source is None else source.tokenizer.pad_token_id
     full = collate(used, advantages, int(pad or 0))

@@ -3,16 +3,28 @@
 The records come through the trainer's reader (workloads/train/text.py: jsonl, json, parquet
 files, local or ``gs://``, and ``hf:`` hub data sets), so a data set that fine-tunes a model is
 a data set RL can use: ``prompt_field`` holds the question, ``answer_field`` the reference
-(GSM8K: ``question`` / ``answer``, whose ``#### 72`` line the numeric reward reads). The order
-is a seeded shuffle per epoch; the position is a small state (epoch, index) the run checkpoints
-beside the learner, so a resumed run asks the next prompts, not the first ones again.
+(GSM8K: ``question`` / ``answer``, whose ``#### 72`` line the numeric reward reads). A prompt is
+asked through the run's template (``--prompt-template``: verl's GSM8K recipe appends "Let's think
+step by step and output the final answer after \"####\"."), then the model's chat template;
+prompts whose tokens, so rendered, pass ``--max-prompt-tokens`` are left out at the start, as
+verl's ``filter_overlong_prompts`` and TRL's ``max_prompt_length`` keep them out of a batch.
+
+The order is a seeded shuffle per epoch; the position is a small state (epoch, index) the run
+checkpoints beside the learner, so a resumed run asks the next prompts, not the first ones again.
+
+Scoring runs the rewards concurrently (a reward may call a sandbox or a service) on daemon
+threads, each call bounded by ``--reward-timeout-s``: a call past it scores 0 and is counted; its
+thread is left to finish on its own, and a round with more such calls than threads stops the run
+rather than wait on rewards that hang.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from workloads.rl.rewards import Rewards
@@ -89,16 +101,104 @@ def chat_prompt(tokenizer: Any, text: str) -> str:
     return text
 
 
-def score(rollouts: Sequence[Rollout], prompts: Sequence[Prompt], rewards: Rewards) -> list[float]:
-    """Each rollout's reward against its prompt's reference answer."""
-    return [
-        rewards(
-            prompt=prompts[r.prompt_index].text,
-            completion=r.text,
-            answer=prompts[r.prompt_index].answer,
+def fit_prompts(
+    prompts: Sequence[Prompt], count_tokens: Callable[[Prompt], int], max_tokens: int
+) -> tuple[list[Prompt], int]:
+    """The prompts whose rendered token count is at most ``max_tokens``, and how many were
+    left out; DataError when none is left."""
+    from workloads.train.data import DataError
+
+    kept = [p for p in prompts if count_tokens(p) <= max_tokens]
+    if not kept:
+        raise DataError(
+            f"every one of {len(prompts)} prompts is longer than --max-prompt-tokens {max_tokens}"
         )
-        for r in rollouts
-    ]
+    return kept, len(prompts) - len(kept)
+
+
+SCORE_THREADS = 16
+
+
+@dataclass
+class Scores:
+    values: list[float]
+    timeouts: int  # calls that passed the timeout (scored 0)
+    seconds: float
+
+
+def score(
+    rollouts: Sequence[Rollout],
+    prompts: Sequence[Prompt],
+    rewards: Rewards,
+    *,
+    timeout_s: float = 60.0,
+    threads: int = SCORE_THREADS,
+) -> Scores:
+    """Each rollout's reward against its prompt's reference answer, ``threads`` at a time, each
+    call at most ``timeout_s`` seconds (then 0). A reward's exception is raised here."""
+    started = time.monotonic()
+    values: list[float] = [0.0] * len(rollouts)
+    state = _ScoreState(remaining=len(rollouts), pending=list(range(len(rollouts)))[::-1])
+
+    def work() -> None:
+        while True:
+            with state.lock:
+                if not state.pending or state.errors:
+                    return
+                index = state.pending.pop()
+                state.running[index] = time.monotonic()
+            rollout = rollouts[index]
+            prompt = prompts[rollout.prompt_index]
+            try:
+                value = rewards(prompt=prompt.text, completion=rollout.text, answer=prompt.answer)
+            except BaseException as err:  # raised in the caller's thread below
+                with state.lock:
+                    state.errors.append(err)
+                    state.lock.notify_all()
+                return
+            with state.lock:
+                if state.running.pop(index, None) is not None:  # not given up on meanwhile
+                    values[index] = value
+                    state.remaining -= 1
+                    state.lock.notify_all()
+
+    def start() -> None:
+        threading.Thread(target=work, daemon=True, name="park-reward").start()
+
+    for _ in range(min(threads, len(rollouts))):
+        start()
+    timeouts = 0
+    with state.lock:
+        while state.remaining and not state.errors:
+            now = time.monotonic()
+            for index in [i for i, began in state.running.items() if now - began > timeout_s]:
+                del state.running[index]  # given up on: 0, and a new thread takes its place
+                state.remaining -= 1
+                timeouts += 1
+                start()
+            if timeouts > threads:
+                raise RewardTimeout(
+                    f"{timeouts} reward calls passed --reward-timeout-s {timeout_s:g} in one "
+                    "round: the rewards hang"
+                )
+            oldest = min(state.running.values(), default=now)
+            state.lock.wait(timeout=max(timeout_s - (now - oldest), 0.01))
+    if state.errors:
+        raise state.errors[0]
+    return Scores(values, timeouts, time.monotonic() - started)
+
+
+@dataclass
+class _ScoreState:
+    remaining: int
+    pending: list[int]
+    running: dict[int, float] = field(default_factory=dict)  # index -> when its call began
+    errors: list[BaseException] = field(default_factory=list)
+    lock: threading.Condition = field(default_factory=threading.Condition)
+
+
+class RewardTimeout(RuntimeError):
+    """More reward calls passed the timeout in one round than there are scoring threads."""
 
 
 def round_metrics(

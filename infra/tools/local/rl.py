@@ -54,6 +54,7 @@ RL_CPU_PROFILE: ProfileTable = {
     "data_split": (None, "a file, not a hub data set"),
     "prompt_field": ("prompt", "the shipped prompts' field"),
     "answer_field": ("answer", "the shipped prompts' field"),
+    "prompt_template": (None, "the toy task asks its prompts as they are"),
     "rewards": (TOY_REWARD, "a reward a random-init model can climb in minutes"),
     "reward_weights": (None, "one reward"),
     "group_size": ("8", "8 completions per prompt"),
@@ -188,8 +189,15 @@ def step_line(m: dict[str, Any]) -> str:
         f"step {m.get('step')}  reward {f('reward_mean', '.3f')}±{f('reward_std', '.3f')}  "
         f"kl {f('kl', '.4f')}  len {f('response_length', '.1f')}  "
         f"rollout {f('rollout_tokens_per_s', '.0f')} tok/s  learner {f('step_s')}s  "
-        f"sync {f('sync_s')}s  publish {f('publish_s')}s  staleness {f('staleness_max', '.0f')}"
+        f"publish {f('publish_s')}s  sync {f('sync_s')}s {megabytes(m.get('sync_bytes'))}  "
+        f"staleness {f('staleness_max', '.0f')}  |Δlogp| {f('mismatch_abs_logp', '.4f')}  "
+        f"IS {f('is_weight', '.3f')}"
     )
+
+
+def megabytes(value: Any) -> str:
+    """Bytes as MB for the step line ("n/a" when absent)."""
+    return "n/a" if value is None else f"{float(value) / 1e6:.1f}MB"
 
 
 def serve_config(export: str) -> dict[str, Any]:
