@@ -263,6 +263,37 @@ def training_fit_table() -> str:
     return "\n".join(lines)
 
 
+def component_inputs_table() -> str:
+    """Per public component, which arguments take an Output (copied into a resource or a
+    manifest as they are) and which must be known at preview (the plan computes with them):
+    read from the provider schema, whose `plain` marks the second kind for every language."""
+    from park_gke.provider import schema
+
+    generated = schema()
+    kinds = generated["types"]
+
+    def split(properties: dict[str, Any], prefix: str = "") -> tuple[list[str], list[str]]:
+        outputs: list[str] = []
+        known: list[str] = []
+        for key, prop in sorted(properties.items()):
+            (known if prop.get("plain") else outputs).append(prefix + key)
+            ref = (prop.get("items") or prop).get("$ref", "")
+            nested = kinds.get(ref.removeprefix("#/types/"), {}).get("properties")
+            if nested:
+                suffix = "[]." if "items" in prop else "."
+                more_outputs, _ = split(nested, prefix + key + suffix)
+                outputs.extend(more_outputs)
+        return outputs, known
+
+    lines = ["| component | takes an Output (copied as is) | known at preview (planned with) |"]
+    lines.append("|---|---|---|")
+    for token, resource in sorted(generated["resources"].items()):
+        outputs, known = split(resource.get("inputProperties", {}))
+        cells = [", ".join(f"`{k}`" for k in keys) or "—" for keys in (outputs, known)]
+        lines.append(f"| `{token.rsplit(':', 1)[-1]}` | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, str]:
     return {
         "training-fit": training_fit_table(),
@@ -271,6 +302,7 @@ def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, st
         "cost": cost_table(),
         "deploy-roles": deploy_roles_table(render),
         "deploy-roles-script": deploy_roles_script(render),
+        "component-inputs": component_inputs_table(),
     }
 
 
