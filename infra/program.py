@@ -130,10 +130,8 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     # Every image the pods run is in the registry before any of them is created: the pods get
     # the pushed digest, an Output of the build.
     built = {
-        build.ref: WorkloadImage(
-            f"image-{build.name}",
-            {"repository": build.repository, "tag": build.tag, "target": build.target},
-            pulumi.ResourceOptions(depends_on=[apis, storage]),
+        build.ref: WorkloadImage.of_plan(
+            f"image-{build.name}", build, pulumi.ResourceOptions(depends_on=[apis, storage])
         ).ref
         for build in plan.images
     }

@@ -306,8 +306,7 @@ class Component(pulumi.ComponentResource):
         stack: str,
         rules: bool = True,
     ) -> StackPlan:
-        """The StackPlan the component plans from (checked_plan: the stack program's, else the
-        one its arguments make)."""
+        """The StackPlan the component's arguments make (checked_plan), its piece taken next."""
         return checked_plan(
             self._component, self._component_name, values, fields, stack=stack, rules=rules
         )
