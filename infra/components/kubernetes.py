@@ -24,7 +24,7 @@ from infra.components._base import (
     stack_of,
 )
 from infra.components._naming import child_name, claim, cluster_key, renamed
-from infra.components._types import KubeRayInstallArg
+from infra.components._types import KubeRayInstallArg, literal_values
 from infra.names import HF_SECRET_KEY, stack_names
 from infra.plan.network_policy import Exposure
 from infra.plan.operator import HelmReleasePlan, helm_releases
@@ -207,8 +207,9 @@ class Workspace(KubernetesComponent):
         super().__init__(name, opts)
         args = self.checked(args, WorkspaceArgs)
         install = args.get("kuberay_install", "addon")
-        if install not in ("addon", "helm"):
-            self.refuse([bad_value("kuberay_install", install, "allowed: addon, helm")])
+        allowed = literal_values(KubeRayConfig, "install")  # the stack key's one declaration
+        if install not in allowed:
+            self.refuse([bad_value("kuberay_install", install, f"allowed: {', '.join(allowed)}")])
         wrong = name_problems(args, {"namespace": grammar.namespace_problem})
         if wrong:
             self.refuse(wrong)
