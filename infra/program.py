@@ -81,9 +81,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     from infra.components.storage import Storage
     from infra.components.workloads import LlmService, RayTrainingJob
     from infra.names import OPENAI_SERVICE_NAME
-    from infra.plan import (
-        cluster as cluster_plan,
-    )
+    from infra.plan import cluster as cluster_plan
     from infra.plan import (
         dashboard_access,
         kueue,
