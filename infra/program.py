@@ -65,50 +65,71 @@ def load_plan() -> tuple[StackPlan, Secrets]:
 
 
 def build(plan: StackPlan, secrets: Secrets) -> None:
-    """The stack as one user of the public components: each gets its arguments from the plan.
-
-    Inside `stack_program(plan)` each component plans from its piece of this plan (its pool
-    by name, the serving plan...) instead of resolving its arguments again, and deployed
-    stacks keep their resources' URNs (aliases)."""
-    from infra.components._naming import stack_program
-
-    with stack_program(plan):
-        _build(plan, secrets)
-
-
-def _build(plan: StackPlan, secrets: Secrets) -> None:
+    """The stack: each component built from its typed piece of `plan` (its `of_plan`),
+    resolved and checked once, as a whole, by load_plan; nothing is checked or resolved again,
+    and deployed stacks keep their resources' URNs (the components' aliases)."""
     # Imported here: the render benchmark and `park validate` never pay for provider modules.
-    from infra.components import args_from
     from infra.components.cluster import Cluster
     from infra.components.images import WorkloadImage
     from infra.components.kubernetes import KubeRayOperator, Workspace, kubernetes_provider
     from infra.components.kueue import Kueue
     from infra.components.network import Network
-    from infra.components.node_pools import CpuPool, GpuPool, TpuSlicePool
+    from infra.components.node_pools import CpuPool, GpuPool, PoolCluster, TpuSlicePool
     from infra.components.observability import DashboardAccess, RayMetrics
     from infra.components.project import ProjectApis
     from infra.components.staging import ModelStaging
     from infra.components.storage import Storage
     from infra.components.workloads import LlmService, RayTrainingJob
-    from infra.plan import project, staging
+    from infra.names import OPENAI_SERVICE_NAME
+    from infra.plan import cluster as cluster_plan
+    from infra.plan import (
+        dashboard_access,
+        kueue,
+        network_policy,
+        node_pools,
+        observability,
+        operator,
+        project,
+        staging,
+        workspace,
+    )
+    from infra.plan import network as network_plan
+    from infra.plan import storage as storage_plan
+    from infra.plan.ray import ray_pods
 
+    spec, zone = plan.spec, plan.spec.zone
     # A new project has every API off: each component below waits for the ones it calls.
-    apis = ProjectApis.of_plan("project", plan.spec.project, project.apis(plan))
+    apis = ProjectApis.of_plan("project", spec.project, project.apis(plan))
     after_apis = pulumi.ResourceOptions(depends_on=[apis])
-    network = Network("network", args_from.network(plan), after_apis)
-    cluster = Cluster(
-        "gke", args_from.cluster(plan, network.network_name, network.subnetwork_name), after_apis
+    network = Network.of_plan(
+        "network", network_plan.network(plan), spec.project, spec.stack, after_apis
+    )
+    cluster = Cluster.of_plan(
+        "gke",
+        cluster_plan.cluster(plan),
+        zone,
+        network.network_name,
+        network.subnetwork_name,
+        spec.observability.expose_dashboard,
+        [(p.port, p.component) for p in cluster_plan.control_plane_ports(plan)],
+        after_apis,
     )
     after_cluster: list[pulumi.Resource] = [cluster.resource]
     node_sa = cluster.node_service_account
-    storage = Storage("storage", args_from.storage(plan, node_sa, cluster.name), after_apis)
+    storage = Storage.of_plan(
+        "storage",
+        storage_plan.storage(plan),
+        spec.project,
+        spec.stack,
+        node_sa,
+        cluster.name,
+        after_apis,
+    )
     # Every image the pods run is in the registry before any of them is created: the pods get
     # the pushed digest, an Output of the build.
     built = {
-        build.ref: WorkloadImage(
-            f"image-{build.name}",
-            {"repository": build.repository, "tag": build.tag, "target": build.target},
-            pulumi.ResourceOptions(depends_on=[apis, storage]),
+        build.ref: WorkloadImage.of_plan(
+            f"image-{build.name}", build, pulumi.ResourceOptions(depends_on=[apis, storage])
         ).ref
         for build in plan.images
     }
@@ -117,15 +138,24 @@ def _build(plan: StackPlan, secrets: Secrets) -> None:
         """What pods run: the build of `ref`, or `ref` itself when the stack pins it."""
         return built.get(ref, ref)
 
-    pools = args_from.PoolRefs(cluster=cluster.name, node_service_account=node_sa)
+    joins = PoolCluster(cluster=cluster.name, node_service_account=node_sa)
     on_cluster = pulumi.ResourceOptions(depends_on=after_cluster)
-    cpu = CpuPool("cpu", args_from.cpu_pool(plan, pools), on_cluster)
+    cpu_disk = node_pools.boot_disk_gb(plan, "cpu")
+    cpu = CpuPool.of_plan(
+        "cpu", node_pools.cpu_pool(spec.cpu_pool, zone, cpu_disk), joins, on_cluster
+    )
     tpu_pools = {
-        pool.name: TpuSlicePool(pool.name, args_from.tpu_pool(plan, pool, pools), on_cluster)
+        pool.name: TpuSlicePool.of_plan(
+            pool.name,
+            pool,
+            node_pools.tpu_slice_pools(pool, zone, node_pools.boot_disk_gb(plan, pool.name)),
+            joins,
+            on_cluster,
+        )
         for pool in plan.tpu_pools
     }
     for gpu in plan.gpu_pools:
-        GpuPool(gpu.spec.name, args_from.gpu_pool(plan, gpu, pools), on_cluster)
+        GpuPool.of_plan(gpu.spec.name, node_pools.gpu_pool(gpu.spec, zone), joins, on_cluster)
 
     # cluster.ready: the cluster, and the firewall rule that lets its control plane reach the
     # webhooks the stack installs (Kueue's), before anything is applied through the provider.
@@ -135,14 +165,25 @@ def _build(plan: StackPlan, secrets: Secrets) -> None:
     in_cluster = pulumi.ResourceOptions(
         providers={"kubernetes": provider}, depends_on=[cluster.resource, cpu.node_pool]
     )
-    kuberay = KubeRayOperator("kuberay", args_from.kuberay(plan), in_cluster)
+    releases = operator.helm_releases(spec.kuberay, plan.multi_host)
+    kuberay = KubeRayOperator.of_plan("kuberay", releases, spec.kuberay.install, in_cluster)
     hf_token = secrets.hf_token
-    space = Workspace("workspace", args_from.workspace(plan, hf_token), in_cluster)
+    space = Workspace.of_plan(
+        "workspace",
+        workspace.workspace(plan.names, network_policy.exposure(plan)),
+        hf_token,
+        in_cluster,
+    )
     ready = [*in_cluster.depends_on, *kuberay.ready, *space.ready]  # type: ignore[misc]
     if plan.queued_pools:
         # Kueue and its queues; the training RayJob waits in its pool's LocalQueue.
         after_namespace = pulumi.ResourceOptions(depends_on=space.ready)
-        queues = Kueue("kueue", args_from.kueue(plan), in_cluster.merge(after_namespace))
+        queues = Kueue.of_plan(
+            "kueue",
+            kueue.helm_release(plan),
+            kueue.manifests(plan),
+            in_cluster.merge(after_namespace),
+        )
         ready += queues.ready
 
     # Hub models are copied into the bucket (awaited Jobs) before any workload reads them:
@@ -168,19 +209,30 @@ def _build(plan: StackPlan, secrets: Secrets) -> None:
         return pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=waits)
 
     has_token = hf_token is not None
+    pods = ray_pods(plan)
     if plan.training is not None:
-        job = args_from.training(plan, has_token)
-        job["head_node_selector"] = cpu.selector  # the Ray head runs on the CPU pool
-        job["image"] = image(plan.training.image)
-        RayTrainingJob(
-            "park-train", job, on_pool(plan.training.pool.name, [plan.training.spec.model])
+        RayTrainingJob.of_plan(
+            "park-train",
+            plan.training,
+            pods,
+            has_token,
+            cpu.selector,  # the Ray head runs on the CPU pool
+            image(plan.training.image),
+            spec.stack,
+            on_pool(plan.training.pool.name, [plan.training.spec.model]),
         )
     if plan.serving is not None:
-        service = args_from.serving(plan, has_token)
-        service["head_node_selector"] = cpu.selector
-        service["image"] = image(plan.serving.image)
         sources = [m.spec.source for m in plan.serving.models]
-        LlmService("park-serve", service, on_pool(plan.serving.pool.name, sources))
+        LlmService.of_plan(
+            "park-serve",
+            plan.serving,
+            pods,
+            has_token,
+            cpu.selector,
+            image(plan.serving.image),
+            OPENAI_SERVICE_NAME,
+            on_pool(plan.serving.pool.name, sources),
+        )
     if plan.rl is not None:
         rl_waits = on_pool(plan.rl.learner.name, [plan.rl.spec.model])
         _rl_job(plan, rl_waits, has_token, tpu_pools, image(plan.rl.image))
@@ -188,12 +240,21 @@ def _build(plan: StackPlan, secrets: Secrets) -> None:
     on_namespace = pulumi.ResourceOptions(
         providers={"kubernetes": provider}, depends_on=[apis, *space.ready]
     )
-    RayMetrics("metrics", args_from.metrics(plan), on_namespace)
-    access = args_from.dashboard(plan)
+    RayMetrics.of_plan("metrics", observability.metrics(plan), plan.names.namespace, on_namespace)
+    access = dashboard_access.dashboard_access(plan)
     if access is not None:
-        if secrets.iap_oauth_client_secret is not None:
-            access["oauth_client_secret"] = secrets.iap_oauth_client_secret
-        dashboard = DashboardAccess("dashboard", access, on_namespace)
+        cfg = spec.observability
+        assert cfg.iap_oauth_secret is not None
+        dashboard = DashboardAccess.of_plan(
+            "dashboard",
+            access,
+            spec.project,
+            spec.stack,
+            plan.names.namespace,
+            cfg.iap_oauth_secret,
+            secrets.iap_oauth_client_secret,
+            on_namespace,
+        )
         pulumi.export("dashboard_url", dashboard.url)
         pulumi.export("dashboard_ip", dashboard.ip_address)
 
@@ -219,11 +280,12 @@ def _rl_job(
 ) -> None:
     """park:rl's RayJob (infra/plan/rl.py), after both of its pools' nodes."""
     from infra.components.rl import RayRlJob
+    from infra.plan.ray import ray_pods
 
     assert plan.rl is not None
     rollout = tpu_pools.get(plan.rl.rollout.pool_name)  # a GPU pool: none to wait for here
     waits = pulumi.ResourceOptions(depends_on=list(rollout.node_pools) if rollout else [])
-    RayRlJob("park-rl", plan, has_token, opts.merge(waits), image=image)
+    RayRlJob.of_plan("park-rl", plan.rl, ray_pods(plan), has_token, image, opts.merge(waits))
 
 
 def main() -> None:

@@ -1,19 +1,21 @@
 """What every public component shares: its arguments checked with the stack's own rules.
 
-Used on its own, a component builds the part of a stack spec its arguments describe (a pool, a
-training job...), runs it once through the pipeline every stack takes (infra.stack: types,
-every rule, resolve) and plans from the result. So it is held to the same catalog and rules as
-a stack file, and its errors name the component, the argument and what is allowed. Built by the
-stack program (infra.program), it plans from the program's StackPlan instead (checked_plan):
-the stack was checked and resolved once, as a whole. `Component` is the base every component
-class derives from: registration, argument checks, planning, refusals and outputs.
+Two ways in, one build. The public edge (`Component(name, args, opts)`, what `park_gke` and the
+provider call) builds the part of a stack spec its arguments describe (a pool, a training
+job...), runs it once through the pipeline every stack takes (infra.stack: types, every rule,
+resolve) and takes its piece of the result. So it is held to the same catalog and rules as a
+stack file, and its errors name the component, the argument and what is allowed. The stack
+program (infra.program) resolved and checked the whole stack once: it hands each component its
+typed piece of that plan through the component's `of_plan` constructor, which checks nothing
+again. Both end in the component's own build from the piece. `Component` is the base every
+component class derives from: registration, argument checks, planning, refusals and outputs.
 """
 
 import inspect
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Self, TypeVar
 
 import pulumi
 
@@ -111,8 +113,9 @@ def checked_args(component: str, name: str, args: Any, typed: Any) -> dict[str, 
     return given
 
 
-def plain(args: Mapping[str, Any], *fields: str) -> dict[str, Any]:
-    """The arguments among `fields` that are set, camelCased as in a stack file."""
+def stack_values(args: Mapping[str, Any], *fields: str) -> dict[str, Any]:
+    """The public edge's arguments among `fields` that are set, under their stack-file
+    (camelCase) keys: the part of a stack they describe, for checked_plan."""
     from pydantic.alias_generators import to_camel
 
     return {to_camel(f): args[f] for f in fields if args.get(f) is not None}
@@ -132,15 +135,8 @@ def checked_plan(
     argument prefix) pairs, longest first) instead of the stack key. `rules` False: types only,
     for a component that plans a part of a stack whose other parts it does not know.
 
-    Inside the stack program (infra.program) it is the program's own StackPlan, resolved and
-    checked once for the whole stack: the component takes its piece of it (its pool by name,
-    the serving plan...), and `values` are not read. Used on its own, a component resolves
-    its arguments here, once."""
-    from infra.components._naming import program_plan
-
-    whole = program_plan()
-    if whole is not None:
-        return whole
+    Only the public edge calls it: the stack program hands its components their pieces of the
+    plan it resolved (`of_plan`), so every plan is resolved once."""
     from infra.resolve import resolve
     from infra.spec.read import parse_values
     from infra.stack import from_values
@@ -178,9 +174,7 @@ def checked_plan(
             plan = with_posture(from_values(values, stack, posture=False), argument)
     except ConfigError as err:
         raise ComponentArgsError(component, name, [told(p) for p in err.problems]) from None
-    from infra.components._naming import in_stack_program
-
-    for warning in () if in_stack_program() else plan.warnings:
+    for warning in plan.warnings:
         # e.g. an unknown model whose memory fit cannot be checked: said, not dropped (the
         # stack program says its plan's warnings itself). Only those about the component's
         # own arguments: the rest of the stack it stands for is not the caller's.
@@ -272,14 +266,31 @@ class Component(pulumi.ComponentResource):
     arguments against their TypedDict. Last (`register`): its outputs, the attributes its
     class annotates (what the provider schema publishes). In between, `plan` (checked_plan),
     `child_options` and `refuse` speak for the component: refusals name it and its argument.
+    The stack program's components are made by `planned` instead (their `of_plan`): no
+    arguments to check, and their children keep the names they were deployed under (`legacy`).
     No class-level annotations here: the schema analyzer would publish them as outputs.
     """
 
-    def __init__(self, name: str, opts: pulumi.ResourceOptions | None) -> None:
+    def __init__(
+        self, name: str, opts: pulumi.ResourceOptions | None, *, of_plan: bool = False
+    ) -> None:
         self._component = type(self).__name__
         self._component_name = name
         self._component_opts = opts
+        self._of_plan = of_plan
         super().__init__(TYPE_PREFIX + self._component, name, None, opts)
+
+    @classmethod
+    def planned(cls, name: str, opts: pulumi.ResourceOptions | None) -> Self:
+        """An instance registered for an `of_plan` constructor: its build comes next."""
+        self = cls.__new__(cls)
+        Component.__init__(self, name, opts, of_plan=True)
+        return self
+
+    def legacy(self, name: str) -> str | None:
+        """A child's old logical name, as an alias (infra.components._naming.renamed): kept
+        for the stack program's components only."""
+        return name if self._of_plan else None
 
     def checked(self, args: _Args, typed: type) -> _Args:
         """`args` checked strictly (checked_args), a component handed in an argument's place
@@ -295,8 +306,7 @@ class Component(pulumi.ComponentResource):
         stack: str,
         rules: bool = True,
     ) -> StackPlan:
-        """The StackPlan the component plans from (checked_plan: the stack program's, else the
-        one its arguments make)."""
+        """The StackPlan the component's arguments make (checked_plan), its piece taken next."""
         return checked_plan(
             self._component, self._component_name, values, fields, stack=stack, rules=rules
         )

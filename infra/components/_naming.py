@@ -2,51 +2,19 @@
 every object a component creates is claimed, so that two components aiming at the same object
 are refused at preview instead of silently writing it in turn.
 
-The shipped stack program (infra.program) predates derived names: it builds its components
-inside `stack_program()`, and each child whose derived name differs from the name it was
-deployed under takes that old name as a Pulumi alias, so deployed stacks keep their resources.
-Outside that block no alias is given: two instances aliasing one old name is itself an engine
-error ("Duplicate resource alias"). The block also carries the program's resolved StackPlan:
-components built inside plan from their piece of it (infra.components._base.checked_plan)
-instead of resolving their arguments again, and do not repeat its warnings.
+The shipped stack program (infra.program) predates derived names: it builds its components from
+its plan (`Component.of_plan` constructors), and each child of such a component whose derived
+name differs from the name it was deployed under takes that old name as a Pulumi alias, so
+deployed stacks keep their resources. A component built from a user's arguments gives no alias:
+two instances aliasing one old name is itself an engine error ("Duplicate resource alias").
 """
 
 from __future__ import annotations
 
-import contextlib
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulumi
-
-if TYPE_CHECKING:
-    from infra.resolve import StackPlan
-
-# While the stack program builds its components: its plan (None: names only, as in a test of
-# the aliases). A stack, innermost last, so that the block nests and always unwinds.
-_PROGRAM: list[StackPlan | None] = []
-
-
-@contextlib.contextmanager
-def stack_program(plan: StackPlan | None = None) -> Iterator[None]:
-    """Components built inside are the stack program's: their children keep the logical names
-    it deployed them under (aliases), they plan from `plan` (resolved and checked once, for
-    the whole stack), and the plan's warnings are not said twice."""
-    _PROGRAM.append(plan)
-    try:
-        yield
-    finally:
-        _PROGRAM.pop()
-
-
-def in_stack_program() -> bool:
-    return bool(_PROGRAM)
-
-
-def program_plan() -> StackPlan | None:
-    """The stack program's resolved plan, while it builds its components; else None."""
-    return _PROGRAM[-1] if _PROGRAM else None
 
 
 def child_name(component: str, role: str) -> str:
@@ -55,9 +23,9 @@ def child_name(component: str, role: str) -> str:
 
 
 def renamed(opts: pulumi.ResourceOptions, name: str, legacy: str | None) -> pulumi.ResourceOptions:
-    """`opts`, with the child's old logical name as an alias when the stack program builds it
-    (stack_program) and the name changed."""
-    if not _PROGRAM or legacy is None or legacy == name:
+    """`opts`, with the child's old logical name `legacy` as an alias when it is given (a
+    component of the stack program: Component.legacy) and differs from `name`."""
+    if legacy is None or legacy == name:
         return opts
     return pulumi.ResourceOptions.merge(
         opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(name=legacy)])

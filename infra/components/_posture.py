@@ -7,8 +7,9 @@ LlmService its endpoint, neither the other's. So each is judged only on the expo
 config keys are its own arguments (an LlmService is not told about a control plane it does not
 create), with its own `acknowledge_public` (park:policy.acknowledgePublic) and the production
 marker the stack uses (park:policy.prodLike's default, a prod* stack name, or deletion
-protection asked for explicitly). The stack program's components are not judged again: the
-stack was, as a whole, with the stack's acknowledgements (infra.program.load_plan).
+protection asked for explicitly). Only the public edge asks (infra.components._base.
+checked_plan): the stack program's components are built from its plan (`of_plan`), judged
+as a whole with the stack's acknowledgements (infra.program.load_plan).
 """
 
 from __future__ import annotations
@@ -29,10 +30,6 @@ def with_posture(plan: StackPlan, argument: Callable[[str], str | None]) -> Stac
     """`plan` with the posture warnings about the component's own arguments (`argument`: the
     argument a config key is, None when it is none of them); ConfigError with the refused ones,
     for the caller to name in argument names."""
-    from infra.components._naming import in_stack_program
-
-    if in_stack_program():
-        return plan
     refused, warned = check_posture(plan.spec)
     own = [p for p in refused if argument(p.key) is not None]
     if own:

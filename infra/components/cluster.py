@@ -8,11 +8,11 @@ from pulumi_gcp.container import Cluster as GkeCluster
 from pulumi_gcp.projects import IAMMember
 from pulumi_gcp.serviceaccount import Account
 
-from infra.components._base import ClusterComponent, bad_value, plain, region_of, stack_of
+from infra.components._base import ClusterComponent, bad_value, region_of, stack_of, stack_values
 from infra.components._naming import claim
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ReleaseChannelArg
-from infra.plan.cluster import cluster, kubeconfig, webhook_firewall
+from infra.plan.cluster import ClusterPlan, cluster, kubeconfig, webhook_firewall
 
 
 class AuthorizedNetworkArgs(TypedDict):
@@ -132,10 +132,10 @@ class Cluster(ClusterComponent):
             "gcp:region": region_of(args["location"]),
             "park:zone": args["location"],
             "park:cluster": {
-                **plain(args, "name", *CLUSTER_FIELDS),
+                **stack_values(args, "name", *CLUSTER_FIELDS),
                 **({"masterAuthorizedNetworks": authorized} if authorized else {}),
             },
-            "park:network": plain(args, *CLUSTER_NETWORK_FIELDS),
+            "park:network": stack_values(args, *CLUSTER_NETWORK_FIELDS),
             "park:kuberay": {
                 "install": "addon" if addon else "helm",
                 **({"logging": args["ray_logging"]} if "ray_logging" in args else {}),
@@ -144,7 +144,7 @@ class Cluster(ClusterComponent):
             # deletion_protection is the caller's choice here, whatever the stack is called
             "park:policy": {
                 "enforcement": {"deletion-protection-prod": "advisory"},
-                **plain(args, "acknowledge_public"),
+                **stack_values(args, "acknowledge_public"),
             },
         }
         fields = [
@@ -156,15 +156,6 @@ class Cluster(ClusterComponent):
             ("gcp:", ""),
         ]
         plan = cluster(self.plan(values, fields, stack=stack_of(args)))
-        cluster_args = dict(plan.args)
-        if args.get("gateway_api"):
-            cluster_args["gateway_api_config"] = {"channel": "CHANNEL_STANDARD"}
-        owner, project = self.owner, plan.project
-        taken = [
-            claim(owner, f"GKE cluster {plan.name}", (project, args["location"])),
-            claim(owner, f"service account {plan.node_service_account_id}", (project,)),
-        ]
-        self.refuse_taken("name", plan.name, taken)
         ports = args.get("control_plane_ports") or []
         bad_ports = [
             bad_value(f"control_plane_ports[{i}].port", p["port"], "a TCP port, 1 to 65535")
@@ -173,6 +164,52 @@ class Cluster(ClusterComponent):
         ]
         if bad_ports:
             self.refuse(bad_ports)
+        self._build(
+            plan,
+            args["location"],
+            args["network"],
+            args["subnetwork"],
+            bool(args.get("gateway_api")),
+            [(p["port"], p.get("component", "")) for p in ports],
+        )
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        plan: ClusterPlan,
+        location: str,
+        network: pulumi.Input[str],
+        subnetwork: pulumi.Input[str],
+        gateway_api: bool,
+        control_plane_ports: list[tuple[int, str]],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "Cluster":
+        """The stack program's: its plan's cluster (infra.plan.cluster), in its network, with
+        the ports of what the stack installs (infra.plan.cluster.control_plane_ports)."""
+        self = cls.planned(name, opts)
+        self._build(plan, location, network, subnetwork, gateway_api, control_plane_ports)
+        return self
+
+    def _build(
+        self,
+        plan: ClusterPlan,
+        location: str,
+        network: pulumi.Input[str],
+        subnetwork: pulumi.Input[str],
+        gateway_api: bool,
+        ports: list[tuple[int, str]],
+    ) -> None:
+        name = self._component_name
+        cluster_args = dict(plan.args)
+        if gateway_api:
+            cluster_args["gateway_api_config"] = {"channel": "CHANNEL_STANDARD"}
+        owner, project = self.owner, plan.project
+        taken = [
+            claim(owner, f"GKE cluster {plan.name}", (project, location)),
+            claim(owner, f"service account {plan.node_service_account_id}", (project,)),
+        ]
+        self.refuse_taken("name", plan.name, taken)
         child = self.child_options()
 
         node_sa = Account(
@@ -198,8 +235,8 @@ class Cluster(ClusterComponent):
         resource = GkeCluster(
             name,
             project=project,
-            network=args["network"],
-            subnetwork=args["subnetwork"],
+            network=network,
+            subnetwork=subnetwork,
             **cluster_args,
             opts=child,
         )
@@ -209,7 +246,7 @@ class Cluster(ClusterComponent):
             plan.name,
             plan.args["private_cluster_config"]["master_ipv4_cidr_block"],
             plan.args["private_cluster_config"]["enable_private_nodes"],
-            [(p["port"], p.get("component", "")) for p in ports],
+            ports,
         )
         if firewall is not None:
             # Named after the component, in the cluster's network, onto the nodes' service
@@ -218,7 +255,7 @@ class Cluster(ClusterComponent):
                 Firewall(
                     f"{name}-webhooks",
                     project=project,
-                    network=args["network"],
+                    network=network,
                     target_service_accounts=[node_sa.email],
                     **firewall,
                     opts=child,
@@ -241,7 +278,7 @@ class Cluster(ClusterComponent):
             ).apply(lambda a: kubeconfig(a[0], a[1], a[2] or ""))
         self.kubeconfig = pulumi.Output.secret(config)
         self._cluster = resource
-        self.hand_on(project, args["location"], resource.name, self.node_service_account)
+        self.hand_on(project, location, resource.name, self.node_service_account)
         self.register()
 
     @property

@@ -8,9 +8,10 @@ import pulumi
 
 from infra.components._base import ClusterComponent, bad_value
 from infra.components._naming import cluster_pool_problems
-from infra.components._types import KubeRayInstallArg
+from infra.components._types import KubeRayInstallArg, literal_values
 from infra.plan import existing_cluster
 from infra.plan.cluster import kubeconfig as kubeconfig_for
+from infra.spec.models import KubeRayConfig
 
 
 class ExistingClusterArgs(TypedDict):
@@ -62,8 +63,9 @@ class ExistingCluster(ClusterComponent):
         super().__init__(name, opts)
         args = self.checked(args, ExistingClusterArgs)
         install = args.get("kuberay_install", "addon")
-        if install not in ("addon", "helm"):
-            self.refuse([bad_value("kuberay_install", install, "allowed: addon, helm")])
+        allowed = literal_values(KubeRayConfig, "install")  # the stack key's one declaration
+        if install not in allowed:
+            self.refuse([bad_value("kuberay_install", install, f"allowed: {', '.join(allowed)}")])
         from pulumi_gcp.container import get_cluster_output
 
         given_sa = args.get("node_service_account")

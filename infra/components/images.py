@@ -15,7 +15,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 
 from infra.components._base import Component, bad_value
-from infra.images import DOCKERFILE, context_root, context_tag
+from infra.images import DOCKERFILE, ImageBuild, context_root, context_tag
 
 # TPU hosts are x86-64.
 PLATFORM = "linux/amd64"
@@ -78,7 +78,26 @@ class WorkloadImage(Component):
                     )
                 ]
             )
-        context = args.get("context") or _checkout()
+        self._build(repository, args.get("tag"), args.get("target"), args.get("context"))
+
+    @classmethod
+    def of_plan(
+        cls, name: str, build: ImageBuild, opts: pulumi.ResourceOptions | None = None
+    ) -> "WorkloadImage":
+        """The stack program's: an image its plan builds (infra.images.ImageBuild)."""
+        self = cls.planned(name, opts)
+        self._build(build.repository, build.tag, build.target, None)
+        return self
+
+    def _build(
+        self,
+        repository: pulumi.Input[str],
+        tag: str | None,
+        target: str | None,
+        context: str | None,
+    ) -> None:
+        name = self._component_name
+        context = context or _checkout()
         if context is None:
             self.refuse(
                 [
@@ -86,7 +105,7 @@ class WorkloadImage(Component):
                     "build the images from a checkout, or pin them (image arguments) instead"
                 ]
             )
-        tag = args.get("tag") or context_tag(Path(context).resolve())
+        tag = tag or context_tag(Path(context).resolve())
         image = pulumi.Output.from_input(repository)
         import pulumi_docker_build as docker_build
         from pulumi_gcp.organizations import get_client_config_output
@@ -98,7 +117,7 @@ class WorkloadImage(Component):
             f"{name}-build",
             context={"location": context},
             dockerfile={"location": f"{context}/{DOCKERFILE}"},
-            target=args.get("target") or "workloads",
+            target=target or "workloads",
             platforms=[PLATFORM],
             tags=[image.apply(lambda r: f"{r}:{tag}")],
             push=True,

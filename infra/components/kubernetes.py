@@ -24,11 +24,11 @@ from infra.components._base import (
     stack_of,
 )
 from infra.components._naming import child_name, claim, cluster_key, renamed
-from infra.components._types import KubeRayInstallArg
+from infra.components._types import KubeRayInstallArg, literal_values
 from infra.names import HF_SECRET_KEY, stack_names
 from infra.plan.network_policy import Exposure
 from infra.plan.operator import HelmReleasePlan, helm_releases
-from infra.plan.workspace import workspace
+from infra.plan.workspace import WorkspacePlan, workspace
 from infra.rules import grammar
 from infra.spec.models import KubeRayConfig, NetworkConfig
 
@@ -46,11 +46,16 @@ def kubernetes_provider(
 
 
 def helm_release(
-    plan: HelmReleasePlan, opts: pulumi.ResourceOptions, resource_name: str | None = None
+    plan: HelmReleasePlan,
+    opts: pulumi.ResourceOptions,
+    resource_name: str | None = None,
+    *,
+    keep_name: bool = False,
 ) -> Release:
     """A planned chart, installed atomically and waited for: its CRDs and webhooks are ready
     before anything that depends on the release is created. Logical name `resource_name`
-    (the component's child name), else the release's; the old name is kept as an alias."""
+    (the component's child name), else the release's; with `keep_name` (the stack program's
+    components), the old name is kept as an alias."""
     resource_name = resource_name or plan.name
     return Release(
         resource_name,
@@ -64,7 +69,7 @@ def helm_release(
         atomic=True,
         wait_for_jobs=True,
         timeout=600,
-        opts=renamed(opts, resource_name, plan.name),
+        opts=renamed(opts, resource_name, plan.name if keep_name else None),
     )
 
 
@@ -79,10 +84,11 @@ def custom_resource(
     resource_name: str | None = None,
     *,
     component: str | None = None,
+    keep_name: bool = False,
 ) -> CustomResource:
     """A planned custom-resource manifest as a Pulumi resource (`spec` and `metadata` as is),
-    named `<component>-<kind>-<name>` (the old `<kind>-<name>` kept as an alias), or
-    `resource_name`."""
+    named `<component>-<kind>-<name>`, or `resource_name`; with `keep_name` (the stack
+    program's components), the old `<kind>-<name>` is kept as an alias."""
     legacy = object_name(manifest)
     if resource_name is None:
         resource_name = child_name(component, legacy) if component else legacy
@@ -92,7 +98,7 @@ def custom_resource(
         kind=manifest["kind"],
         metadata=manifest["metadata"],
         spec=manifest["spec"],
-        opts=renamed(opts, resource_name, legacy),
+        opts=renamed(opts, resource_name, legacy if keep_name else None),
     )
 
 
@@ -129,21 +135,40 @@ class KubeRayOperator(KubernetesComponent):
             KubeRayConfig,
             {k: v for k, v in args.items() if k in ("install", "version", "tpu_webhook_chart")},
         )
+        self._build(helm_releases(spec, bool(args.get("multi_host_tpu"))), spec.install)
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        releases: list[HelmReleasePlan],
+        install: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "KubeRayOperator":
+        """The stack program's: its plan's KubeRay releases (infra.plan.operator)."""
+        self = cls.planned(name, opts)
+        self._build(releases, install)
+        return self
+
+    def _build(self, planned: list[HelmReleasePlan], install: str) -> None:
+        name = self._component_name
         self.ready: list[pulumi.Resource] = []
         releases: dict[str, Release] = {}
-        planned = helm_releases(spec, bool(args.get("multi_host_tpu")))
-        cluster = cluster_key(self, opts)
+        cluster = cluster_key(self, self._component_opts)
         taken = [
             claim(self.owner, f"Helm release {r.namespace}/{r.name}", (cluster,)) for r in planned
         ]
-        self.refuse_taken("install", spec.install, taken)
+        self.refuse_taken("install", install, taken)
         for release in planned:
             after = [releases[d] for d in release.depends_on]
             releases[release.name] = helm_release(
-                release, self.child_options(depends_on=after), child_name(name, release.name)
+                release,
+                self.child_options(depends_on=after),
+                child_name(name, release.name),
+                keep_name=self._of_plan,
             )
         self.ready += list(releases.values())
-        self.mode = spec.install
+        self.mode = install
         self.releases = pulumi.Output.from_input(list(releases))
         self.register(mode=self.mode)
 
@@ -182,8 +207,9 @@ class Workspace(KubernetesComponent):
         super().__init__(name, opts)
         args = self.checked(args, WorkspaceArgs)
         install = args.get("kuberay_install", "addon")
-        if install not in ("addon", "helm"):
-            self.refuse([bad_value("kuberay_install", install, "allowed: addon, helm")])
+        allowed = literal_values(KubeRayConfig, "install")  # the stack key's one declaration
+        if install not in allowed:
+            self.refuse([bad_value("kuberay_install", install, f"allowed: {', '.join(allowed)}")])
         wrong = name_problems(args, {"namespace": grammar.namespace_problem})
         if wrong:
             self.refuse(wrong)
@@ -216,16 +242,35 @@ class Workspace(KubernetesComponent):
                     )
                 ]
             )
+        self._build(plan, args.get("hf_token"))
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        plan: WorkspacePlan,
+        hf_token: pulumi.Input[str] | None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "Workspace":
+        """The stack program's: its plan's namespace, service account and NetworkPolicy
+        (infra.plan.workspace), with the stack's HF token when it has one."""
+        self = cls.planned(name, opts)
+        self._build(plan, hf_token)
+        return self
+
+    def _build(self, plan: WorkspacePlan, hf_token: pulumi.Input[str] | None) -> None:
+        name = self._component_name
+        namespace = plan.namespace["metadata"]["name"]
         # The namespace is this workspace's: a second one in it would share its objects.
-        self.refuse_taken("namespace", names.namespace, self.claim_objects([plan.namespace]))
+        self.refuse_taken("namespace", namespace, self.claim_objects([plan.namespace]))
 
         def named(role: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> Any:
             """Logical name <component>-<role>; the object's own name before (an alias)."""
             resource_name = child_name(name, role)
-            return resource_name, renamed(opts, resource_name, manifest["metadata"]["name"])
+            legacy = self.legacy(manifest["metadata"]["name"])
+            return resource_name, renamed(opts, resource_name, legacy)
 
         child = self.child_options()
-        namespace = plan.namespace["metadata"]["name"]
         ns = Namespace(
             *named("namespace", plan.namespace, child), metadata=plan.namespace["metadata"]
         )
@@ -241,14 +286,14 @@ class Workspace(KubernetesComponent):
             spec=policy["spec"],
         )
         self.hf_secret = None
-        if args.get("hf_token") is not None:
+        if hf_token is not None:
             meta = plan.hf_token_secret
             secret_name, secret_opts = named("hf-token", meta, in_ns)
             self.hf_secret = Secret(
                 secret_name,
                 metadata=meta["metadata"],
                 type=meta["type"],
-                string_data={HF_SECRET_KEY: pulumi.Output.secret(args["hf_token"])},
+                string_data={HF_SECRET_KEY: pulumi.Output.secret(hf_token)},
                 opts=secret_opts,
             )
         self.ready: list[pulumi.Resource] = [ns, self.service_account_resource]

@@ -1,6 +1,6 @@
 """Kueue for queued (DWS) TPU capacity: the Helm release, then its objects (CRDs come first)."""
 
-from typing import NotRequired
+from typing import Any, NotRequired
 
 import pulumi
 
@@ -9,6 +9,7 @@ from infra.components._base import PART_STACK, KubernetesComponent
 from infra.components._naming import pool_ref_problems
 from infra.components.kubernetes import custom_resource, helm_release
 from infra.plan import kueue
+from infra.plan.operator import HelmReleasePlan
 
 
 class KueueArgs(KubeconfigArgs):
@@ -67,9 +68,24 @@ class Kueue(KubernetesComponent):
             ("park:namespace", "namespace"),
         ]
         plan = self.plan(values, fields, stack=PART_STACK)
+        self._build(kueue.helm_release(plan), kueue.manifests(plan))
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        release: HelmReleasePlan | None,
+        manifests: list[dict[str, Any]],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "Kueue":
+        """The stack program's: its plan's Kueue release and queues (infra.plan.kueue)."""
+        self = cls.planned(name, opts)
+        self._build(release, manifests)
+        return self
+
+    def _build(self, release_plan: HelmReleasePlan | None, manifests: list[dict[str, Any]]) -> None:
+        name = self._component_name
         self.ready: list[pulumi.Resource] = []
-        release_plan = kueue.helm_release(plan)
-        manifests = kueue.manifests(plan)
         release_object = (
             [{"kind": "Helm release", "metadata": {"name": release_plan.name}}]
             if release_plan is not None
@@ -80,11 +96,12 @@ class Kueue(KubernetesComponent):
             self.refuse([f"args.queued_pools: {t}" for t in taken])
         if release_plan is not None:
             # CRDs and the admission webhook are ready before any queue object.
-            release = helm_release(release_plan, self.child_options(), name)
+            keep = self._of_plan
+            release = helm_release(release_plan, self.child_options(), name, keep_name=keep)
             self.ready.append(release)
             for manifest in manifests:
                 after = self.child_options(depends_on=[release])
-                self.ready.append(custom_resource(manifest, after, component=name))
+                self.ready.append(custom_resource(manifest, after, component=name, keep_name=keep))
         self.local_queues = pulumi.Output.from_input(
             [m["metadata"]["name"] for m in manifests if m["kind"] == "LocalQueue"]
         )

@@ -4,9 +4,9 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import Component, plain, stack_of
+from infra.components._base import Component, stack_of, stack_values
 from infra.components._naming import claim
-from infra.plan.network import network
+from infra.plan.network import NetworkPlan, network
 
 
 class NetworkArgs(TypedDict):
@@ -34,6 +34,7 @@ class NetworkArgs(TypedDict):
     """Name of the services secondary range. Default: services."""
 
 
+# The arguments that are park:network's fields of the same name.
 NETWORK_FIELDS = (
     "existing_network",
     "existing_subnetwork",
@@ -61,9 +62,27 @@ class Network(Component):
             "gcp:project": args["project"],
             "gcp:region": args["region"],
             "park:zone": f"{args['region']}-b",
-            "park:network": plain(args, *NETWORK_FIELDS),
+            "park:network": stack_values(args, *NETWORK_FIELDS),
         }
         plan = network(self.plan(values, [("park:network.", ""), ("gcp:", "")], stack=stack))
+        self._build(plan, args["project"], stack)
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        plan: NetworkPlan,
+        project: str,
+        stack: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "Network":
+        """The stack program's: its plan's network (infra.plan.network)."""
+        self = cls.planned(name, opts)
+        self._build(plan, project, stack)
+        return self
+
+    def _build(self, plan: NetworkPlan, project: str, stack: str) -> None:
+        name = self._component_name
         if plan.existing_network:
             self.network_name = pulumi.Output.from_input(plan.existing_network)
             self.subnetwork_name = pulumi.Output.from_input(
@@ -73,10 +92,9 @@ class Network(Component):
             from pulumi_gcp.compute import Network as GcpNetwork
             from pulumi_gcp.compute import Router, RouterNat, Subnetwork
 
-            taken = claim(self.owner, f"network {plan.vpc['name']}", (args["project"],))
+            taken = claim(self.owner, f"network {plan.vpc['name']}", (project,))
             self.refuse_taken("stack", stack, [taken])
             child = self.child_options()
-            project = args["project"]
             vpc = GcpNetwork(f"{name}-vpc", project=project, **plan.vpc, opts=child)
             subnet = Subnetwork(
                 f"{name}-subnet", project=project, network=vpc.id, **plan.subnet, opts=child

@@ -2,7 +2,8 @@
 pool per slice, parented to their config pool) and GPU pools."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, TypeVar
 
 import pulumi
@@ -13,8 +14,8 @@ from infra.components._base import (
     PART_STACK,
     Component,
     name_problems,
-    plain,
     region_of,
+    stack_values,
     with_cluster,
 )
 from infra.components._naming import claim, declare_pool, renamed
@@ -49,6 +50,20 @@ def pool_ref(pool: PoolPlan) -> TpuPoolRefArgs:
     return ref
 
 
+@dataclass(frozen=True)
+class PoolCluster:
+    """The cluster a pool's GKE node pools join, beside their plan: what a Cluster or
+    ExistingCluster hands on."""
+
+    cluster: pulumi.Input[str]  # its name, or its id (projects/<p>/locations/<zone>/clusters/<n>)
+    node_service_account: pulumi.Input[str]
+    project: str | None = None  # None: the provider's, or the one in the cluster's id
+
+    @classmethod
+    def of_args(cls, args: Mapping[str, Any]) -> "PoolCluster":
+        return cls(args["cluster"], args["node_service_account"], args.get("project") or None)
+
+
 class _Pool(Component):
     """What the three pools share: a Cluster or ExistingCluster given as `cluster` unpacked
     into their arguments, their one-pool stack, and the GKE node pools they make."""
@@ -69,10 +84,11 @@ class _Pool(Component):
         return given
 
     def pool_spec(self, args: Mapping[str, Any], typed: type, *but: str) -> dict[str, Any]:
-        """The pool's own arguments (not the cluster's, nor `but`), camelCased: its entry in
-        a stack file, whose fields its arguments are named after."""
+        """The pool's own arguments (not the cluster's, nor `but`): its entry in a stack file,
+        whose fields its arguments are named after."""
         shared = _PoolArgs.__annotations__
-        return plain(args, *(f for f in typed.__annotations__ if f not in shared and f not in but))
+        own = [f for f in typed.__annotations__ if f not in shared and f not in but]
+        return stack_values(args, *own)
 
     def pool_plan(
         self, args: Mapping[str, Any], fields: list[tuple[str, str]], **keys: object
@@ -90,28 +106,28 @@ class _Pool(Component):
         self,
         resource_name: str,
         plan: NodePoolPlan,
-        args: Mapping[str, Any],
+        joins: PoolCluster,
         gke_name: str | None = None,
     ) -> NodePool:
         """One GKE node pool, logical name `resource_name` (from the component's), in the
         cluster's project when known (the cluster's id carries it anyway)."""
         gke_name = gke_name or plan.name
-        cluster = args["cluster"]
+        cluster = joins.cluster
         key = (cluster if isinstance(cluster, str) else id(cluster),)
         self.refuse_taken("name", gke_name, [claim(self.owner, f"node pool {gke_name}", key)])
         pool_args = dict(plan.args)
         pool_args["node_config"] = {
             **pool_args["node_config"],
-            "service_account": args["node_service_account"],
+            "service_account": joins.node_service_account,
         }
-        if args.get("project"):
-            pool_args["project"] = args["project"]
+        if joins.project:
+            pool_args["project"] = joins.project
         return NodePool(
             resource_name,
             name=gke_name,
-            cluster=args["cluster"],
+            cluster=cluster,
             **pool_args,
-            opts=renamed(self.child_options(), resource_name, plan.name),
+            opts=renamed(self.child_options(), resource_name, self.legacy(plan.name)),
         )
 
 
@@ -213,7 +229,23 @@ class CpuPool(_Pool):
         plan = self.pool_plan(args, [("park:cpuPool.", "")], **{"park:cpuPool": spec})
         # The boot disk is the argument: the stack program's is the one its disk plan sized.
         pool = node_pools.cpu_pool(plan.spec.cpu_pool, args["location"], args.get("disk_size_gb"))
-        self.node_pool = self.gke_node_pool(name, pool, args, args["name"])
+        self._build(pool, PoolCluster.of_args(args), args["name"])
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        pool: NodePoolPlan,
+        joins: PoolCluster,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "CpuPool":
+        """The stack program's: its plan's CPU pool (infra.plan.node_pools.cpu_pool)."""
+        self = cls.planned(name, opts)
+        self._build(pool, joins, name)
+        return self
+
+    def _build(self, pool: NodePoolPlan, joins: PoolCluster, gke_name: str) -> None:
+        self.node_pool = self.gke_node_pool(self._component_name, pool, joins, gke_name)
         self.selector = {ROLE_LABEL: pool.args["node_config"]["labels"][ROLE_LABEL]}
         self.node_pool_name = self.node_pool.name
         self.node_selector = pulumi.Output.from_input(self.selector)
@@ -249,11 +281,28 @@ class TpuSlicePool(_Pool):
             ("park:extraTpuZones", "extra_zones"),
         ]
         plan = self.pool_plan(args, fields, **{"park:tpuPools": [spec]}, **zones)
-        pool = next(p for p in plan.tpu_pools if p.name == args["name"])
-        self.node_pools = [
-            self.gke_node_pool(f"{name}-s{p.slice_index}", p, args)
-            for p in node_pools.tpu_slice_pools(pool, args["location"], args.get("disk_size_gb"))
-        ]
+        (pool,) = plan.tpu_pools
+        slices = node_pools.tpu_slice_pools(pool, args["location"], args.get("disk_size_gb"))
+        self._build(pool, slices, PoolCluster.of_args(args))
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        pool: PoolPlan,
+        slices: Sequence[NodePoolPlan],
+        joins: PoolCluster,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "TpuSlicePool":
+        """The stack program's: a resolved TPU pool of its plan and its slices' GKE node
+        pools (infra.plan.node_pools.tpu_slice_pools)."""
+        self = cls.planned(name, opts)
+        self._build(pool, slices, joins)
+        return self
+
+    def _build(self, pool: PoolPlan, slices: Sequence[NodePoolPlan], joins: PoolCluster) -> None:
+        name = self._component_name
+        self.node_pools = [self.gke_node_pool(f"{name}-s{p.slice_index}", p, joins) for p in slices]
         self.pool = pool
         # What a RayTrainingJob or LlmService on this pool takes as its `pool` argument.
         self.ref = pool_ref(pool)
@@ -282,8 +331,23 @@ class GpuPool(_Pool):
         args = self.checked(args, GpuPoolArgs)
         spec = self.pool_spec(args, GpuPoolArgs)
         plan = self.pool_plan(args, [("park:gpuPools[0].", "")], **{"park:gpuPools": [spec]})
-        gpu = next(g for g in plan.gpu_pools if g.spec.name == args["name"])
-        gke = node_pools.gpu_pool(gpu.spec, args["location"])
-        self.node_pool = self.gke_node_pool(name, gke, args)
+        (gpu,) = plan.gpu_pools
+        self._build(node_pools.gpu_pool(gpu.spec, args["location"]), PoolCluster.of_args(args))
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        pool: NodePoolPlan,
+        joins: PoolCluster,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "GpuPool":
+        """The stack program's: a GPU pool of its plan (infra.plan.node_pools.gpu_pool)."""
+        self = cls.planned(name, opts)
+        self._build(pool, joins)
+        return self
+
+    def _build(self, pool: NodePoolPlan, joins: PoolCluster) -> None:
+        self.node_pool = self.gke_node_pool(self._component_name, pool, joins)
         self.node_pool_name = self.node_pool.name
         self.register()

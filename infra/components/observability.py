@@ -12,15 +12,16 @@ from infra.components._base import (
     KubernetesComponent,
     bad_value,
     name_problems,
-    plain,
     stack_of,
+    stack_values,
 )
 from infra.components._naming import child_name, claim, kubernetes_claims, renamed
 from infra.components.kubernetes import custom_resource
 from infra.names import PART_OF, RFC1035_NAME, SERVICE_NAME
 from infra.plan.dashboard_access import IAP_ROLE, dashboard_access
+from infra.plan.dashboard_access import DashboardAccess as AccessPlan
 from infra.plan.metrics import STACK_PROGRAM, Watched, value_extractor
-from infra.plan.observability import metrics
+from infra.plan.observability import MetricsPlan, metrics
 from infra.rules import grammar
 from infra.rules.platform import check_observability
 from infra.rules.security import check_values
@@ -147,13 +148,13 @@ def _child(
     kind: Any,
     component: str,
     role: str,
-    legacy: str,
+    legacy: str | None,
     opts: pulumi.ResourceOptions,
     /,
     **inputs: Any,
 ) -> Any:
     """A child resource named `<component>-<role>`; the stack program's old logical name
-    `legacy` kept as an alias (renamed)."""
+    `legacy` kept as an alias (renamed; None: none to keep)."""
     resource_name = child_name(component, role)
     return kind(resource_name, **inputs, opts=renamed(opts, resource_name, legacy))
 
@@ -175,13 +176,30 @@ class RayMetrics(KubernetesComponent):
         )
         if wrong:
             self.refuse(wrong)
-        observability = plain(
+        observability = stack_values(
             args, "pod_monitoring", "tpu_metrics", "training_metrics", "grafana", "scrape_interval"
         )
         watched = _watched(name, args)
         values = _observed(args, observability, args.get("training", bool(watched.training)))
         fields = [("park:observability.", ""), ("park:namespace", "namespace")]
         plan = metrics(self.plan(values, fields, stack=stack_of(args), rules=False), watched)
+        self._build(plan, args.get("namespace", "park"))
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        plan: MetricsPlan,
+        namespace: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "RayMetrics":
+        """The stack program's: its plan's metrics (infra.plan.observability.metrics)."""
+        self = cls.planned(name, opts)
+        self._build(plan, namespace)
+        return self
+
+    def _build(self, plan: MetricsPlan, namespace: str) -> None:
+        name, opts = self._component_name, self._component_opts
         objects = [*plan.pod_monitorings, plan.grafana_configmap]
         self.check_objects([o for o in objects if o is not None])
         taken: list[str | None] = [
@@ -191,10 +209,10 @@ class RayMetrics(KubernetesComponent):
             claim(self.owner, f"log-based metric {m.name}", (plan.project,))
             for m in plan.log_metrics
         ]
-        self.refuse_taken("namespace", args.get("namespace", "park"), taken)
+        self.refuse_taken("namespace", namespace, taken)
         in_cluster = self.child_options()
         for manifest in plan.pod_monitorings:
-            custom_resource(manifest, in_cluster, component=name)
+            custom_resource(manifest, in_cluster, component=name, keep_name=self._of_plan)
         if plan.log_metrics:
             from pulumi_gcp.logging import Metric
 
@@ -203,7 +221,7 @@ class RayMetrics(KubernetesComponent):
                     Metric,
                     name,
                     metric.name,
-                    metric.name,
+                    self.legacy(metric.name),
                     in_cluster,
                     name=metric.name,
                     project=plan.project,
@@ -233,7 +251,7 @@ class RayMetrics(KubernetesComponent):
                 ConfigMap,
                 name,
                 "grafana",
-                meta["name"],
+                self.legacy(meta["name"]),
                 in_cluster,
                 metadata=meta,
                 data=configmap["data"],
@@ -293,9 +311,47 @@ class DashboardAccess(KubernetesComponent):
             )
         access = dashboard_access(stack_plan, args.get("service") or SERVICE_NAME)
         assert access is not None
-        self.check_objects(access.manifests)
-        project = args["project"]
-        taken: list[str | None] = [*kubernetes_claims(self.owner, self, opts, access.manifests)]
+        self._build(
+            access,
+            args["project"],
+            stack,
+            stack_plan.names.namespace,
+            args["oauth_secret"],
+            args.get("oauth_client_secret"),
+        )
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        access: AccessPlan,
+        project: str,
+        stack: str,
+        namespace: str,
+        oauth_secret: str,
+        oauth_client_secret: pulumi.Input[str] | None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "DashboardAccess":
+        """The stack program's: its plan's dashboard access (infra.plan.dashboard_access),
+        with the OAuth client's secret when the stack holds it."""
+        self = cls.planned(name, opts)
+        self._build(access, project, stack, namespace, oauth_secret, oauth_client_secret)
+        return self
+
+    def _build(
+        self,
+        access: AccessPlan,
+        project: str,
+        stack: str,
+        namespace: str,
+        oauth_secret: str,
+        oauth_client_secret: pulumi.Input[str] | None,
+    ) -> None:
+        name, opts = self._component_name, self._component_opts
+        self.check_objects(list(access.manifests))
+        taken: list[str | None] = [
+            *kubernetes_claims(self.owner, self, opts, list(access.manifests))
+        ]
         taken += [
             claim(self.owner, f"global address {access.address_name}", (project,)),
             claim(self.owner, f"certificate {access.certificate_name}", (project,)),
@@ -309,7 +365,7 @@ class DashboardAccess(KubernetesComponent):
             GlobalAddress,
             name,
             "address",
-            access.address_name,
+            self.legacy(access.address_name),
             child,
             name=access.address_name,
             project=project,
@@ -318,7 +374,7 @@ class DashboardAccess(KubernetesComponent):
             ManagedSslCertificate,
             name,
             "certificate",
-            access.certificate_name,
+            self.legacy(access.certificate_name),
             child,
             name=access.certificate_name,
             project=project,
@@ -332,7 +388,7 @@ class DashboardAccess(KubernetesComponent):
                 WebIamMember,
                 name,
                 legacy,
-                legacy,
+                self.legacy(legacy),
                 child,
                 project=project,
                 role=IAP_ROLE,
@@ -340,22 +396,22 @@ class DashboardAccess(KubernetesComponent):
                 condition=access.iap_condition,
             )
         in_cluster = self.child_options(depends_on=[address, certificate])
-        if args.get("oauth_client_secret") is not None:
+        if oauth_client_secret is not None:
             from pulumi_kubernetes.core.v1 import Secret
 
             _child(
                 Secret,
                 name,
                 "oauth-secret",
-                args["oauth_secret"],
+                self.legacy(oauth_secret),
                 self.child_options(),
                 metadata={
-                    "name": args["oauth_secret"],
-                    "namespace": stack_plan.names.namespace,
+                    "name": oauth_secret,
+                    "namespace": namespace,
                     "labels": PART_OF,
                 },
                 type="Opaque",
-                string_data={"key": pulumi.Output.secret(args["oauth_client_secret"])},
+                string_data={"key": pulumi.Output.secret(oauth_client_secret)},
             )
         for manifest in access.manifests:
             if manifest["kind"] == "Service":
@@ -366,13 +422,13 @@ class DashboardAccess(KubernetesComponent):
                     Service,
                     name,
                     "service",
-                    meta["name"],
+                    self.legacy(meta["name"]),
                     in_cluster,
                     metadata=meta,
                     spec=manifest["spec"],
                 )
             else:
-                custom_resource(manifest, in_cluster, component=name)
+                custom_resource(manifest, in_cluster, component=name, keep_name=self._of_plan)
         self.url = pulumi.Output.from_input(f"https://{access.domain}")
         self.ip_address = address.address
         self.register()

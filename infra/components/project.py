@@ -43,8 +43,7 @@ class ProjectApis(Component):
         opts: pulumi.ResourceOptions | None = None,
     ) -> "ProjectApis":
         """The stack program's: the APIs its plan calls (infra.plan.project.apis)."""
-        self = cls.__new__(cls)
-        Component.__init__(self, name, opts)
+        self = cls.planned(name, opts)
         self._build(project, list(apis))
         return self
 

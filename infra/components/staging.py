@@ -97,8 +97,7 @@ class ModelStaging(KubernetesComponent):
     ) -> "ModelStaging":
         """The stack program's: its plan's Jobs (infra.plan.staging.stage_jobs), resolved once
         with the stack, their image the build's Output."""
-        self = cls.__new__(cls)
-        KubernetesComponent.__init__(self, name, opts)
+        self = cls.planned(name, opts)
         self._build(list(jobs), image, node_selector)
         return self
 

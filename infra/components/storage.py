@@ -8,9 +8,14 @@ from pulumi_gcp.serviceaccount import Account
 from pulumi_gcp.serviceaccount import IAMMember as ServiceAccountIAMMember
 from pulumi_gcp.storage import Bucket, BucketIAMMember
 
-from infra.components._base import Component, plain, stack_of
+from infra.components._base import Component, stack_of, stack_values
 from infra.components._naming import claim
-from infra.plan.storage import REGISTRY_READER_ROLE, WORKLOAD_IDENTITY_ROLE, storage
+from infra.plan.storage import (
+    REGISTRY_READER_ROLE,
+    WORKLOAD_IDENTITY_ROLE,
+    StoragePlan,
+    storage,
+)
 
 
 class StorageArgs(TypedDict):
@@ -63,11 +68,11 @@ class Storage(Component):
             "gcp:region": args["region"],
             "park:zone": f"{args['region']}-b",
             "park:storage": {
-                **plain(args, "bucket", "versioning", "force_destroy"),
+                **stack_values(args, "bucket", "versioning", "force_destroy"),
                 **({"location": args["bucket_location"]} if args.get("bucket_location") else {}),
             },
             "park:registry": {
-                **plain(args, "repository"),
+                **stack_values(args, "repository"),
                 **({"create": args["create_repository"]} if "create_repository" in args else {}),
             },
             "park:policy": {"enforcement": {"deletion-protection-prod": "advisory"}},
@@ -77,7 +82,33 @@ class Storage(Component):
         fields = [("park:storage.", ""), ("park:registry.", ""), ("park:namespace", "namespace")]
         stack = stack_of(args)
         plan = storage(self.plan(values, fields, stack=stack))
-        project, owner = args["project"], self.owner
+        self._build(plan, args["project"], stack, args["node_service_account"], args.get("cluster"))
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        plan: StoragePlan,
+        project: str,
+        stack: str,
+        node_service_account: pulumi.Input[str],
+        cluster: pulumi.Input[str] | None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "Storage":
+        """The stack program's: its plan's bucket, registry and identity (infra.plan.storage)."""
+        self = cls.planned(name, opts)
+        self._build(plan, project, stack, node_service_account, cluster)
+        return self
+
+    def _build(
+        self,
+        plan: StoragePlan,
+        project: str,
+        stack: str,
+        node_service_account: pulumi.Input[str],
+        cluster: pulumi.Input[str] | None,
+    ) -> None:
+        name, owner = self._component_name, self.owner
         taken = [
             claim(owner, f"bucket {plan.bucket['name']}", ()),
             claim(owner, f"service account {plan.workload_account['account_id']}", (project,)),
@@ -101,7 +132,7 @@ class Storage(Component):
             repository=repository,
             location=plan.registry["location"],
             role=REGISTRY_READER_ROLE,
-            member=pulumi.Output.from_input(args["node_service_account"]).apply(
+            member=pulumi.Output.from_input(node_service_account).apply(
                 lambda e: f"serviceAccount:{e}"
             ),
             opts=child,
@@ -117,7 +148,7 @@ class Storage(Component):
                 opts=child,
             )
         # The binding needs the project's Workload Identity pool: it waits for the cluster.
-        after_cluster = [args["cluster"]] if args.get("cluster") is not None else []
+        after_cluster = [cluster] if cluster is not None else []
         ServiceAccountIAMMember(
             f"{name}-workload-identity",
             service_account_id=gsa.name,

@@ -14,9 +14,9 @@ from infra.components._args import TpuPoolRefArgs as TpuPoolRefArgs
 from infra.components._base import (
     KubernetesComponent,
     name_problems,
-    plain,
     region_of,
     stack_of,
+    stack_values,
 )
 from infra.components._naming import (
     claim,
@@ -29,7 +29,8 @@ from infra.components._types import ServingEngineArg, UpgradeStrategyArg
 from infra.components.kubernetes import custom_resource
 from infra.names import APP_NAME_LABEL, WORKLOAD_LABEL, job_object_name
 from infra.plan import ray as ray_plan
-from infra.resolve import StackPlan
+from infra.plan.ray.pods import RayPods
+from infra.resolve import ServingPlan, StackPlan, TrainingPlan
 from infra.rules import grammar
 
 
@@ -129,7 +130,7 @@ def _values(args: Mapping[str, Any], section: str, body: dict[str, Any]) -> dict
         "name": args["pool"]["name"],
         "machineType": args["pool"]["machine_type"],
         "topology": args["pool"]["topology"],
-        **plain(args["pool"], "slices", "capacity", "reservation"),
+        **stack_values(args["pool"], "slices", "capacity", "reservation"),
     }
     values: dict[str, Any] = {
         "gcp:project": args["project"],
@@ -137,9 +138,10 @@ def _values(args: Mapping[str, Any], section: str, body: dict[str, Any]) -> dict
         "park:zone": args["location"],
         "park:tpuPools": [pool],
         f"park:{section}": {"enabled": True, "pool": pool["name"], **body},
-        "park:storage": plain(args, "bucket", "mount_path"),
-        "park:observability": plain(args, "tpu_metrics"),
-        "park:policy": plain(args, "acknowledge_public"),  # posture: infra.components._posture
+        "park:storage": stack_values(args, "bucket", "mount_path"),
+        "park:observability": stack_values(args, "tpu_metrics"),
+        # posture: infra.components._posture
+        "park:policy": stack_values(args, "acknowledge_public"),
     }
     if args.get("namespace"):
         values["park:namespace"] = args["namespace"]
@@ -206,7 +208,9 @@ def _pending_source(index: int) -> str:
     return f"{PENDING_SOURCE}-{index}"
 
 
-def _serve_config_when_known(plan: StackPlan, later: dict[int, Any]) -> pulumi.Output[str]:
+def _serve_config_when_known(
+    serving: ServingPlan, pods: RayPods, later: dict[int, Any]
+) -> pulumi.Output[str]:
     """serveConfigV2 with each Output source in place, rendered by the plan's own function."""
     import dataclasses
 
@@ -214,8 +218,6 @@ def _serve_config_when_known(plan: StackPlan, later: dict[int, Any]) -> pulumi.O
 
     from infra import disk
 
-    assert plan.serving is not None
-    serving, pods = plan.serving, ray_plan.ray_pods(plan)
     order = sorted(later)
 
     def render(sources: list[Any]) -> str:
@@ -277,7 +279,9 @@ class _Workload(KubernetesComponent):
     def create(self, manifest: dict[str, Any]) -> Any:
         """The Ray object as the child ``<name>-<kind>``."""
         resource_name = f"{self._component_name}-{manifest['kind'].lower()}"
-        return custom_resource(manifest, self.child_options(), resource_name=resource_name)
+        return custom_resource(
+            manifest, self.child_options(), resource_name=resource_name, keep_name=self._of_plan
+        )
 
 
 class RayTrainingJob(_Workload):
@@ -296,33 +300,68 @@ class RayTrainingJob(_Workload):
     ):
         super().__init__(name, opts)
         args = self.checked(args, RayTrainingJobArgs)
-        body = plain(args["training"], *args["training"])  # stack-file (camelCase) keys
+        body = stack_values(args["training"], *args["training"])  # stack-file (camelCase) keys
         image = args.get("image")
         if isinstance(image, str) and image:
             body["image"] = image  # planned (and checked) as the stack's park:training.image
         plan = self.workload_plan(args, "training", body, "training.")
         assert plan.training is not None
+        self._build(
+            plan.training,
+            ray_plan.ray_pods(plan),
+            bool(args.get("hf_token")),
+            args.get("head_node_selector"),
+            image,
+            plan.spec.stack,
+        )
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        training: TrainingPlan,
+        pods: RayPods,
+        hf_token: bool,
+        head_node_selector: pulumi.Input[dict[str, str]] | None,
+        image: pulumi.Input[str],
+        stack: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "RayTrainingJob":
+        """The stack program's: its plan's training job (infra.plan.ray.rayjob), its head on
+        `head_node_selector`, its pods running `image` (the build's digest)."""
+        self = cls.planned(name, opts)
+        self._build(training, pods, hf_token, head_node_selector, image, stack)
+        return self
+
+    def _build(
+        self,
+        training: TrainingPlan,
+        pods: RayPods,
+        hf_token: bool,
+        head: Any,
+        image: Any,
+        stack: str,
+    ) -> None:
+        name = self._component_name
         manifest = _named(
-            ray_plan.rayjob(
-                plan.training, ray_plan.ray_pods(plan), hf_token=bool(args.get("hf_token"))
-            ),
+            ray_plan.rayjob(training, pods, hf_token=hf_token),
             name,
             "rayClusterSpec",
-            args.get("head_node_selector"),
+            head,
             ["rayClusterSpec.headGroupSpec.template.spec", "submitterPodTemplate.spec"],
         )
-        manifest["metadata"]["name"] = job_object_name(name, plan.training.spec.run_id)
-        manifest = with_image(manifest, plan.training.image, image)
+        manifest["metadata"]["name"] = job_object_name(name, training.spec.run_id)
+        manifest = with_image(manifest, training.image, image)
         self.claimed([manifest])
         # Two jobs of one stack would write one run folder (checkpoints, export): one owner.
-        folder = f"training run folder {plan.training.run_name} in gs://{plan.names.bucket}"
+        folder = f"training run folder {training.run_name} in gs://{pods.bucket}"
         taken = claim(self.owner, folder, ())
         if taken:
-            self.refuse([f"args.stack = {plan.spec.stack!r}: {taken} (runs are named per stack)"])
+            self.refuse([f"args.stack = {stack!r}: {taken} (runs are named per stack)"])
         self.resource = self.create(manifest)
         self.job_name = pulumi.Output.from_input(manifest["metadata"]["name"])
-        self.workers = pulumi.Output.from_input(plan.training.workers)
-        self.export_path = pulumi.Output.from_input(plan.training.export_path or "")
+        self.workers = pulumi.Output.from_input(training.workers)
+        self.export_path = pulumi.Output.from_input(training.export_path or "")
         self.register()
         self._workload = name
 
@@ -349,45 +388,71 @@ class LlmService(_Workload):
         }
         models = [
             {
-                **plain(
-                    m,
-                    "name",
-                    "source",
-                    "base_model",
-                    "tensor_parallel_size",
-                    "max_model_len",
-                    "enable_expert_parallel",
-                    "min_replicas",
-                    "max_replicas",
-                ),
+                **stack_values(m, *ServedModelArgs.__annotations__),
                 **({"source": _pending_source(i)} if i in later else {}),
-                **({"engineKwargs": dict(m["engine_kwargs"])} if m.get("engine_kwargs") else {}),
             }
             for i, m in enumerate(args["models"])
         ]
         image = args.get("image")
         body: dict[str, Any] = {
             "models": models,
-            **plain(args, "engine", "upgrade_strategy", "expose_publicly"),
+            **stack_values(args, "engine", "upgrade_strategy", "expose_publicly"),
             **({"image": image} if isinstance(image, str) and image else {}),
         }
         plan = self.workload_plan(args, "serving", body, "")
         assert plan.serving is not None
+        self._build(
+            plan.serving,
+            ray_plan.ray_pods(plan),
+            bool(args.get("hf_token")),
+            args.get("head_node_selector"),
+            image,
+            args.get("endpoint_service") or f"{name}-openai",
+            later,
+        )
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        serving: ServingPlan,
+        pods: RayPods,
+        hf_token: bool,
+        head_node_selector: pulumi.Input[dict[str, str]] | None,
+        image: pulumi.Input[str],
+        endpoint_service: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> "LlmService":
+        """The stack program's: its plan's RayService (infra.plan.ray.rayservice), its head
+        on `head_node_selector`, its pods running `image` (the build's digest)."""
+        self = cls.planned(name, opts)
+        self._build(serving, pods, hf_token, head_node_selector, image, endpoint_service, {})
+        return self
+
+    def _build(
+        self,
+        serving: ServingPlan,
+        pods: RayPods,
+        hf_token: bool,
+        head: Any,
+        image: Any,
+        endpoint_service: str,
+        later: dict[int, Any],
+    ) -> None:
+        name = self._component_name
         manifest = _named(
-            ray_plan.rayservice(
-                plan.serving, ray_plan.ray_pods(plan), hf_token=bool(args.get("hf_token"))
-            ),
+            ray_plan.rayservice(serving, pods, hf_token=hf_token),
             name,
             "rayClusterConfig",
-            args.get("head_node_selector"),
+            head,
             ["rayClusterConfig.headGroupSpec.template.spec"],
         )
-        manifest = with_image(manifest, plan.serving.image, image)
+        manifest = with_image(manifest, serving.image, image)
         if later:
-            manifest["spec"]["serveConfigV2"] = _serve_config_when_known(plan, later)
+            manifest["spec"]["serveConfigV2"] = _serve_config_when_known(serving, pods, later)
         endpoint = manifest["spec"]["serveService"]["metadata"]
-        endpoint["name"] = args.get("endpoint_service") or f"{name}-openai"
-        service = {"kind": "Service", "metadata": {**endpoint, "namespace": plan.spec.namespace}}
+        endpoint["name"] = endpoint_service
+        service = {"kind": "Service", "metadata": {**endpoint, "namespace": pods.namespace}}
         self.claimed([manifest, service])
         self.resource = self.create(manifest)
         self.service_name = pulumi.Output.from_input(manifest["metadata"]["name"])

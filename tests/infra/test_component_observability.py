@@ -169,12 +169,14 @@ def test_workloads_by_name_for_other_languages_and_a_bad_name_refused():
 
 def test_the_rl_job_handed_as_a_training_job_is_scraped_by_its_pods_label():
     from infra.components.rl import RayRlJob
+    from infra.plan.ray import ray_pods
     from tests.infra.test_observability import _config
 
     plan = _config("rl")
+    assert plan.rl is not None
 
     def program() -> None:
-        job = RayRlJob("rl", plan, False)
+        job = RayRlJob.of_plan("rl", plan.rl, ray_pods(plan), False, plan.rl.image, None)
         args: Any = {"project": "p", "cluster_name": "gke", "training_jobs": [job]}
         park_gke.RayMetrics("metrics", args)
 

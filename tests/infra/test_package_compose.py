@@ -131,20 +131,6 @@ def test_two_workspaces_coexist_in_their_own_namespaces_and_not_in_one():
     assert "Workspace 'b'" in str(err.value) and "Namespace team-a" in str(err.value)
 
 
-def test_the_stack_program_keeps_its_urns_through_aliases():
-    """The shipped program builds inside stack_program: a child whose name changed takes its old
-    one as an alias; outside it no alias is given (two instances may not alias one name)."""
-    from infra.components._naming import renamed, stack_program
-
-    opts = pulumi.ResourceOptions()
-    with stack_program():
-        kept = renamed(opts, "workspace-namespace", "park")
-        same = renamed(opts, "cpu", "cpu")
-    assert [a.name for a in kept.aliases] == ["park"]  # type: ignore[union-attr]
-    assert same.aliases is None
-    assert renamed(opts, "workspace-namespace", "park").aliases is None
-
-
 # ---- stack, project, handles -------------------------------------------------------------------
 
 
