@@ -313,6 +313,7 @@ def test_validation_reports_problems(config: str | dict[str, Any], expected: str
     assert expected in "\n".join(problems)
 
 
+@pytest.mark.serve  # checks engine_kwargs against vLLM's own arguments: imports vLLM
 def test_local_deploy_refuses_an_invalid_config_before_starting_ray(tmp_path: Path) -> None:
     import ray
 

@@ -398,6 +398,7 @@ def test_sdpa_backends_put_the_tpu_flash_kernel_first(monkeypatch: pytest.Monkey
         sdpa_backends("tpu")
 
 
+@pytest.mark.torch  # eight training steps
 def test_loop_with_micro_batches_learns_as_without(tmp_path: Path) -> None:
     """Same losses, step by step, whether a step runs as one pass or as four."""
     from workloads.train.loop import train
