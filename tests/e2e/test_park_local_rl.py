@@ -36,7 +36,9 @@ def test_park_local_rl(tmp_path: Path) -> None:
     # its seconds and bytes (the tiny Llama in bf16: about a megabyte)
     synced = re.findall(r"sync ([\d.]+)s ([\d.]+)MB", out)
     assert len(synced) == 16 and all(0 < float(mb) < 10 for _, mb in synced[2:]), synced
-    staleness = [int(s) for s in re.findall(r"staleness (\d+)", out)]
+    # on the step lines only (the printed entrypoint says --max-staleness 1)
+    staleness = [int(s) for s in re.findall(r"step \d+  reward .* staleness (\d+)", out)]
+    assert len(staleness) == 16, staleness
     assert staleness[0] == 0 and set(staleness[1:]) == {1}  # one-step-off
     served = re.search(r"served policy rl-policy \((\S+)\) asked '([^']+)': '(.*)'", out)
     assert served, out[-4000:]
