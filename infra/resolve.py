@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from infra import catalog, disk, engine, engines, gke, images, model_facts, model_lookup, names
 from infra.disk import DiskPlan
 from infra.model_facts import FactsLookup
-from infra.plan.serve_tuning import SERVE_START_ATTEMPTS_PER_REPLICA
+from infra.ray_serve import SERVE_START_ATTEMPTS_PER_REPLICA
 from infra.resolve_training import RunLimits, fit_training, run_limits, training_model_facts
 from infra.spec.errors import ConfigProblem
 from infra.spec.models import RL_SOURCE as RL_SOURCE

@@ -16,9 +16,9 @@ from pulumi_policy import (
 
 from infra import catalog
 from infra.names import GKE_NODE_POOL_LABEL, POOL_LABEL
-from infra.plan import tpu_groups
-from infra.plan.pods import PodTemplate, workload_pod_templates
-from infra.plan.tpu_groups import template_chips, tolerates_tpu
+from infra.tools.manifests import tpu_groups
+from infra.tools.manifests.pods import PodTemplate, workload_pod_templates
+from infra.tools.manifests.tpu_groups import template_chips, tolerates_tpu
 from policy._props import as_int, get, is_true, mapping
 from policy.tpu import NODE_POOL, is_tpu_machine, pool_slice
 
@@ -75,7 +75,7 @@ def tpu_requires_toleration(
 def ray_tpu_worker_shape(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """A TPU worker group is one Ray pod per host: `google.com/tpu` = chips per host
     (requests = limits), `numOfHosts` = hosts of (machine type, topology), and node selectors
-    on the accelerator and topology labels. The rules are infra/plan/tpu_groups.py's, the
+    on the accelerator and topology labels. The rules are infra/tools/manifests/tpu_groups.py's, the
     same `park validate` applies."""
     for ref in templates(args.resource_type, args.props):
         if ref.role != "worker":

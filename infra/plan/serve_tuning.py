@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from infra.ray_serve import SERVE_START_ATTEMPTS_PER_REPLICA
+
 # Read and measured, left at Ray's default (so not shipped): ``experimental_configs.
 # stream_batching_interval_ms`` (L/core/configs/llm_config.py:237-249; read by
 # L/core/server/llm_server.py:324-331, applied at :366-371 through L/utils/batcher.py, whose
@@ -70,16 +72,7 @@ THROUGHPUT_ENV: dict[str, str] = {
 # stays empty. It is read in the app-build task on the head and in the replicas: pod env.
 DIRECT_STREAMING_ENV: dict[str, str] = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 
-# Failed starts Serve allows a deployment per replica before DEPLOY_FAILED. Ray 2.60 takes
-# min(deployment_config.max_constructor_retry_count, target replicas x
-# RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT) (S/deployment_state.py `_failed_to_start_threshold`;
-# the variable is read at import of S/constants.py, in the controller on the head: pod env),
-# and a DEPLOY_FAILED app stays failed until its config changes (KubeRay resubmits nothing
-# else). The plan sets both operands (infra.resolve ServedModelPlan.start_attempts), so this
-# number per replica is the threshold. Waiting for a model folder is not a failed start
-# (workloads/serve/wait.py), so what counts is a real failure: the engine's, a wait past its
-# bound, a host lost while starting (spot). Three, Ray's default: two lost hosts are survived.
-SERVE_START_ATTEMPTS_PER_REPLICA = 3
+# The failed starts Serve allows per replica (infra/ray_serve.py says why), in its controller's env.
 START_ATTEMPTS_ENV: dict[str, str] = {
     "RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT": str(SERVE_START_ATTEMPTS_PER_REPLICA)
 }

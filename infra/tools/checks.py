@@ -16,9 +16,9 @@ import yaml
 
 from infra import engines
 from infra.engine import tensor_parallel_options
-from infra.plan import tpu_groups
-from infra.plan.pods import cluster_spec
 from infra.resolve import StackPlan
+from infra.tools.manifests import tpu_groups
+from infra.tools.manifests.pods import cluster_spec
 from infra.tools.schemas import ManifestProblem
 from workloads import protocol
 
@@ -269,7 +269,7 @@ def _check_bucket_sources(
     readable where the engine runs: every pod of the RayService mounts a bucket there, as a
     service account; with the plan, the stack's own bucket, and a `source: training` model
     exactly where the training run exports."""
-    from infra.plan.pods import pod_templates
+    from infra.tools.manifests.pods import pod_templates
 
     name = _name(manifest)
     try:

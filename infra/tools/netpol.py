@@ -143,7 +143,7 @@ def allowed(
 
 def _pods_of(manifests: Sequence[Mapping[str, Any]]) -> dict[str, list[Pod]]:
     """Head and worker pods KubeRay will create, with their labels and named ports."""
-    from infra.plan.pods import derived_pods
+    from infra.tools.manifests.pods import derived_pods
 
     pods: dict[str, list[Pod]] = {"head": [], "worker": []}
     for manifest in manifests:

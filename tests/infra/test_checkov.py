@@ -1,7 +1,7 @@
 """Hardened defaults, checked by a third party: checkov on every shipped stack's manifests.
 
 checkov skips custom resources, so the pods KubeRay will create from the RayJob / RayService
-templates (head, each worker group, the submitter) are derived (infra/plan/pods.py) and
+templates (head, each worker group, the submitter) are derived (infra/tools/manifests/pods.py) and
 scanned too. Suppressions live in .checkov.yaml, one line of reason each; a finding not
 suppressed there fails, and so does a suppression that no longer suppresses anything.
 
@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from infra.names import RAY_NODE_LABEL
-from infra.plan.pods import derived_pods, pod_templates
+from infra.tools.manifests.pods import derived_pods, pod_templates
 from infra.tools.render import manifest_filename
 from tests.conftest import ROOT, SHIPPED_STACKS, render_stack
 

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from infra import disk, model_facts
-from infra.plan import pods as pod_reader
 from infra.plan import ray as ray_plan
 from infra.plan.staging import staging_jobs
 from infra.rules import problems
 from infra.spec.read import parse_values, read_stack_file
+from infra.tools.manifests import pods as pod_reader
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
 
 UNITS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6}

@@ -16,7 +16,7 @@ import pytest
 
 from infra import catalog, engine, training_fit
 from infra.names import POOL_LABEL
-from infra.plan import ray, tpu_groups
+from infra.plan import ray
 from infra.plan.rl import GPU_RESOURCE, rl_rayjob
 from infra.resolve import StackPlan
 from infra.spec.errors import ConfigError
@@ -24,6 +24,7 @@ from infra.spec.read import read_stack_file
 from infra.stack import from_values
 from infra.tools.checks import check_manifests
 from infra.tools.cost import estimate, load_prices
+from infra.tools.manifests import tpu_groups
 from infra.tools.schemas import validate_manifests
 from infra.training_fit import GIB
 from tests.conftest import STACKS_DIR

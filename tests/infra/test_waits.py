@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import disk, model_facts
-from infra.plan import serve_tuning
+from infra import disk, model_facts, ray_serve
 from infra.plan.ray import service
 from infra.tools.local.ray_head import pods_ray_env
 from tests.conftest import SHIPPED_STACKS, render_stack
@@ -138,7 +137,7 @@ def test_serves_failed_start_threshold_is_the_plans(stack: str) -> None:
         pytest.skip("no serving")
     env = pods_ray_env(_manifest(stack, "RayService"))
     per_replica = int(env["RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT"])
-    assert per_replica == serve_tuning.SERVE_START_ATTEMPTS_PER_REPLICA
+    assert per_replica == ray_serve.SERVE_START_ATTEMPTS_PER_REPLICA
     for model, llm in zip(plan.serving.models, _llm_configs(stack), strict=True):
         retries = llm["deployment_config"]["max_constructor_retry_count"]
         assert retries == model.start_attempts

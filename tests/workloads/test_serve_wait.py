@@ -5,7 +5,7 @@
   start being counted, and reaches RUNNING once the folder's marker appears: no redeploy.
 - The same deployment with Ray's default callback fails its starts and ends DEPLOY_FAILED
   after exactly the plan's threshold (max_constructor_retry_count and the pods' per-replica
-  RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT, infra/plan/serve_tuning.py).
+  RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT, infra/ray_serve.py).
 - Ray's runtime_env expands the rendered ``${TPU_WORKER_ID}`` of a multi-host replica's
   compile-cache paths from each worker's own environment, in the replica's children too.
 
@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from infra import ray_serve
 from infra.plan import serve_tuning
 
 pytestmark = pytest.mark.ray
@@ -73,7 +74,7 @@ def test_a_waiting_replica_reaches_running_and_a_failing_one_is_deploy_failed(tm
     assert out["waits"][0] == "RUNNING", out
     assert out["waits_attempts"] == 1, out
     # without the wait: DEPLOY_FAILED after exactly the plan's threshold for one replica
-    threshold = serve_tuning.SERVE_START_ATTEMPTS_PER_REPLICA
+    threshold = ray_serve.SERVE_START_ATTEMPTS_PER_REPLICA
     assert out["retries"] == threshold
     assert out["fails"][0] == "DEPLOY_FAILED", out
     assert out["fails_attempts"] == threshold, out

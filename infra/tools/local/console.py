@@ -13,8 +13,8 @@ from rich.table import Table
 from workloads.protocol import SMOKE_MARKER
 
 if TYPE_CHECKING:
+    from infra.tools.local.outcome import Outcome
     from infra.tools.local.ray_head import LocalRay
-    from infra.tools.local.run import Outcome
 
 
 def fmt(value: Any, spec: str = ",.1f") -> str:

@@ -47,6 +47,7 @@ from rich.markup import escape
 
 from infra.spec.safe import one_line
 from infra.tools.local import console as console_out
+from infra.tools.local.outcome import Outcome
 from infra.tools.local.profile import (
     FACT_QUESTION_INDEX,
     cpu_entrypoint,
@@ -72,28 +73,6 @@ SERVE_TIMEOUT_S = 1800.0
 
 # ---------------------------------------------------------------------------------------------
 # The run
-
-
-@dataclass
-class Outcome:
-    """What ran, for the summary."""
-
-    trained: dict[str, Any] | None = None  # the PARK_RESULT
-    train_job: str | None = None
-    train_seconds: float | None = None
-    last_metrics: dict[str, Any] | None = None
-    endpoint: str | None = None
-    smoke: str | None = None
-    serve_seconds: float | None = None
-    export: str | None = None  # the trained Hugging Face folder, when the run wrote one
-    question: str | None = None  # asked of the served export, from the training data
-    learned: str | None = None  # its answer in the training data
-    reference: str | None = None  # transformers' greedy reply from the export
-    reply: str | None = None  # the endpoint's reply
-    changes: list[str] = field(default_factory=list)
-    waits: list[dict[str, Any]] = field(default_factory=list)  # PARK_WAITED records
-    staging: LocalStaging | None = None  # the trainer's model, staged here
-    started: float = field(default_factory=time.monotonic)
 
 
 def run_dir_for(stack: str) -> Path:

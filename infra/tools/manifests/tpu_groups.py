@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from infra import catalog
-from infra.plan.pods import containers
+from infra.tools.manifests.pods import containers
 
 Kind = Literal["shape", "toleration", "replicas"]
 
