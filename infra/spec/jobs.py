@@ -10,35 +10,35 @@ from pydantic import Field, field_validator
 
 from infra.spec._model import _Model
 from workloads.rl.config import DEFAULT_CLIP_RATIO_C, DEFAULT_IS_CAP, MAX_GROUP_SIZE, MAX_STALENESS
+from workloads.train.config import MAX_RETRIES
 
-# Named, so the component arguments' enums (infra/components/_types.py) are these very values.
+# Named, so the component arguments' enums (infra/components/_types.py) are these very values:
+# the choices of the trainer's flags (workloads/train/config.py).
+# BEGIN generated training-enums (python -m infra.tools.fields)
 Strategy = Literal["ddp", "fsdp2"]
 TrainingInit = Literal["auto", "pretrained", "config"]
 ModelSize = Literal["tiny", "small", "gpt2-small", "gpt2-medium", "1b"]
 LrSchedule = Literal["cosine", "linear", "constant"]
 Objective = Literal["clm", "sft"]
 ExportDtype = Literal["auto", "float32", "bfloat16"]
+# END generated training-enums
 # The RL workload's choices (workloads/rl/config.py CORRECTIONS, WEIGHT_SYNCS; a test holds
 # them equal).
 OffPolicyCorrection = Literal["token_truncate", "token_mask", "bypass"]
 WeightSync = Literal["ray", "folder"]
 
 
-# Bounds of the training numbers: past these a value is a typo (and some drive the planner's
-# loops: the micro-batch search runs over the divisors of a chip's share of the batch).
-MAX_STEPS = 10_000_000
-MAX_BATCH = 1 << 20  # sequences per step
-MAX_SEQ_LEN = 1 << 20  # tokens
+# Bounds of the keys the trainer does not read (its own: workloads/train/config.py).
 MAX_DEADLINE_S = 90 * 86_400  # a RayJob's activeDeadlineSeconds: 90 days
 MAX_TTL_S = 30 * 86_400
-MAX_RETRIES = 100
 
 
 class TrainingConfig(_Model):
     """The training RayJob: a Hugging Face causal LM (or a GPT preset) on the stack's data.
 
-    Each key is a flag of `python -m workloads.train` (workloads/train/config.py), rendered into
-    the RayJob's entrypoint and checked by that config's own rules at preview time."""
+    Most keys are a flag of `python -m workloads.train` (workloads/train/config.py), declared
+    there, rendered into the RayJob's entrypoint and checked by that config's own rules at
+    preview time; the others are the RayJob's and `park cost`'s."""
 
     enabled: bool = False
     """Create the RayJob."""
@@ -46,10 +46,13 @@ class TrainingConfig(_Model):
     """TPU pool it runs on."""
     image: str | None = None
     """Image; default: park-workloads, built from this checkout by `pulumi up`."""
+    # The keys that are the trainer's flags, each declared once, there (workloads/train/config.py
+    # TrainConfig, a field with `stack=`), in its flag order.
+    # BEGIN generated training-keys (python -m infra.tools.fields)
+    num_slices: int = Field(1, ge=1, le=512)
+    """Slices to train across (≤ the pool's slices)."""
     strategy: Strategy = "fsdp2"
     """`ddp` or `fsdp2`."""
-    # A Hugging Face causal LM: hub id, gs://..., a path under the bucket mount, or
-    # park:tiny-llama (built on the worker). Unset: the GPT preset of model_size.
     model: str | None = None
     """HF causal LM: hub id, `gs://`, a bucket-mount path, `park:tiny-llama`."""
     tokenizer: str | None = None
@@ -58,26 +61,24 @@ class TrainingConfig(_Model):
     """`pretrained` weights or `config` (from scratch); `auto`: by source."""
     model_size: ModelSize = "gpt2-small"
     """GPT preset when no `model`: tiny, small, gpt2-small/-medium, 1b."""
-    steps: int = Field(1000, ge=1, le=MAX_STEPS)
+    activation_checkpointing: bool = False
+    """Recompute activations in backward (`model` only)."""
+    steps: int = Field(1000, ge=1, le=10000000)
     """Optimizer steps in total (a resumed run continues to it)."""
-    global_batch_size: int = Field(64, ge=1, le=MAX_BATCH)
+    global_batch_size: int = Field(64, ge=1, le=1048576)
     """Sequences per step, a multiple of the workers (chips)."""
-    # Sequences per chip per forward/backward (gradient accumulation over the rest of the
-    # chip's share of the global batch). Unset: the largest that fits (infra.training_fit).
-    micro_batch_size: int | None = Field(None, ge=1, le=MAX_BATCH)
+    micro_batch_size: int | None = Field(None, ge=1, le=1048576)
     """Sequences per chip per pass; unset: the most that fit."""
-    seq_len: int = Field(1024, ge=8, le=MAX_SEQ_LEN)
+    seq_len: int = Field(1024, ge=8, le=1048576)
     """Tokens per sequence (at most the model's context)."""
-    learning_rate: float = Field(3e-4, gt=0, le=1, allow_inf_nan=False)
+    learning_rate: float = Field(0.0003, gt=0, le=1, allow_inf_nan=False)
     """Peak learning rate (AdamW)."""
-    warmup_steps: int = Field(10, ge=0, le=MAX_STEPS)
+    warmup_steps: int = Field(10, ge=0, le=10000000)
     """Linear warmup steps, then `lrSchedule`."""
     lr_schedule: LrSchedule = "cosine"
     """`cosine`, `linear` (to `minLrRatio`) or `constant`."""
     min_lr_ratio: float = Field(0.1, ge=0, le=1, allow_inf_nan=False)
     """Final learning rate as a fraction of the peak."""
-    # "synthetic", token files (.bin/.npy), text (.jsonl/.json/.parquet/.txt: a file or a
-    # folder, under the bucket mount or gs://...), hf:NAME[:CONFIG], or park:facts.
     data: str = "synthetic"
     """`synthetic`, tokens, jsonl/json/parquet/txt, `hf:NAME`, `park:facts`."""
     objective: Objective = "clm"
@@ -92,24 +93,21 @@ class TrainingConfig(_Model):
     """Prompt field(s) of records without a chat (`sft`)."""
     response_field: str = "completion"
     """Response field of records without a chat (`sft`)."""
-    checkpoint_every: int = Field(100, ge=1, le=MAX_STEPS)
+    checkpoint_every: int = Field(100, ge=1, le=10000000)
     """Steps between checkpoints (sharded DCP, for resume)."""
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     """Checkpoints kept in the bucket."""
+    max_failures: int = Field(3, ge=0, le=100)
+    """Restarts from the last checkpoint after a lost worker."""
     export: bool = True
     """An HF folder at `.../<run>/export/final` when the run ends."""
-    export_every: int = Field(0, ge=0, le=MAX_STEPS)
+    export_every: int = Field(0, ge=0, le=10000000)
     """Also export at every Nth checkpoint (0: only at the end)."""
     export_dtype: ExportDtype = "auto"
     """`auto` (bf16 when trained in bf16), `float32`, `bfloat16`."""
     export_max_shard_size: str = Field("5GB", pattern=r"^[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)$")
     """Largest safetensors file, e.g. `5GB`; more get an index."""
-    activation_checkpointing: bool = False
-    """Recompute activations in backward (`model` only)."""
-    num_slices: int = Field(1, ge=1, le=512)
-    """Slices to train across (≤ the pool's slices)."""
-    max_failures: int = Field(3, ge=0, le=MAX_RETRIES)
-    """Restarts from the last checkpoint after a lost worker."""
+    # END generated training-keys
     ttl_seconds_after_finished: int = Field(600, ge=0, le=MAX_TTL_S)
     """Keep the finished cluster this long, then free TPUs."""
     active_deadline_seconds: int = Field(86400, ge=60, le=MAX_DEADLINE_S)

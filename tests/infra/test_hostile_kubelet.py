@@ -105,7 +105,7 @@ def test_hostile_values_run_as_written_on_every_shipped_stack(stack):
             meant = rl_entrypoint(rl_fields(plan.rl))
         else:
             assert plan.training is not None
-            meant = protocol.training_entrypoint(ray.training_fields(plan.training))
+            meant = protocol.training_entrypoint(ray.trainer_flags(plan.training))
         # what `ray job submit` receives is the plan's own command line, word for word
         assert words == shlex.split(meant)
         for key, value in planted.items():
