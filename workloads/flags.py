@@ -23,7 +23,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
 
-from workloads.protocol import field_of, flag
+from workloads.protocol import field_of, flag, word
 
 T = TypeVar("T")
 
@@ -51,6 +51,8 @@ class StackKey:
     """The key's snake_case name, when it is not the field's (`lr` is `learning_rate`)."""
     enum: str = ""
     """The name of the key's choices as a type (the stack's Literal, the provider's enum)."""
+    type: Any = None
+    """The stack value's type, when not the flag's: a list for a comma-separated flag."""
     runs: str = EVERY_RUN
     """`model`: a Hugging Face model run's flag, given to a preset run only when set (so the
     trainer judges it); `preset`: a GPT preset run's only."""
@@ -64,11 +66,12 @@ def stack(
     default: Any = _SAME,
     key: str = "",
     enum: str = "",
+    type: Any = None,
     runs: str = EVERY_RUN,
     **bounds: Any,
 ) -> StackKey:
     """A flag's stack key (see StackKey); `bounds` are pydantic Field constraints."""
-    return StackKey(doc, default, key, enum, runs, bounds)
+    return StackKey(doc, default, key, enum, type, runs, bounds)
 
 
 def opt(
@@ -103,7 +106,8 @@ def stack_flags(
 ) -> dict[str, Any]:
     """The flags an entrypoint of `cls` gets from a stack: in the dataclass's order, each
     `planned` value (the plan's: pool facts, counts) or else the stack key's value read from
-    `section`; None values left out. `with_model`: a Hugging Face model run (see StackKey.runs)."""
+    `section` (a list joined with commas); None values left out. `with_model`: a Hugging Face
+    model run (see StackKey.runs)."""
     known = {f.name for f in fields(cls)}
     assert set(planned) <= known, sorted(set(planned) - known)
     out: dict[str, Any] = {}
@@ -117,6 +121,8 @@ def stack_flags(
             value = getattr(section, stack_name(f, key))
             if key.runs == MODEL_RUNS and not with_model and value == stack_default(f, key):
                 continue
+        if isinstance(value, list | tuple):
+            value = ",".join(word(v) for v in value)
         if value is not None:
             out[f.name] = value
     return out

@@ -38,12 +38,10 @@ def refused_field(message: str) -> str:
     return protocol.field_of(match.group(1)) if match else ""
 
 
-def training_key(field: str) -> str:
-    """park:training's key of a trainer flag: the key its declaration names (`lr` is
-    `learningRate`, workloads/train/config.py), else the flag's own name, camelCased."""
-    from workloads.train.config import TrainConfig
-
-    named = {f.name: stack_name(f, key) for f, key in stack_keys(TrainConfig)}
+def stack_key(config: type, field: str) -> str:
+    """The stack key (camelCase) of a workload's flag: the key its declaration names (the
+    trainer's `lr` is `learningRate`, workloads/train/config.py), else the flag's own name."""
+    named = {f.name: stack_name(f, key) for f, key in stack_keys(config)}
     return to_camel(named.get(field, field))
 
 
@@ -66,7 +64,7 @@ def trainer_problems(plan: StackPlan) -> list[ConfigProblem]:
             key, value = "park:training.pool", plan.spec.training.pool
         elif field:
             key, value = (
-                f"park:training.{training_key(field)}",
+                f"park:training.{stack_key(TrainConfig, field)}",
                 fields.get(field),
             )
         else:

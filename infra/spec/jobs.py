@@ -9,7 +9,6 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from infra.spec._model import _Model
-from workloads.rl.config import DEFAULT_CLIP_RATIO_C, DEFAULT_IS_CAP, MAX_GROUP_SIZE, MAX_STALENESS
 from workloads.train.config import MAX_RETRIES
 
 # Named, so the component arguments' enums (infra/components/_types.py) are these very values:
@@ -22,10 +21,6 @@ LrSchedule = Literal["cosine", "linear", "constant"]
 Objective = Literal["clm", "sft"]
 ExportDtype = Literal["auto", "float32", "bfloat16"]
 # END generated training-enums
-# The RL workload's choices (workloads/rl/config.py CORRECTIONS, WEIGHT_SYNCS; a test holds
-# them equal).
-OffPolicyCorrection = Literal["token_truncate", "token_mask", "bypass"]
-WeightSync = Literal["ray", "folder"]
 
 
 # Bounds of the keys the trainer does not read (its own: workloads/train/config.py).
@@ -125,9 +120,9 @@ class TrainingConfig(_Model):
 
 class RlConfig(_Model):
     """`park:rl`: a GRPO job (workloads/rl) on two pools of one Ray cluster: a learner (Ray
-    Train, one worker per chip, FSDP2) and vLLM rollout engines exchanging weights. Each key is
-    a flag of `python -m workloads.rl` (workloads/rl/config.py); infra/rules/rl.py checks both
-    sides' fit."""
+    Train, one worker per chip, FSDP2) and vLLM rollout engines exchanging weights. Most keys
+    are a flag of `python -m workloads.rl` (workloads/rl/config.py), declared there; the others
+    are the RayJob's and `park cost`'s. infra/rules/rl.py checks both sides' fit."""
 
     enabled: bool = False
     """Create the RL RayJob."""
@@ -137,60 +132,10 @@ class RlConfig(_Model):
     """TPU or GPU pool of the rollout engines (not the learner's)."""
     image: str | None = None
     """Image; default: park-workloads, built from this checkout by `pulumi up`."""
-    model: str = ""
-    """The policy: HF hub id, `gs://`, or a bucket-mount path."""
-    init: Literal["pretrained", "config"] = "pretrained"
-    """`pretrained` weights or `config` (random)."""
-    # Prompts with reference answers: .jsonl/.json/.parquet (under the bucket mount or
-    # gs://...), or hf:NAME[:CONFIG].
-    data: str = ""
-    """Prompts with answers: jsonl/json/parquet or `hf:NAME[:CONFIG]`."""
-    data_split: str = "train"
-    """Split of an `hf:` data set."""
-    prompt_field: str = "prompt"
-    """Record field of the prompt."""
-    answer_field: str = "answer"
-    """Record field of the reference answer."""
-    group_size: int = Field(8, ge=1, le=MAX_GROUP_SIZE)
-    """Completions sampled per prompt (2 to 64: advantages are within a group)."""
-    prompts_per_step: int = Field(32, ge=1)
-    """Prompts per learner step (x groupSize: a multiple of the chips)."""
-    sampling_temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
-    """Sampling temperature of the rollouts."""
-    max_prompt_tokens: int = Field(512, ge=1)
-    """Longest prompt; with maxResponseTokens the engines' context."""
-    max_response_tokens: int = Field(1024, ge=1)
-    """Tokens sampled per completion at most."""
-    # Built-ins (exact_match, numeric, format) or module:function importable on the cluster.
-    rewards: list[str] = ["numeric"]
-    """`exact_match`, `numeric`, `format`, or `module:function`; summed."""
-    reward_weights: list[float] | None = None
-    """One weight per reward (default 1 each)."""
-    reward_timeout_seconds: float = Field(60.0, gt=0, allow_inf_nan=False)
-    """A reward call taking longer scores 0 (rewards run concurrently)."""
-    prompt_template: str = "{prompt}"
-    """The prompt as asked; `{prompt}` is the record's, e.g. with a format instruction."""
-    kl_coef: float = Field(0.0, ge=0, allow_inf_nan=False)
-    """Weight of the KL to the frozen reference policy (0: none)."""
-    off_policy_correction: OffPolicyCorrection = "token_truncate"
-    """Loss weights π_old/π_sampler: `token_truncate` (min(·, cap)), `token_mask`, `bypass`."""
-    importance_sampling_cap: float = Field(DEFAULT_IS_CAP, ge=1, allow_inf_nan=False)
-    """C of the importance weights (TRL's and verl's default 2)."""
-    clip_ratio_c: float = Field(DEFAULT_CLIP_RATIO_C, gt=1, allow_inf_nan=False)
-    """Dual-clip: a token's loss with a negative advantage is at most -A·c."""
-    max_staleness: int = Field(1, ge=0, le=MAX_STALENESS)
-    """Policy versions a rollout may lag the learner (≤ 8, ≤ steps)."""
-    overlap: bool = True
-    """Sample step n+1 while the learner takes step n (one-step-off); false: synchronous."""
-    sync_every: int = Field(1, ge=1)
-    """Publish the policy to the engines every N learner steps."""
-    weight_sync: WeightSync = "ray"
-    """New weights to the engines: `ray` (bf16 via the object store) or `folder`."""
-    steps: int = Field(200, ge=1)
-    """Learner steps in total."""
-    learning_rate: float = Field(1e-6, ge=0, allow_inf_nan=False)
-    """Learning rate (AdamW)."""
-    strategy: Strategy = "fsdp2"
+    # The keys that are the RL workload's flags, each declared once, there (workloads/rl/config.py
+    # RLRunConfig, a field with `stack=`), in its flag order.
+    # BEGIN generated rl-keys (python -m infra.tools.fields)
+    strategy: Literal["ddp", "fsdp2"] = "fsdp2"
     """Learner: `ddp` or `fsdp2`."""
     micro_batch_size: int | None = Field(None, ge=1)
     """Completions per chip per pass; unset: the most that fit."""
@@ -200,12 +145,63 @@ class RlConfig(_Model):
     """Chips per rollout engine; unset: the smallest that fits."""
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, allow_inf_nan=False)
     """Share of each chip's memory a vLLM engine keeps."""
+    model: str = ""
+    """The policy: HF hub id, `gs://`, or a bucket-mount path."""
+    init: Literal["pretrained", "config"] = "pretrained"
+    """`pretrained` weights or `config` (random)."""
+    data: str = ""
+    """Prompts with answers: jsonl/json/parquet or `hf:NAME[:CONFIG]`."""
+    data_split: str = "train"
+    """Split of an `hf:` data set."""
+    prompt_field: str = "prompt"
+    """Record field of the prompt."""
+    answer_field: str = "answer"
+    """Record field of the reference answer."""
+    rewards: list[str] = ["numeric"]
+    """`exact_match`, `numeric`, `format`, or `module:function`; summed."""
+    reward_weights: list[float] | None = None
+    """One weight per reward (default 1 each)."""
+    group_size: int = Field(8, ge=1, le=64)
+    """Completions sampled per prompt (2 to 64: advantages are within a group)."""
+    prompts_per_step: int = Field(32, ge=1)
+    """Prompts per learner step (x groupSize: a multiple of the chips)."""
+    sampling_temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
+    """Sampling temperature of the rollouts."""
+    max_prompt_tokens: int = Field(512, ge=1)
+    """Longest prompt; with maxResponseTokens the engines' context."""
+    max_response_tokens: int = Field(1024, ge=1)
+    """Tokens sampled per completion at most."""
+    prompt_template: str = "{prompt}"
+    """The prompt as asked; `{prompt}` is the record's, e.g. with a format instruction."""
+    reward_timeout_seconds: float = Field(60.0, gt=0, allow_inf_nan=False)
+    """A reward call taking longer scores 0 (rewards run concurrently)."""
+    kl_coef: float = Field(0.0, ge=0, allow_inf_nan=False)
+    """Weight of the KL to the frozen reference policy (0: none)."""
+    off_policy_correction: Literal["token_truncate", "token_mask", "bypass"] = "token_truncate"
+    """Loss weights π_old/π_sampler: `token_truncate` (min(·, cap)), `token_mask`, `bypass`."""
+    importance_sampling_cap: float = Field(2.0, ge=1, allow_inf_nan=False)
+    """C of the importance weights (TRL's and verl's default 2)."""
+    clip_ratio_c: float = Field(3.0, gt=1, allow_inf_nan=False)
+    """Dual-clip: a token's loss with a negative advantage is at most -A·c."""
+    max_staleness: int = Field(1, ge=0, le=8)
+    """Policy versions a rollout may lag the learner (≤ 8, ≤ steps)."""
+    overlap: bool = True
+    """Sample step n+1 while the learner takes step n (one-step-off); false: synchronous."""
+    sync_every: int = Field(1, ge=1)
+    """Publish the policy to the engines every N learner steps."""
+    weight_sync: Literal["ray", "folder"] = "ray"
+    """New weights to the engines: `ray` (bf16 via the object store) or `folder`."""
+    steps: int = Field(200, ge=1)
+    """Learner steps in total."""
+    learning_rate: float = Field(1e-06, ge=0, allow_inf_nan=False)
+    """Learning rate (AdamW)."""
     checkpoint_every: int = Field(50, ge=1)
     """Learner steps between checkpoints."""
     export: bool = True
     """The final policy as an HF folder at `.../<run>/export/final`."""
     max_failures: int = Field(3, ge=0)
     """Restarts from the last checkpoint after a lost learner worker."""
+    # END generated rl-keys
     ttl_seconds_after_finished: int = Field(600, ge=0)
     """Keep the finished cluster this long, then free the TPUs."""
     active_deadline_seconds: int = Field(86400, ge=60)

@@ -1,13 +1,15 @@
-"""The stack's training keys and the RayTrainingJob's argument, written from the one declaration
-of each: the trainer's flag (workloads/train/config.py `TrainConfig`, a field with `stack=`).
+"""The stack's job keys and the RayTrainingJob's argument, written from the one declaration of
+each: the workload's flag (a field with `stack=` of workloads/train/config.py `TrainConfig`,
+workloads/rl/config.py `RLRunConfig`).
 
 `python -m infra.tools.fields` rewrites the marked blocks of infra/spec/jobs.py (the Literal of
-each key's choices, the keys of `TrainingConfig`) and of infra/components/_args.py
-(`TrainingArgs`: every key but `enabled`, `pool` and `image`, typed with the provider's enums,
-described as the key is with its default); a test fails when they are stale. Written, not built
-at import, because mypy (its pydantic plugin) and Pulumi's schema analyzer (which reads each
-argument's docstring from source) read these classes' source; `workloads/` never imports
-`infra`, so the declaration sits there and infra reads it.
+each named choice, the keys of `TrainingConfig` and `RlConfig`) and of infra/components/_args.py
+(`TrainingArgs`: every training key but `enabled`, `pool` and `image`, typed with the provider's
+enums, described as the key is with its default); a test fails when they are stale.
+
+Written, not built at import: mypy (with its pydantic plugin) types every `spec.<key>` infra
+reads, and Pulumi's schema analyzer reads each argument's description from source, so both need
+these classes as source. `workloads/` never imports `infra`, so the declaration sits there.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from workloads.flags import StackKey, stack_default, stack_keys, stack_name
+from workloads.rl.config import RLRunConfig
 from workloads.train.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +37,8 @@ ARGS = ROOT / "infra" / "components" / "_args.py"
 # with an image of its own argument.
 NOT_ARGUMENTS = ("enabled", "pool", "image")
 _TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
+# The job sections whose keys are a workload's flags: block name → the workload's config.
+SECTIONS: dict[str, type] = {"training": TrainConfig, "rl": RLRunConfig}
 
 
 def _py(value: Any) -> str:
@@ -42,11 +47,13 @@ def _py(value: Any) -> str:
         if "\\" in value and '"' not in value:
             return f'r"{value}"'
         return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return f"[{', '.join(_py(v) for v in value)}]"
     return repr(value)
 
 
 def _stack_type(f: Field[Any], key: StackKey) -> str:
-    base = key.enum or _TYPES[f.metadata["type"]]
+    base = key.enum or (str(key.type) if key.type else _TYPES[f.metadata["type"]])
     if not key.enum and f.metadata["choices"]:
         base = f"Literal[{', '.join(_py(c) for c in f.metadata['choices'])}]"
     return f"{base} | None" if stack_default(f, key) is None else base
@@ -54,7 +61,7 @@ def _stack_type(f: Field[Any], key: StackKey) -> str:
 
 def _stack_value(f: Field[Any], key: StackKey) -> str:
     bounds = dict(key.bounds)
-    if f.metadata["type"] is float:
+    if float in (f.metadata["type"], key.type) and not key.type:
         bounds["allow_inf_nan"] = False
     default = _py(stack_default(f, key))
     if not bounds:
@@ -67,7 +74,7 @@ def _doc(text: str, indent: str) -> str:
     return f'{indent}"""{text}"""'
 
 
-def enum_block(config: type = TrainConfig) -> str:
+def enum_block(config: type) -> str:
     """`Name = Literal[...]` for each key whose choices are named (`stack(enum=...)`)."""
     return "\n".join(
         f"{key.enum} = Literal[{', '.join(_py(c) for c in f.metadata['choices'])}]"
@@ -76,7 +83,7 @@ def enum_block(config: type = TrainConfig) -> str:
     )
 
 
-def spec_block(config: type = TrainConfig) -> str:
+def spec_block(config: type) -> str:
     """The pydantic fields of the stack keys, in the trainer's flag order."""
     lines = []
     for f, key in stack_keys(config):
@@ -85,21 +92,21 @@ def spec_block(config: type = TrainConfig) -> str:
     return "\n".join(lines)
 
 
-def _arg_type(model: type[BaseModel], name: str) -> str:
+def _arg_type(model: type[BaseModel], name: str, config: type) -> str:
     """A component argument's type: the provider's enum for a named Literal (`_types.XArg`),
     else the value's own type; optional values are arguments left out."""
     annotation = model.model_fields[name].annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         (annotation,) = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) is typing.Literal:
-        enum = {key.enum for f, key in stack_keys(TrainConfig) if stack_name(f, key) == name}
+        enum = {key.enum for f, key in stack_keys(config) if stack_name(f, key) == name}
         assert len(enum) == 1 and "" not in enum, f"{name}: a Literal without an enum name"
         return f"_types.{enum.pop()}Arg"
     assert isinstance(annotation, type), (name, annotation)
     return _TYPES[annotation]
 
 
-def args_block(model: type[BaseModel] | None = None) -> str:
+def args_block(model: type[BaseModel] | None = None, config: type = TrainConfig) -> str:
     """TrainingArgs' fields: the training keys of the stack but NOT_ARGUMENTS, each described
     as the key is, with its default (`_types.spec_doc`)."""
     from infra.components import _types
@@ -110,7 +117,7 @@ def args_block(model: type[BaseModel] | None = None) -> str:
     for name in model.model_fields:
         if name in NOT_ARGUMENTS:
             continue
-        lines.append(f"    {name}: NotRequired[{_arg_type(model, name)}]")
+        lines.append(f"    {name}: NotRequired[{_arg_type(model, name, config)}]")
         lines.append(_doc(_types.spec_doc(model, name), "    "))
     return "\n".join(lines)
 
@@ -130,14 +137,18 @@ def replace_block(text: str, name: str, body: str) -> str:
     return pattern.sub(lambda m: f"{m.group(1)}{body}\n{m.group(2)}", text)
 
 
-def spec_text() -> str:
+def spec_text(sections: dict[str, type] = SECTIONS) -> str:
+    """infra/spec/jobs.py with each section's blocks written from its workload's config."""
     text = SPEC.read_text()
-    text = replace_block(text, "training-enums", enum_block())
-    return replace_block(text, "training-keys", spec_block())
+    text = replace_block(text, "training-enums", enum_block(sections["training"]))
+    for name, config in sections.items():
+        text = replace_block(text, f"{name}-keys", spec_block(config))
+    return text
 
 
-def args_text(model: type[BaseModel] | None = None) -> str:
-    return replace_block(ARGS.read_text(), "training-args", args_block(model))
+def args_text(model: type[BaseModel] | None = None, config: type = TrainConfig) -> str:
+    """infra/components/_args.py with TrainingArgs written from `model`'s keys."""
+    return replace_block(ARGS.read_text(), "training-args", args_block(model, config))
 
 
 def main() -> int:
