@@ -39,9 +39,9 @@ _SAME = object()  # a stack default that is the flag's own
 
 @dataclass(frozen=True)
 class StackKey:
-    """A flag as a key of the stack's job section (park:training): what infra derives the stack
-    schema, the component argument and the rendered flag from. Its type is the flag's (a
-    Literal of its choices; optional when the stack default is None)."""
+    """A flag as a key of the stack's job section (park:training, park:rl): what infra derives
+    the stack schema, the component argument and the rendered flag from. Its type is the
+    flag's (a Literal of its choices; optional when the stack default is None)."""
 
     doc: str
     """The key's description: README's config reference, the component argument's."""
@@ -98,6 +98,7 @@ def stack_default(f: Field[Any], key: StackKey) -> Any:
 
 
 def stack_name(f: Field[Any], key: StackKey) -> str:
+    """A stack key's snake_case name: its own, or the flag's."""
     return key.key or f.name
 
 
@@ -108,8 +109,9 @@ def stack_flags(
     `planned` value (the plan's: pool facts, counts) or else the stack key's value read from
     `section` (a list joined with commas); None values left out. `with_model`: a Hugging Face
     model run (see StackKey.runs)."""
-    known = {f.name for f in fields(cls)}
-    assert set(planned) <= known, sorted(set(planned) - known)
+    unknown = sorted(set(planned) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"not flags of {cls.__name__}: {', '.join(unknown)}")
     out: dict[str, Any] = {}
     for f in fields(cls):
         key = f.metadata.get("stack")

@@ -26,7 +26,7 @@ from infra.spec.errors import ConfigProblem
 from infra.training_fit import GIB, TrainingFit
 
 KEY = "park:rl"
-# The workload's flags that are not park:rl.<camelCase of the flag>.
+# The engines' flags the plan sets from the rollout pool: a refusal of one is the pool's problem.
 _ROLLOUT_FLAGS = {"rollout_accelerator", "rollout_engines", "rollout_torch_tpu_topology"}
 
 

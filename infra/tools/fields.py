@@ -61,7 +61,7 @@ def _stack_type(f: Field[Any], key: StackKey) -> str:
 
 def _stack_value(f: Field[Any], key: StackKey) -> str:
     bounds = dict(key.bounds)
-    if float in (f.metadata["type"], key.type) and not key.type:
+    if f.metadata["type"] is float and key.type is None:  # a stack number is a finite one
         bounds["allow_inf_nan"] = False
     default = _py(stack_default(f, key))
     if not bounds:
