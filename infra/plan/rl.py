@@ -66,7 +66,7 @@ def rl_flags(rl: RlPlan) -> dict[str, Any]:
         "storage_path": rl.storage_path,
         "run_name": rl.run_name,
     }
-    return flags.stack_flags(RLRunConfig, rl.spec, planned, with_model=True)
+    return flags.stack_flags(RLRunConfig, rl.spec, planned, with_model=True)  # a policy, always
 
 
 def gpu_worker_group(

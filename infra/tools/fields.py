@@ -93,15 +93,16 @@ def spec_block(config: type) -> str:
 
 
 def _arg_type(model: type[BaseModel], name: str, config: type) -> str:
-    """A component argument's type: the provider's enum for a named Literal (`_types.XArg`),
-    else the value's own type; optional values are arguments left out."""
+    """A component argument's type: the provider's enum for a named Literal (`_types.XArg`, a
+    `SPEC_ENUMS` entry of infra/components/_types.py), a string for an unnamed one (the spec
+    refuses another value at preview), else the value's own type; optional values are
+    arguments left out."""
     annotation = model.model_fields[name].annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         (annotation,) = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) is typing.Literal:
-        enum = {key.enum for f, key in stack_keys(config) if stack_name(f, key) == name}
-        assert len(enum) == 1 and "" not in enum, f"{name}: a Literal without an enum name"
-        return f"_types.{enum.pop()}Arg"
+        enum = [key.enum for f, key in stack_keys(config) if stack_name(f, key) == name]
+        return f"_types.{enum[0]}Arg" if enum and enum[0] else "str"
     assert isinstance(annotation, type), (name, annotation)
     return _TYPES[annotation]
 

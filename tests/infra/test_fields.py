@@ -42,6 +42,12 @@ class WithLabelSmoothing(TrainConfig):
         type=float,
         stack=key("Label smoothing of the cross-entropy (0: none).", ge=0, lt=1),
     )
+    loss_reduction: str = opt(
+        "mean",
+        "how token losses combine",
+        choices=("mean", "sum"),
+        stack=key("How token losses combine: `mean` or `sum`."),
+    )
 
 
 def _load(path: Path, name: str, text: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -78,6 +84,8 @@ def test_a_new_training_option_is_one_declaration(tmp_path, monkeypatch):
         model.model_validate({"labelSmoothing": 1.5})
     row = docs.description(model.model_fields["label_smoothing"])
     assert row == "Label smoothing of the cross-entropy (0: none)."
+    reduction = model.model_json_schema(by_alias=True)["properties"]["lossReduction"]
+    assert (reduction["enum"], reduction["default"]) == (["mean", "sum"], "mean")
 
     # the component argument, as Pulumi's analyzer reads it for the provider schema
     args_source = fields.args_text(model, WithLabelSmoothing)
@@ -90,6 +98,7 @@ def test_a_new_training_option_is_one_declaration(tmp_path, monkeypatch):
     described = properties["labelSmoothing"]
     assert described.description == "Label smoothing of the cross-entropy (0: none). Default: 0.0."
     assert described.type.value == "number"
+    assert properties["lossReduction"].type.value == "string"  # unnamed choices: the spec's check
 
     # the trainer's flag and the RayJob's entrypoint, read back by argparse
     parser = flags.build_parser(WithLabelSmoothing, prog="train", description="")
