@@ -1,7 +1,9 @@
 """Run configs whose fields are their own CLI flags: one definition per field, for the training
 and the RL entrypoints alike (workloads/train/config.py, workloads/rl/config.py).
 
-A field made with :func:`opt` carries its help text, type and choices; :func:`from_mapping`
+A field made with :func:`opt` carries its help text, type and choices, and, when a key of the
+stack's job section sets it, that key (:class:`StackKey`): the one declaration infra builds the
+stack schema, the component arguments and the entrypoint's flags from. :func:`from_mapping`
 reads a config file's or a plan's values into the dataclass (names with dashes or
 underscores, values coerced to the field's type), :func:`build_parser` turns the fields into
 flags, and :func:`merge_args` applies the precedence defaults < ``--config FILE`` < flags;
@@ -17,11 +19,11 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, Field, asdict, field, fields
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
 
-from workloads.protocol import field_of, flag
+from workloads.protocol import field_of, flag, word
 
 T = TypeVar("T")
 
@@ -30,9 +32,102 @@ class ConfigError(ValueError):
     """A flag combination that cannot run; the message says which flag to change."""
 
 
-def opt(default: Any, help: str, *, type: Any = str, choices: Sequence[str] | None = None) -> Any:
-    """A dataclass field that also describes its CLI flag."""
-    return field(default=default, metadata={"help": help, "type": type, "choices": choices})
+# The runs a stack key's flag is rendered on (see StackKey.runs).
+EVERY_RUN, MODEL_RUNS, PRESET_RUNS = "every", "model", "preset"
+_SAME = object()  # a stack default that is the flag's own
+
+
+@dataclass(frozen=True)
+class StackKey:
+    """A flag as a key of the stack's job section (park:training, park:rl): what infra derives
+    the stack schema, the component argument and the rendered flag from. Its type is the
+    flag's (a Literal of its choices; optional when the stack default is None)."""
+
+    doc: str
+    """The key's description: README's config reference, the component argument's."""
+    default: Any = _SAME
+    """The stack's default (a cloud run's), when it is not the flag's (a laptop run's)."""
+    key: str = ""
+    """The key's snake_case name, when it is not the field's (`lr` is `learning_rate`)."""
+    enum: str = ""
+    """The name of the key's choices as a type (the stack's Literal, the provider's enum)."""
+    type: Any = None
+    """The stack value's type, when not the flag's: a list for a comma-separated flag."""
+    runs: str = EVERY_RUN
+    """`model`: a Hugging Face model run's flag, given to a preset run only when set (so the
+    trainer judges it); `preset`: a GPT preset run's only."""
+    bounds: Mapping[str, Any] = field(default_factory=dict)
+    """Constraints of the stack value (pydantic's: ge, gt, le, max_length, pattern)."""
+
+
+def stack(
+    doc: str,
+    *,
+    default: Any = _SAME,
+    key: str = "",
+    enum: str = "",
+    type: Any = None,
+    runs: str = EVERY_RUN,
+    **bounds: Any,
+) -> StackKey:
+    """A flag's stack key (see StackKey); `bounds` are pydantic Field constraints."""
+    return StackKey(doc, default, key, enum, type, runs, bounds)
+
+
+def opt(
+    default: Any,
+    help: str,
+    *,
+    type: Any = str,
+    choices: Sequence[str] | None = None,
+    stack: StackKey | None = None,
+) -> Any:
+    """A dataclass field that also describes its CLI flag (and its stack key, if any)."""
+    meta = {"help": help, "type": type, "choices": choices, "stack": stack}
+    return field(default=default, metadata=meta)
+
+
+def stack_keys(cls: type) -> list[tuple[Field[Any], StackKey]]:
+    """The fields of a config dataclass a stack key sets, in the dataclass's order."""
+    return [(f, f.metadata["stack"]) for f in fields(cls) if f.metadata.get("stack")]
+
+
+def stack_default(f: Field[Any], key: StackKey) -> Any:
+    """A stack key's default: its own, or the flag's."""
+    return f.default if key.default is _SAME else key.default
+
+
+def stack_name(f: Field[Any], key: StackKey) -> str:
+    """A stack key's snake_case name: its own, or the flag's."""
+    return key.key or f.name
+
+
+def stack_flags(
+    cls: type, section: Any, planned: Mapping[str, Any], *, with_model: bool
+) -> dict[str, Any]:
+    """The flags an entrypoint of `cls` gets from a stack: in the dataclass's order, each
+    `planned` value (the plan's: pool facts, counts) or else the stack key's value read from
+    `section` (a list joined with commas); None values left out. `with_model`: a Hugging Face
+    model run (see StackKey.runs)."""
+    unknown = sorted(set(planned) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"not flags of {cls.__name__}: {', '.join(unknown)}")
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        key = f.metadata.get("stack")
+        if f.name in planned:
+            value = planned[f.name]
+        elif key is None or (key.runs == PRESET_RUNS and with_model):
+            continue
+        else:
+            value = getattr(section, stack_name(f, key))
+            if key.runs == MODEL_RUNS and not with_model and value == stack_default(f, key):
+                continue
+        if isinstance(value, list | tuple):
+            value = ",".join(word(v) for v in value)
+        if value is not None:
+            out[f.name] = value
+    return out
 
 
 class FlagConfig:

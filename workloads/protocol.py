@@ -40,7 +40,7 @@ def field_of(flag_name: str) -> str:
     return flag_name.removeprefix("--").replace("-", "_")
 
 
-def _word(value: Any) -> str:
+def word(value: Any) -> str:
     """A value as a command-line word: floats as short as they stay exact (3e-4, 918)."""
     if isinstance(value, float):
         short = f"{value:g}"
@@ -59,7 +59,7 @@ def render_entrypoint(fields: Mapping[str, Any], command: tuple[str, ...] = TRAI
         if isinstance(value, bool):
             words.append(flag(name) if value else "--no-" + name.replace("_", "-"))
         else:
-            words += [flag(name), _word(value)]
+            words += [flag(name), word(value)]
     return shlex.join(words)
 
 

@@ -3,24 +3,16 @@ output, a workload's and Kueue's input), the training job's settings and the `ku
 Kubernetes component takes.
 
 Fields that stand for a stack-spec field say what its docstring says, with its default
-(`infra.components._types.spec_doc`; tests/infra/test_package.py holds them to it).
+(`infra.components._types.spec_doc`; tests/infra/test_package_schema.py holds them to it);
+TrainingArgs is written from the stack's training keys (infra/tools/fields.py).
 """
 
 from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._types import (
-    CapacityArg,
-    ExportDtypeArg,
-    LrScheduleArg,
-    ModelSizeArg,
-    ObjectiveArg,
-    StrategyArg,
-    TpuMachineTypeArg,
-    TpuTopologyArg,
-    TrainingInitArg,
-)
+from infra.components import _types
+from infra.components._types import CapacityArg, TpuMachineTypeArg, TpuTopologyArg
 
 
 class KubeconfigArgs(TypedDict):
@@ -53,16 +45,22 @@ class TpuPoolRefArgs(TypedDict):
 class TrainingArgs(TypedDict):
     """park:training's settings (each a flag of `python -m workloads.train`), typed."""
 
-    strategy: NotRequired[StrategyArg]
+    # The keys of park:training but enabled, pool and image, as the stack spec declares them.
+    # BEGIN generated training-args (python -m infra.tools.fields)
+    num_slices: NotRequired[int]
+    """Slices to train across (≤ the pool's slices). Default: 1."""
+    strategy: NotRequired[_types.StrategyArg]
     """`ddp` or `fsdp2`. Default: fsdp2."""
     model: NotRequired[str]
     """HF causal LM: hub id, `gs://`, a bucket-mount path, `park:tiny-llama`."""
     tokenizer: NotRequired[str]
     """Tokenizer source like `model` (default: the model's)."""
-    init: NotRequired[TrainingInitArg]
+    init: NotRequired[_types.TrainingInitArg]
     """`pretrained` weights or `config` (from scratch); `auto`: by source. Default: auto."""
-    model_size: NotRequired[ModelSizeArg]
+    model_size: NotRequired[_types.ModelSizeArg]
     """GPT preset when no `model`: tiny, small, gpt2-small/-medium, 1b. Default: gpt2-small."""
+    activation_checkpointing: NotRequired[bool]
+    """Recompute activations in backward (`model` only). Default: false."""
     steps: NotRequired[int]
     """Optimizer steps in total (a resumed run continues to it). Default: 1000."""
     global_batch_size: NotRequired[int]
@@ -75,13 +73,13 @@ class TrainingArgs(TypedDict):
     """Peak learning rate (AdamW). Default: 0.0003."""
     warmup_steps: NotRequired[int]
     """Linear warmup steps, then `lrSchedule`. Default: 10."""
-    lr_schedule: NotRequired[LrScheduleArg]
+    lr_schedule: NotRequired[_types.LrScheduleArg]
     """`cosine`, `linear` (to `minLrRatio`) or `constant`. Default: cosine."""
     min_lr_ratio: NotRequired[float]
     """Final learning rate as a fraction of the peak. Default: 0.1."""
     data: NotRequired[str]
     """`synthetic`, tokens, jsonl/json/parquet/txt, `hf:NAME`, `park:facts`. Default: synthetic."""
-    objective: NotRequired[ObjectiveArg]
+    objective: NotRequired[_types.ObjectiveArg]
     """`clm` (packed text) or `sft` (chat template, loss on responses). Default: clm."""
     data_split: NotRequired[str]
     """Split of an `hf:` data set. Default: train."""
@@ -97,20 +95,16 @@ class TrainingArgs(TypedDict):
     """Steps between checkpoints (sharded DCP, for resume). Default: 100."""
     keep_checkpoints: NotRequired[int]
     """Checkpoints kept in the bucket. Default: 2."""
+    max_failures: NotRequired[int]
+    """Restarts from the last checkpoint after a lost worker. Default: 3."""
     export: NotRequired[bool]
     """An HF folder at `.../<run>/export/final` when the run ends. Default: true."""
     export_every: NotRequired[int]
     """Also export at every Nth checkpoint (0: only at the end). Default: 0."""
-    export_dtype: NotRequired[ExportDtypeArg]
+    export_dtype: NotRequired[_types.ExportDtypeArg]
     """`auto` (bf16 when trained in bf16), `float32`, `bfloat16`. Default: auto."""
     export_max_shard_size: NotRequired[str]
     """Largest safetensors file, e.g. `5GB`; more get an index. Default: 5GB."""
-    activation_checkpointing: NotRequired[bool]
-    """Recompute activations in backward (`model` only). Default: false."""
-    num_slices: NotRequired[int]
-    """Slices to train across (≤ the pool's slices). Default: 1."""
-    max_failures: NotRequired[int]
-    """Restarts from the last checkpoint after a lost worker. Default: 3."""
     ttl_seconds_after_finished: NotRequired[int]
     """Keep the finished cluster this long, then free TPUs. Default: 600."""
     active_deadline_seconds: NotRequired[int]
@@ -121,3 +115,4 @@ class TrainingArgs(TypedDict):
     """Step time used by `park cost` for the run estimate. Default: 1.0."""
     run_id: NotRequired[str]
     """Names the run; a new value re-runs training on the next `up` (new RayJob and folder)."""
+    # END generated training-args

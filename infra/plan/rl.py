@@ -20,7 +20,8 @@ from infra.plan import ray
 from infra.plan.kubelet import literal
 from infra.resolve_rl import RL_JOB_NAME, RlPlan, RolloutPlan
 from infra.versions import RAY_VERSION
-from workloads.rl.config import rl_entrypoint
+from workloads import flags
+from workloads.rl.config import RLRunConfig, rl_entrypoint
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # A Ray custom resource only the rollout group's pods advertise, one per chip (or GPU): the
@@ -43,59 +44,29 @@ GPU_POD_CPU_PER_GPU = 3
 GPU_POD_MEMORY_GIB_PER_GPU = 12
 
 
-def rl_fields(rl: RlPlan) -> dict[str, Any]:
-    """The flags of `python -m workloads.rl` the stack sets, in order (None values left out)."""
-    spec, tpu, rollout = rl.spec, rl.learner.slice, rl.rollout
-    fields: dict[str, Any] = {
+def rl_flags(rl: RlPlan) -> dict[str, Any]:
+    """The flags of `python -m workloads.rl` the stack sets, in the workload's order: the plan's
+    values (the learner's TPU facts, the engines' layout, counts), and each flag a park:rl key
+    sets (its `stack=` in workloads/rl/config.py), read from the spec; None values left out."""
+    tpu, rollout = rl.learner.slice, rl.rollout
+    planned: dict[str, Any] = {
         "accelerator": "tpu",
         "num_workers": rl.workers,
         "tpu_topology": tpu.topology,
         "tpu_accelerator_type": tpu.ray_accelerator_type,
         "torch_tpu_topology": tpu.torch_tpu_topology,
         "chips_per_host": tpu.chips_per_host,
-        "strategy": spec.strategy,
         "micro_batch_size": rl.micro_batch,  # the plan's: what preview proved fits
-        "activation_checkpointing": spec.activation_checkpointing,
         "rollout_accelerator": rollout.kind,
         "rollout_engines": rollout.engines,
         "rollout_tensor_parallel_size": rollout.tensor_parallel,
         "rollout_torch_tpu_topology": rollout.torch_tpu_topology,
         "rollout_resource": ROLLOUT_RESOURCE,
-        "gpu_memory_utilization": spec.gpu_memory_utilization,
         "model": rl.model_path,
-        "init": spec.init,
-        "data": spec.data,
-        "data_split": spec.data_split,
-        "prompt_field": spec.prompt_field,
-        "answer_field": spec.answer_field,
-        "rewards": ",".join(spec.rewards),
-        "reward_weights": (
-            ",".join(f"{w:g}" for w in spec.reward_weights) if spec.reward_weights else None
-        ),
-        "group_size": spec.group_size,
-        "prompts_per_step": spec.prompts_per_step,
-        "temperature": spec.sampling_temperature,
-        "max_prompt_tokens": spec.max_prompt_tokens,
-        "max_response_tokens": spec.max_response_tokens,
-        "prompt_template": spec.prompt_template,
-        "reward_timeout_s": spec.reward_timeout_seconds,
-        "kl_coef": spec.kl_coef,
-        "off_policy_correction": spec.off_policy_correction,
-        "importance_sampling_cap": spec.importance_sampling_cap,
-        "clip_ratio_c": spec.clip_ratio_c,
-        "max_staleness": spec.max_staleness,
-        "overlap": spec.overlap,
-        "publish_every": spec.sync_every,
-        "weight_sync": spec.weight_sync,
-        "steps": spec.steps,
-        "lr": spec.learning_rate,
-        "checkpoint_every": spec.checkpoint_every,
         "storage_path": rl.storage_path,
         "run_name": rl.run_name,
-        "export": spec.export,
-        "max_failures": spec.max_failures,
     }
-    return {k: v for k, v in fields.items() if v is not None}
+    return flags.stack_flags(RLRunConfig, rl.spec, planned, with_model=True)  # a policy, always
 
 
 def gpu_worker_group(
@@ -180,7 +151,7 @@ def rl_rayjob(rl: RlPlan, pods: ray.RayPods, *, hf_token: bool = False) -> dict[
         role="rl-learner",
     )
     body: dict[str, Any] = {
-        "entrypoint": literal(rl_entrypoint(rl_fields(rl))),  # infra.plan.kubelet
+        "entrypoint": literal(rl_entrypoint(rl_flags(rl))),  # infra.plan.kubelet
         "runtimeEnvYAML": yaml.safe_dump(ray.training_runtime_env(), sort_keys=True),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,

@@ -20,20 +20,13 @@ from pydantic.alias_generators import to_camel
 from infra.resolve import StackPlan
 from infra.resolve_rl import ROLLOUT_ENGINE, RlPlan, learner_training, reference_bytes
 from infra.resolve_training import fit_training
-from infra.rules.workload_flags import POOL_FLAGS, refused_field
+from infra.rules.workload_flags import POOL_FLAGS, refused_field, stack_key
 from infra.rules.workloads import servable_problems, training_refusal
 from infra.spec.errors import ConfigProblem
 from infra.training_fit import GIB, TrainingFit
 
 KEY = "park:rl"
-# The workload's flags that are not park:rl.<camelCase of the flag>.
-_KEY_OF_FLAG = {
-    "lr": "learningRate",
-    "temperature": "samplingTemperature",
-    "publish_every": "syncEvery",
-    "reward_timeout_s": "rewardTimeoutSeconds",
-    "rollout_tensor_parallel_size": "tensorParallelSize",
-}
+# The engines' flags the plan sets from the rollout pool: a refusal of one is the pool's problem.
 _ROLLOUT_FLAGS = {"rollout_accelerator", "rollout_engines", "rollout_torch_tpu_topology"}
 
 
@@ -141,11 +134,11 @@ def _same_slice_shape(plan: StackPlan) -> list[ConfigProblem]:
 
 def _workload_problems(rl: RlPlan) -> list[ConfigProblem]:
     """The entrypoint's flags through the workload's own rules, named by their stack key."""
-    from infra.plan.rl import rl_fields
+    from infra.plan.rl import rl_flags
     from workloads.rl.config import ConfigError as RlError
     from workloads.rl.config import RLRunConfig, validate
 
-    fields = rl_fields(rl)
+    fields = rl_flags(rl)
     try:
         validate(RLRunConfig.from_dict(fields))
     except RlError as err:
@@ -162,7 +155,7 @@ def _workload_problems(rl: RlPlan) -> list[ConfigProblem]:
             key = f"{KEY}.{to_camel(field)}"
             value = getattr(rl.spec, field)
         elif field:
-            key = f"{KEY}.{_KEY_OF_FLAG.get(field, to_camel(field))}"
+            key = f"{KEY}.{stack_key(RLRunConfig, field)}"
         else:
             key = KEY
         return [ConfigProblem(key, value, f"the RL workload refuses it: {message}")]

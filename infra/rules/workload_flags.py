@@ -15,6 +15,7 @@ from pydantic.alias_generators import to_camel
 from infra.resolve import StackPlan
 from infra.spec.errors import ConfigProblem
 from workloads import protocol
+from workloads.flags import stack_keys, stack_name
 
 # Flags the plan sets from a pool and the catalog: a refusal of one is the pool's problem.
 POOL_FLAGS = frozenset(
@@ -27,8 +28,6 @@ POOL_FLAGS = frozenset(
         "chips_per_host",
     }
 )
-# The trainer's flags that are not park:training.<camelCase of the flag>.
-_TRAINING_KEY_OF_FLAG = {"lr": "learningRate"}
 # Training also derives the slice count and the chips' peak from the pool.
 _TRAINING_POOL_FLAGS = POOL_FLAGS | {"num_slices", "peak_tflops_per_device"}
 
@@ -39,15 +38,22 @@ def refused_field(message: str) -> str:
     return protocol.field_of(match.group(1)) if match else ""
 
 
+def stack_key(config: type, field: str) -> str:
+    """The stack key (camelCase) of a workload's flag: the key its declaration names (the
+    trainer's `lr` is `learningRate`, workloads/train/config.py), else the flag's own name."""
+    named = {f.name: stack_name(f, key) for f, key in stack_keys(config)}
+    return to_camel(named.get(field, field))
+
+
 def trainer_problems(plan: StackPlan) -> list[ConfigProblem]:
     """The entrypoint's flags through the trainer's own config rules (workloads/train/
     config.py, torch-free): a combination it refuses fails here, named by its stack key."""
-    from infra.plan.ray import training_fields
+    from infra.plan.ray import trainer_flags
     from workloads.train.config import ConfigError as TrainerError
     from workloads.train.config import TrainConfig, validate
 
     assert plan.training is not None
-    fields = training_fields(plan.training)
+    fields = trainer_flags(plan.training)
     try:
         validate(TrainConfig.from_dict(fields))
     except TrainerError as err:
@@ -58,7 +64,7 @@ def trainer_problems(plan: StackPlan) -> list[ConfigProblem]:
             key, value = "park:training.pool", plan.spec.training.pool
         elif field:
             key, value = (
-                f"park:training.{_TRAINING_KEY_OF_FLAG.get(field, to_camel(field))}",
+                f"park:training.{stack_key(TrainConfig, field)}",
                 fields.get(field),
             )
         else:

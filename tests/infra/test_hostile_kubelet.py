@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from infra.plan import ray
 from infra.plan.kubelet import as_run, literal
-from infra.plan.rl import rl_fields
+from infra.plan.rl import rl_flags
 from infra.plan.staging import STAGE_MODULE, staging_jobs
 from infra.spec.errors import ConfigError
 from infra.stack import from_values
@@ -102,10 +102,10 @@ def test_hostile_values_run_as_written_on_every_shipped_stack(stack):
         words = kubelet_rule.submitted_entrypoint(job)
         if job["metadata"]["name"] == "park-rl":
             assert plan.rl is not None
-            meant = rl_entrypoint(rl_fields(plan.rl))
+            meant = rl_entrypoint(rl_flags(plan.rl))
         else:
             assert plan.training is not None
-            meant = protocol.training_entrypoint(ray.training_fields(plan.training))
+            meant = protocol.training_entrypoint(ray.trainer_flags(plan.training))
         # what `ray job submit` receives is the plan's own command line, word for word
         assert words == shlex.split(meant)
         for key, value in planted.items():

@@ -459,16 +459,6 @@ def test_synchronous_runs_on_policy_are_accepted():
     assert (cfg.overlap, cfg.max_staleness) == (False, 0)
 
 
-def test_the_workloads_choices_are_the_specs():
-    from typing import get_args
-
-    from infra.spec.jobs import OffPolicyCorrection, WeightSync
-    from workloads.rl.config import CORRECTIONS, WEIGHT_SYNCS
-
-    assert get_args(OffPolicyCorrection) == CORRECTIONS
-    assert get_args(WeightSync) == WEIGHT_SYNCS
-
-
 def test_the_off_policy_and_sync_keys_reach_the_entrypoint(plan):
     spec = plan.spec.rl
     cfg = parse_args(shlex.split(rl_rayjob(plan.rl, ray.ray_pods(plan))["spec"]["entrypoint"])[3:])

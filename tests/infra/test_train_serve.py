@@ -72,7 +72,7 @@ def test_a_gpt_preset_run_renders_no_model_fields():
     values = _dev(model=None, objective="clm", data="synthetic", modelSize="tiny")
     values["park:serving"] = {"enabled": False}
     plan = from_values(values, "dev")
-    fields = ray_plan.training_fields(plan.training)
+    fields = ray_plan.trainer_flags(plan.training)
     assert fields["model_size"] == "tiny"
     assert not {"model", "export", "tokenizer", "init", "text_field"} & set(fields)
     assert fields["objective"] == "clm"

@@ -116,7 +116,7 @@ def test_the_plan_s_micro_batch_reaches_the_trainer_as_it_parses_it():
     parsed = parse_args(shlex.split(rayjob["spec"]["entrypoint"])[3:])
     assert parsed.micro_batch_size == 1
     unpinned = from_values(_stack(), "dev")
-    fields = ray_plan.training_fields(unpinned.training)
+    fields = ray_plan.trainer_flags(unpinned.training)
     assert fields["micro_batch_size"] == unpinned.training.micro_batch
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from workloads import flags
 from workloads.flags import FlagConfig, opt
+from workloads.flags import stack as key
 from workloads.protocol import flag, render_entrypoint
 from workloads.rl.rewards import BUILTINS
 from workloads.train.config import (
@@ -66,7 +67,9 @@ __all__ = ["ConfigError", "RLRunConfig", "parse_args", "rl_entrypoint", "to_entr
 
 @dataclass(frozen=True)
 class RLRunConfig(FlagConfig):
-    """Everything a GRPO run on a cluster needs; every field is a ``--flag``."""
+    """Everything a GRPO run on a cluster needs; every field is a ``--flag``. A field with a
+    ``stack=key(...)`` is also a key of the stack's ``park:rl`` section, declared here (see
+    workloads/train/config.py TrainConfig)."""
 
     # The learner: Ray Train workers, one per chip of the learner slice.
     accelerator: str = opt("auto", "learner: tpu, gpu, cpu or auto", choices=ACCELERATORS)
@@ -75,19 +78,40 @@ class RLRunConfig(FlagConfig):
     tpu_accelerator_type: str = opt("TPU-V6E", "Ray accelerator type of the learner slice")
     torch_tpu_topology: str | None = opt(None, "learner TORCH_TPU_TOPOLOGY, e.g. 2,4,1")
     chips_per_host: int | None = opt(None, "learner TPU chips per host", type=int)
-    strategy: str = opt("fsdp2", "learner data parallelism: ddp or fsdp2", choices=STRATEGIES)
+    strategy: str = opt(
+        "fsdp2",
+        "learner data parallelism: ddp or fsdp2",
+        choices=STRATEGIES,
+        stack=key("Learner: `ddp` or `fsdp2`."),
+    )
     micro_batch_size: int | None = opt(
         None,
         "sequences per learner forward/backward per worker (default: its whole share)",
         type=int,
+        stack=key("Completions per chip per pass; unset: the most that fit.", ge=1),
     )
-    activation_checkpointing: bool = opt(False, "recompute activations in backward", type=bool)
+    activation_checkpointing: bool = opt(
+        False,
+        "recompute activations in backward",
+        type=bool,
+        stack=key("Learner: recompute activations in backward."),
+    )
     # The rollout engines: vLLM as Ray actors on the rollout slice(s).
     rollout_accelerator: str = opt(
         "auto", "rollout engines: tpu, gpu, cpu or auto", choices=ROLLOUT_ACCELERATORS
     )
     rollout_engines: int = opt(1, "vLLM engines (Ray actors)", type=int)
-    rollout_tensor_parallel_size: int = opt(1, "chips (or GPUs) per engine", type=int)
+    rollout_tensor_parallel_size: int = opt(
+        1,
+        "chips (or GPUs) per engine",
+        type=int,
+        stack=key(
+            "Chips per rollout engine; unset: the smallest that fits.",
+            key="tensor_parallel_size",
+            default=None,
+            ge=1,
+        ),
+    )
     rollout_torch_tpu_topology: str | None = opt(
         None, "TORCH_TPU_TOPOLOGY of one engine using fewer chips than its host, e.g. 1,1,1"
     )
@@ -96,59 +120,200 @@ class RLRunConfig(FlagConfig):
         "a Ray custom resource only the rollout pods advertise (one per chip or GPU); engines "
         "ask for it so they never land on the learner's slice (unset: any node)",
     )
-    gpu_memory_utilization: float = opt(0.9, "share of each chip's memory vLLM keeps", type=float)
-    # The policy and the task.
-    model: str = opt("", "Hugging Face causal LM: hub id, gs://bucket/folder or a local folder")
-    init: str = opt("pretrained", "pretrained weights, or config (random)", choices=INITS)
-    data: str = opt("", "prompts with answers: .jsonl/.json/.parquet (file, folder, gs://) or hf:")
-    data_split: str = opt("train", "split of an hf: data set")
-    prompt_field: str = opt("prompt", "record field of the prompt")
-    answer_field: str = opt("answer", "record field of the reference answer")
-    rewards: str = opt(
-        "numeric", f"comma-separated rewards: {', '.join(BUILTINS)} or module:function"
+    gpu_memory_utilization: float = opt(
+        0.9,
+        "share of each chip's memory vLLM keeps",
+        type=float,
+        stack=key("Share of each chip's memory a vLLM engine keeps.", gt=0, le=1),
     )
-    reward_weights: str | None = opt(None, "comma-separated weights, one per reward (default 1)")
+    # The policy and the task.
+    model: str = opt(
+        "",
+        "Hugging Face causal LM: hub id, gs://bucket/folder or a local folder",
+        stack=key("The policy: HF hub id, `gs://`, or a bucket-mount path."),
+    )
+    init: str = opt(
+        "pretrained",
+        "pretrained weights, or config (random)",
+        choices=INITS,
+        stack=key("`pretrained` weights or `config` (random)."),
+    )
+    data: str = opt(
+        "",
+        "prompts with answers: .jsonl/.json/.parquet (file, folder, gs://) or hf:",
+        stack=key("Prompts with answers: jsonl/json/parquet or `hf:NAME[:CONFIG]`."),
+    )
+    data_split: str = opt(
+        "train", "split of an hf: data set", stack=key("Split of an `hf:` data set.")
+    )
+    prompt_field: str = opt(
+        "prompt", "record field of the prompt", stack=key("Record field of the prompt.")
+    )
+    answer_field: str = opt(
+        "answer",
+        "record field of the reference answer",
+        stack=key("Record field of the reference answer."),
+    )
+    rewards: str = opt(
+        "numeric",
+        f"comma-separated rewards: {', '.join(BUILTINS)} or module:function",
+        stack=key(
+            "`exact_match`, `numeric`, `format`, or `module:function`; summed.",
+            default=["numeric"],
+            type=list[str],
+        ),
+    )
+    reward_weights: str | None = opt(
+        None,
+        "comma-separated weights, one per reward (default 1)",
+        stack=key("One weight per reward (default 1 each).", type=list[float]),
+    )
     # GRPO.
-    group_size: int = opt(8, "completions sampled per prompt", type=int)
-    prompts_per_step: int = opt(32, "prompts per learner step", type=int)
-    temperature: float = opt(1.0, "sampling temperature", type=float)
-    max_prompt_tokens: int = opt(512, "prompts longer than this are left out", type=int)
-    max_response_tokens: int = opt(1024, "tokens sampled per completion at most", type=int)
-    kl_coef: float = opt(0.0, "weight of the k3 KL to the frozen reference (0: none)", type=float)
+    group_size: int = opt(
+        8,
+        "completions sampled per prompt",
+        type=int,
+        stack=key(
+            "Completions sampled per prompt (2 to 64: advantages are within a group).",
+            ge=1,
+            le=MAX_GROUP_SIZE,
+        ),
+    )
+    prompts_per_step: int = opt(
+        32,
+        "prompts per learner step",
+        type=int,
+        stack=key("Prompts per learner step (x groupSize: a multiple of the chips).", ge=1),
+    )
+    temperature: float = opt(
+        1.0,
+        "sampling temperature",
+        type=float,
+        stack=key("Sampling temperature of the rollouts.", key="sampling_temperature", gt=0),
+    )
+    max_prompt_tokens: int = opt(
+        512,
+        "prompts longer than this are left out",
+        type=int,
+        stack=key("Longest prompt; with maxResponseTokens the engines' context.", ge=1),
+    )
+    max_response_tokens: int = opt(
+        1024,
+        "tokens sampled per completion at most",
+        type=int,
+        stack=key("Tokens sampled per completion at most.", ge=1),
+    )
+    prompt_template: str = opt(
+        PROMPT_PLACEHOLDER,
+        "the prompt as asked: {prompt} replaced by the record's prompt",
+        stack=key(
+            "The prompt as asked; `{prompt}` is the record's, e.g. with a format instruction."
+        ),
+    )
+    reward_timeout_s: float = opt(
+        60.0,
+        "seconds a reward call may take (then 0)",
+        type=float,
+        stack=key(
+            "A reward call taking longer scores 0 (rewards run concurrently).",
+            key="reward_timeout_seconds",
+            gt=0,
+        ),
+    )
+    kl_coef: float = opt(
+        0.0,
+        "weight of the k3 KL to the frozen reference (0: none)",
+        type=float,
+        stack=key("Weight of the KL to the frozen reference policy (0: none).", ge=0),
+    )
     clip_low: float = opt(0.2, "policy-ratio clip below 1", type=float)
     clip_high: float = opt(0.28, "policy-ratio clip above 1", type=float)
-    clip_ratio_c: float = opt(
-        DEFAULT_CLIP_RATIO_C, "dual-clip: a token's loss with A < 0 is at most -A·c", type=float
-    )
     off_policy_correction: str = opt(
         "token_truncate",
         "how the loss corrects for the sampler: token_truncate, token_mask or bypass",
         choices=CORRECTIONS,
+        stack=key(
+            "Loss weights π_old/π_sampler: `token_truncate` (min(·, cap)), `token_mask`, `bypass`."
+        ),
     )
     importance_sampling_cap: float = opt(
-        DEFAULT_IS_CAP, "C of the truncated (or masked) importance weights", type=float
+        DEFAULT_IS_CAP,
+        "C of the truncated (or masked) importance weights",
+        type=float,
+        stack=key("C of the importance weights (TRL's and verl's default 2).", ge=1),
     )
-    max_staleness: int = opt(1, "policy versions a rollout may lag the learner", type=int)
-    publish_every: int = opt(1, "publish the policy to the engines every N steps", type=int)
+    clip_ratio_c: float = opt(
+        DEFAULT_CLIP_RATIO_C,
+        "dual-clip: a token's loss with A < 0 is at most -A·c",
+        type=float,
+        stack=key("Dual-clip: a token's loss with a negative advantage is at most -A·c.", gt=1),
+    )
+    max_staleness: int = opt(
+        1,
+        "policy versions a rollout may lag the learner",
+        type=int,
+        stack=key(
+            "Policy versions a rollout may lag the learner (≤ 8, ≤ steps).",
+            ge=0,
+            le=MAX_STALENESS,
+        ),
+    )
     overlap: bool = opt(
-        True, "sample step n+1's rollouts while the learner takes step n (one-step-off)", type=bool
+        True,
+        "sample step n+1's rollouts while the learner takes step n (one-step-off)",
+        type=bool,
+        stack=key(
+            "Sample step n+1 while the learner takes step n (one-step-off); false: synchronous."
+        ),
+    )
+    publish_every: int = opt(
+        1,
+        "publish the policy to the engines every N steps",
+        type=int,
+        stack=key(
+            "Publish the policy to the engines every N learner steps.", key="sync_every", ge=1
+        ),
     )
     weight_sync: str = opt(
-        "ray", "new weights to the engines: ray (object store) or folder", choices=WEIGHT_SYNCS
+        "ray",
+        "new weights to the engines: ray (object store) or folder",
+        choices=WEIGHT_SYNCS,
+        stack=key("New weights to the engines: `ray` (bf16 via the object store) or `folder`."),
     )
-    reward_timeout_s: float = opt(60.0, "seconds a reward call may take (then 0)", type=float)
-    prompt_template: str = opt(
-        PROMPT_PLACEHOLDER, "the prompt as asked: {prompt} replaced by the record's prompt"
+    steps: int = opt(
+        200,
+        "learner steps in total (a resumed run continues to this)",
+        type=int,
+        stack=key("Learner steps in total.", ge=1),
     )
-    steps: int = opt(200, "learner steps in total (a resumed run continues to this)", type=int)
-    lr: float = opt(1e-6, "learning rate (AdamW)", type=float)
+    lr: float = opt(
+        1e-6,
+        "learning rate (AdamW)",
+        type=float,
+        stack=key("Learning rate (AdamW).", key="learning_rate", ge=0),
+    )
     seed: int = opt(0, "seed for the prompt order and sampling", type=int)
     # Checkpoints, export, reporting.
-    checkpoint_every: int = opt(50, "checkpoint every N steps and at the end", type=int)
+    checkpoint_every: int = opt(
+        50,
+        "checkpoint every N steps and at the end",
+        type=int,
+        stack=key("Learner steps between checkpoints.", ge=1),
+    )
     storage_path: str = opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
     run_name: str = opt("park-rl", "run name; rerunning a name resumes its last checkpoint")
-    export: bool = opt(True, "the final policy as a Hugging Face folder", type=bool)
-    max_failures: int = opt(3, "learner worker failures to recover from (-1: forever)", type=int)
+    export: bool = opt(
+        True,
+        "the final policy as a Hugging Face folder",
+        type=bool,
+        stack=key("The final policy as an HF folder at `.../<run>/export/final`."),
+    )
+    max_failures: int = opt(
+        3,
+        "learner worker failures to recover from (-1: forever)",
+        type=int,
+        stack=key("Restarts from the last checkpoint after a lost learner worker.", ge=0),
+    )
     report_every: int = opt(1, "print metrics every N steps", type=int)
 
     @property

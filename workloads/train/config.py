@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from workloads import flags
-from workloads.flags import ConfigError, FlagConfig, load_config_file, opt
+from workloads.flags import MODEL_RUNS, PRESET_RUNS, ConfigError, FlagConfig, load_config_file, opt
+from workloads.flags import stack as key
 from workloads.protocol import TRAIN_COMMAND, render_entrypoint
 from workloads.train.config_rules import (
     ACCELERATORS,
@@ -95,11 +96,22 @@ DEFAULT_HF_SEQ_LEN = 1024  # for --model when --seq-len is not given (capped by 
 # and micro-batches of a multiple of 1024 tokens (seq lens 1024, 2048, ...) split into equal
 # chunks, one compiled program for all of them. infra's training fit reads this number.
 LOSS_CHUNK_TOKENS = 1024
+# Bounds of the stack's training keys: past these a value is a typo (and some drive the
+# planner's loops: the micro-batch search runs over the divisors of a chip's share of the batch).
+MAX_STEPS = 10_000_000
+MAX_BATCH = 1 << 20  # sequences per step
+MAX_SEQ_LEN = 1 << 20  # tokens
+MAX_RETRIES = 100
 
 
 @dataclass(frozen=True)
 class TrainConfig(FlagConfig):
-    """Everything a training run needs; every field is a ``--flag`` of the entrypoint."""
+    """Everything a training run needs; every field is a ``--flag`` of the entrypoint.
+
+    A field with a ``stack=key(...)`` is also a key of the stack's ``park:training`` section:
+    infra derives that key's schema (infra/spec/jobs.py), the RayTrainingJob's argument
+    (infra/components/_args.py) and the flag's place in the RayJob's entrypoint from it, in
+    this order (`python -m infra.tools.fields` rewrites the first two)."""
 
     # Where and how wide.
     accelerator: str = opt(
@@ -119,23 +131,43 @@ class TrainConfig(FlagConfig):
         "catalog; default: --tpu-topology padded to 3 dims)",
     )
     chips_per_host: int | None = opt(None, "TPU chips per host (checks --num-workers)", type=int)
-    num_slices: int = opt(1, "TPU slices (multi-slice: HSDP across slices)", type=int)
+    num_slices: int = opt(
+        1,
+        "TPU slices (multi-slice: HSDP across slices)",
+        type=int,
+        stack=key("Slices to train across (≤ the pool's slices).", ge=1, le=512),
+    )
     peak_tflops_per_device: float | None = opt(
         None, "peak bf16 TFLOP/s of one device, for MFU (default: built-in table)", type=float
     )
     # What to train.
-    strategy: str = opt("ddp", "data parallelism: ddp or fsdp2", choices=STRATEGIES)
+    strategy: str = opt(
+        "ddp",
+        "data parallelism: ddp or fsdp2",
+        choices=STRATEGIES,
+        stack=key("`ddp` or `fsdp2`.", default="fsdp2", enum="Strategy"),
+    )
     model: str | None = opt(
         None,
         "Hugging Face causal LM: a hub id (e.g. Qwen/Qwen2.5-0.5B), gs://bucket/folder, a local "
         "folder, or park:tiny-llama (built here); default: the GPT preset of --model-size",
+        stack=key("HF causal LM: hub id, `gs://`, a bucket-mount path, `park:tiny-llama`."),
     )
-    tokenizer: str | None = opt(None, "tokenizer source like --model (default: the model's)")
+    tokenizer: str | None = opt(
+        None,
+        "tokenizer source like --model (default: the model's)",
+        stack=key("Tokenizer source like `model` (default: the model's)."),
+    )
     init: str = opt(
         "auto",
         "pretrained (the source's weights) or config (random weights, pretraining from "
         "scratch); auto: config for park: models, pretrained otherwise",
         choices=INITS,
+        stack=key(
+            "`pretrained` weights or `config` (from scratch); `auto`: by source.",
+            enum="TrainingInit",
+            runs=MODEL_RUNS,
+        ),
     )
     model_wait_s: int = opt(
         0,
@@ -144,18 +176,44 @@ class TrainConfig(FlagConfig):
         type=int,
     )
     model_size: str = opt(
-        "tiny", "GPT preset when no --model (synthetic or token-file runs)", choices=MODEL_SIZES
+        "tiny",
+        "GPT preset when no --model (synthetic or token-file runs)",
+        choices=MODEL_SIZES,
+        stack=key(
+            "GPT preset when no `model`: tiny, small, gpt2-small/-medium, 1b.",
+            default="gpt2-small",
+            enum="ModelSize",
+            runs=PRESET_RUNS,
+        ),
     )
     vocab_size: int | None = opt(None, "override the preset's vocabulary size", type=int)
     precision: str = opt("auto", "bf16 on TPU/GPU, fp32 on CPU when auto", choices=PRECISIONS)
     compile: bool = opt(False, "torch.compile each block (backend 'tpu' on TPU)", type=bool)
     activation_checkpointing: bool = opt(
-        False, "recompute each block's activations in backward (non-reentrant)", type=bool
+        False,
+        "recompute each block's activations in backward (non-reentrant)",
+        type=bool,
+        stack=key("Recompute activations in backward (`model` only).", runs=MODEL_RUNS),
     )
     # How long and how fast.
-    steps: int = opt(100, "optimizer steps in total (a resumed run continues to this)", type=int)
+    steps: int = opt(
+        100,
+        "optimizer steps in total (a resumed run continues to this)",
+        type=int,
+        stack=key(
+            "Optimizer steps in total (a resumed run continues to it).",
+            default=1000,
+            ge=1,
+            le=MAX_STEPS,
+        ),
+    )
     global_batch_size: int | None = opt(
-        None, "sequences per step across all workers (default: 4 per worker)", type=int
+        None,
+        "sequences per step across all workers (default: 4 per worker)",
+        type=int,
+        stack=key(
+            "Sequences per step, a multiple of the workers (chips).", default=64, ge=1, le=MAX_BATCH
+        ),
     )
     micro_batch_size: int | None = opt(
         None,
@@ -163,21 +221,41 @@ class TrainConfig(FlagConfig):
         "global-batch-size / num-workers / micro-batch-size of them (default: the worker's "
         "whole share in one pass)",
         type=int,
+        stack=key("Sequences per chip per pass; unset: the most that fit.", ge=1, le=MAX_BATCH),
     )
     seq_len: int | None = opt(
         None,
         f"tokens per sequence (default: the preset's context; {DEFAULT_HF_SEQ_LEN} for --model, "
         "at most its max_position_embeddings)",
         type=int,
+        stack=key(
+            "Tokens per sequence (at most the model's context).", default=1024, ge=8, le=MAX_SEQ_LEN
+        ),
     )
-    lr: float = opt(3e-4, "peak learning rate (AdamW)", type=float)
-    warmup_steps: int = opt(10, "linear warmup steps, then --lr-schedule", type=int)
+    lr: float = opt(
+        3e-4,
+        "peak learning rate (AdamW)",
+        type=float,
+        stack=key("Peak learning rate (AdamW).", key="learning_rate", gt=0, le=1),
+    )
+    warmup_steps: int = opt(
+        10,
+        "linear warmup steps, then --lr-schedule",
+        type=int,
+        stack=key("Linear warmup steps, then `lrSchedule`.", ge=0, le=MAX_STEPS),
+    )
     lr_schedule: str = opt(
         "cosine",
         "after warmup: cosine or linear decay to --min-lr-ratio, or constant",
         choices=LR_SCHEDULES,
+        stack=key("`cosine`, `linear` (to `minLrRatio`) or `constant`.", enum="LrSchedule"),
     )
-    min_lr_ratio: float = opt(0.1, "final learning rate as a fraction of --lr", type=float)
+    min_lr_ratio: float = opt(
+        0.1,
+        "final learning rate as a fraction of --lr",
+        type=float,
+        stack=key("Final learning rate as a fraction of the peak.", ge=0, le=1),
+    )
     weight_decay: float = opt(0.1, "AdamW weight decay on matrices", type=float)
     grad_clip: float = opt(1.0, "max global gradient norm (0: off)", type=float)
     seed: int = opt(0, "seed for weights and data order", type=int)
@@ -186,35 +264,81 @@ class TrainConfig(FlagConfig):
         "synthetic",
         "synthetic; token files .bin/.npy; text .jsonl/.json/.parquet/.txt (a file, a folder "
         "or gs://...); hf:NAME[:CONFIG] (a hub data set, needs `datasets`); park:facts",
+        stack=key("`synthetic`, tokens, jsonl/json/parquet/txt, `hf:NAME`, `park:facts`."),
     )
     objective: str = opt(
         "clm",
         "clm: next-token loss on packed text; sft: chat template, loss on the responses only",
         choices=OBJECTIVES,
+        stack=key(
+            "`clm` (packed text) or `sft` (chat template, loss on responses).", enum="Objective"
+        ),
     )
-    data_split: str = opt("train", "split of an hf: data set")
-    text_field: str = opt("text", "record field holding the text (--objective clm)")
+    data_split: str = opt(
+        "train",
+        "split of an hf: data set",
+        stack=key("Split of an `hf:` data set.", runs=MODEL_RUNS, max_length=128),
+    )
+    text_field: str = opt(
+        "text",
+        "record field holding the text (--objective clm)",
+        stack=key("Record field with the text (`clm`).", runs=MODEL_RUNS),
+    )
     messages_field: str = opt(
-        "messages", "record field holding a chat, [{role, content}, ...] (--objective sft)"
+        "messages",
+        "record field holding a chat, [{role, content}, ...] (--objective sft)",
+        stack=key("Record field with a chat, `[{role, content}]` (`sft`).", runs=MODEL_RUNS),
     )
     prompt_field: str = opt(
         "prompt",
         "record field(s) of the prompt when a record has no chat, comma-separated fields are "
         "joined by a blank line (e.g. instruction,input)",
+        stack=key("Prompt field(s) of records without a chat (`sft`).", runs=MODEL_RUNS),
     )
-    response_field: str = opt("completion", "record field of the response (with --prompt-field)")
+    response_field: str = opt(
+        "completion",
+        "record field of the response (with --prompt-field)",
+        stack=key("Response field of records without a chat (`sft`).", runs=MODEL_RUNS),
+    )
     # Checkpoints, exports, fault tolerance, reporting.
     checkpoint_every: int = opt(
-        50, "checkpoint every N steps and at the end (0: only at the end)", type=int
+        50,
+        "checkpoint every N steps and at the end (0: only at the end)",
+        type=int,
+        stack=key(
+            "Steps between checkpoints (sharded DCP, for resume).", default=100, ge=1, le=MAX_STEPS
+        ),
     )
-    keep_checkpoints: int = opt(2, "checkpoints kept in storage", type=int)
+    keep_checkpoints: int = opt(
+        2,
+        "checkpoints kept in storage",
+        type=int,
+        stack=key("Checkpoints kept in the bucket.", ge=1, le=1000),
+    )
     storage_path: str = opt("~/park-runs", "gs://bucket/path on GKE, a local path otherwise")
     run_name: str = opt("park-train", "run name; rerunning a name resumes its last checkpoint")
+    max_failures: int = opt(
+        3,
+        "worker failures to recover from (-1: forever)",
+        type=int,
+        stack=key("Restarts from the last checkpoint after a lost worker.", ge=0, le=MAX_RETRIES),
+    )
     export: bool = opt(
-        True, "write a Hugging Face folder at the end of the run (--model only)", type=bool
+        True,
+        "write a Hugging Face folder at the end of the run (--model only)",
+        type=bool,
+        stack=key("An HF folder at `.../<run>/export/final` when the run ends.", runs=MODEL_RUNS),
     )
     export_every: int = opt(
-        0, "also export at every Nth checkpoint, into step_NNNNNNNN/ (0: only at the end)", type=int
+        0,
+        "also export at every Nth checkpoint, into step_NNNNNNNN/ (0: only at the end)",
+        type=int,
+        stack=key(
+            "Also export at every Nth checkpoint (0: only at the end).",
+            runs=MODEL_RUNS,
+            ge=0,
+            le=MAX_STEPS,
+        ),
     )
     export_path: str | None = opt(
         None, "where exports go (default: <storage-path>/<run-name>/export); final/ at the end"
@@ -223,11 +347,21 @@ class TrainConfig(FlagConfig):
         "auto",
         "weights' dtype in the export; auto: bfloat16 if trained in bf16, else float32",
         choices=EXPORT_DTYPES,
+        stack=key(
+            "`auto` (bf16 when trained in bf16), `float32`, `bfloat16`.",
+            enum="ExportDtype",
+            runs=MODEL_RUNS,
+        ),
     )
     export_max_shard_size: str = opt(
-        "5GB", "largest safetensors file of an export (e.g. 500MB, 5GB, 2GiB); more get an index"
+        "5GB",
+        "largest safetensors file of an export (e.g. 500MB, 5GB, 2GiB); more get an index",
+        stack=key(
+            "Largest safetensors file, e.g. `5GB`; more get an index.",
+            runs=MODEL_RUNS,
+            pattern=r"^[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)$",
+        ),
     )
-    max_failures: int = opt(3, "worker failures to recover from (-1: forever)", type=int)
     report_every: int = opt(10, "print metrics every N steps", type=int)
 
     # ---- derived values -------------------------------------------------------------------

@@ -6,11 +6,9 @@ The names below are what callers use, so `from infra.plan import ray` reads as o
 """
 
 from infra.plan.ray.job import (
-    MODEL_DATA_FIELDS,
-    MODEL_EXPORT_FIELDS,
     rayjob,
     submitter_template,
-    training_fields,
+    trainer_flags,
     training_runtime_env,
 )
 from infra.plan.ray.pods import (
@@ -51,8 +49,6 @@ __all__ = [
     "GCSFUSE_BUFFER_VOLUME",
     "GCSFUSE_CACHE_VOLUME",
     "HEALTH_CHECK_TIMEOUT_S",
-    "MODEL_DATA_FIELDS",
-    "MODEL_EXPORT_FIELDS",
     "SCRATCH",
     "RayPods",
     "app_labels",
@@ -76,7 +72,7 @@ __all__ = [
     "tpu_metrics_env",
     "tpu_tolerations",
     "tpu_worker_group",
-    "training_fields",
+    "trainer_flags",
     "training_runtime_env",
     "volume_mounts",
 ]

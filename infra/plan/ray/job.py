@@ -1,4 +1,4 @@
-"""The RayJobs' own parts: the training job, the fields of its entrypoint, the submitter pod
+"""The RayJobs' own parts: the training job, the flags of its entrypoint, the submitter pod
 and the runtime env every RayJob's driver gets (training here, RL in infra.plan.rl)."""
 
 from __future__ import annotations
@@ -22,24 +22,16 @@ from infra.plan.ray.pods import (
 )
 from infra.resolve import TrainingPlan
 from infra.versions import RAY_VERSION
-from workloads import protocol
-
-# Keys of park:training a Hugging Face model run passes on under the same names, in the
-# trainer's order: its data columns, then its export.
-MODEL_DATA_FIELDS = ("data_split", "text_field", "messages_field", "prompt_field", "response_field")
-MODEL_EXPORT_FIELDS = ("export", "export_every", "export_dtype", "export_max_shard_size")
+from workloads import flags, protocol
+from workloads.train.config import TrainConfig
 
 
-def _spec_fields(training: TrainingPlan, names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: getattr(training.spec, name) for name in names}
-
-
-def training_fields(training: TrainingPlan) -> dict[str, Any]:
-    """The fields of `python -m workloads.train` the stack sets, in order; TPU facts come from
-    the catalog, counts from the resolved plan. A Hugging Face model run (park:training.model)
-    gets its model, data and export fields; a GPT preset run its preset."""
+def trainer_flags(training: TrainingPlan) -> dict[str, Any]:
+    """The flags of `python -m workloads.train` the stack sets, in the trainer's order: the
+    plan's values (TPU facts from the catalog, counts from the resolved plan), and each flag a
+    park:training key sets (its `stack=` in workloads/train/config.py), read from the spec."""
     spec, tpu = training.spec, training.pool.slice
-    fields: dict[str, Any] = {
+    planned: dict[str, Any] = {
         "accelerator": "tpu",
         "num_workers": training.workers,
         "tpu_topology": tpu.topology,
@@ -48,49 +40,16 @@ def training_fields(training: TrainingPlan) -> dict[str, Any]:
         "chips_per_host": tpu.chips_per_host,
         "num_slices": training.slices,
         "peak_tflops_per_device": tpu.generation.peak_bf16_tflops_per_chip,
-        "strategy": spec.strategy,
-    }
-    if spec.model:
-        # the staged copy of a hub model, through the mount (infra.disk)
-        model = training.model_path or spec.model
-        fields |= {"model": model, "tokenizer": spec.tokenizer, "init": spec.init}
-        fields["model_wait_s"] = training.limits.model_wait_s  # a staged copy: wait for it
-        fields["activation_checkpointing"] = spec.activation_checkpointing
-    else:
-        fields["model_size"] = spec.model_size
-        # Set on a preset run, these reach the trainer: it refuses a tokenizer or an init without
-        # a model, and checkpoints a preset's blocks as it does a model's.
-        fields |= {
-            "tokenizer": spec.tokenizer,
-            "init": spec.init if spec.init != "auto" else None,
-            "activation_checkpointing": spec.activation_checkpointing or None,
-        }
-    fields |= {
-        "steps": spec.steps,
-        "global_batch_size": spec.global_batch_size,
+        # the staged copy of a hub model, through the mount (infra.disk), and the wait for it
+        "model": (training.model_path or spec.model) if spec.model else None,
+        "model_wait_s": training.limits.model_wait_s if spec.model else None,
         # The plan's micro-batch (the pin, or the most that fit: infra.training_fit), so the
         # run holds what preview proved fits; the trainer accumulates over the rest.
         "micro_batch_size": training.micro_batch,
-        "seq_len": spec.seq_len,
-        "lr": spec.learning_rate,
-        "warmup_steps": spec.warmup_steps,
-        "lr_schedule": spec.lr_schedule,
-        "min_lr_ratio": spec.min_lr_ratio,
-        "data": spec.data,
-        "objective": spec.objective,
-        **(_spec_fields(training, MODEL_DATA_FIELDS) if spec.model else {}),
-        "checkpoint_every": spec.checkpoint_every,
-        "keep_checkpoints": spec.keep_checkpoints,
         "storage_path": training.storage_path,
         "run_name": training.run_name,
-        "max_failures": spec.max_failures,
-        **(
-            _spec_fields(training, MODEL_EXPORT_FIELDS)
-            if spec.model
-            else {"export_every": spec.export_every or None}
-        ),
     }
-    return {k: v for k, v in fields.items() if v is not None}
+    return flags.stack_flags(TrainConfig, spec, planned, with_model=bool(spec.model))
 
 
 def training_runtime_env() -> dict[str, Any]:
@@ -113,7 +72,7 @@ def rayjob(training: TrainingPlan, pods: RayPods, *, hf_token: bool = False) -> 
         labels[QUEUE_NAME_LABEL] = training.queue_name
     body: dict[str, Any] = {
         # KubeRay hands it to the submitter's args, where the kubelet expands $(VAR)
-        "entrypoint": literal(protocol.training_entrypoint(training_fields(training))),
+        "entrypoint": literal(protocol.training_entrypoint(trainer_flags(training))),
         "runtimeEnvYAML": yaml.safe_dump(training_runtime_env(), sort_keys=True),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
