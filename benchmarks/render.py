@@ -104,7 +104,7 @@ def scaling(repeats: int, *, gc_off: bool = False) -> dict:
     the per-slice cost is collections scanning the provider modules' large heap.
     """
     sys.path.insert(0, str(ROOT))
-    from infra.spec.read import read_stack_file
+    from infra.schema.read import read_stack_file
     from infra.tools.render import run_program
 
     values, secrets = read_stack_file(PROD)

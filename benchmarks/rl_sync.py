@@ -1,6 +1,6 @@
 """The RL weight sync per learner step, two schemes side by side, on this machine's CPU; and
 the same counting for the shipped stacks' 1.5B, a 7B and the 8B stack on v6e, with the estimate
-of seconds on v6e's data-center network and its assumptions (infra/resolve_rl.py).
+of seconds on v6e's data-center network and its assumptions (infra/resolve/rl.py).
 
 - **before** (the scheme issue 31 replaced): the learner writes the weights as an fp32
   safetensors folder (the trainer's exporter); every tensor-parallel worker of every engine reads
@@ -17,7 +17,7 @@ so the run measures the transport, not vLLM: vLLM's own load of the same folder 
 where they move: for "before", the bytes written and each worker's bytes read; for "now", the
 bytes each host pulled from the object store (this machine is one host) and, apart, the bytes
 each worker copied out of host memory. The byte counts are checked against the formulas the
-preview uses (``infra.resolve_rl.SyncEstimate``), which then size the v6e stacks.
+preview uses (``infra.resolve.rl.SyncEstimate``), which then size the v6e stacks.
 
 ``python benchmarks/rl_sync.py [--out FILE]`` (JSON on stdout, and in FILE). Run it on a quiet
 machine: it starts a local Ray.
@@ -200,8 +200,8 @@ def v6e_estimates() -> list[dict[str, Any]]:
     """The stacks' layouts on v6e: bytes per step both ways and the DCN estimate."""
     import copy
 
-    from infra.resolve_rl import SYNC_ASSUMPTIONS
-    from infra.spec.read import read_stack_file
+    from infra.resolve.types import SYNC_ASSUMPTIONS
+    from infra.schema.read import read_stack_file
     from infra.stack import from_values
 
     rows = []

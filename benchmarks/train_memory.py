@@ -1,6 +1,6 @@
 """The training benchmark's GPU memory section: each shipped stack's training step on GPU 0
 (rank 0 of its chips, a fake process group) with ``torch.cuda.max_memory_allocated`` beside
-infra.training_fit's estimate (``python benchmarks/train_overhead.py --gpu-memory``)."""
+infra.resolve.training_fit's estimate (``python benchmarks/train_overhead.py --gpu-memory``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def gpu_memory_settings(stack: str) -> dict[str, Any]:
     """One chip of ``stack``'s training run as the resolve step plans it, and the estimate
-    (infra.training_fit, without the runtime reserve, which CUDA's count does not see)."""
+    (infra.resolve.training_fit, without the runtime reserve, which CUDA's count does not see)."""
     from infra.stack import from_file
 
     plan = from_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")

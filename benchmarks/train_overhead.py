@@ -22,7 +22,7 @@ on it) is recorded around every run: this machine is shared.
 With a GPU it also runs the Hugging Face path on it, both sides, one worker, bf16: tokens/s
 and MFU. ``--gpu-memory`` runs only the memory section instead: each shipped stack's training
 step on GPU 0 (rank 0 of its chips, a fake process group) with
-``torch.cuda.max_memory_allocated`` beside infra.training_fit's estimate. Prints one JSON
+``torch.cuda.max_memory_allocated`` beside infra.resolve.training_fit's estimate. Prints one JSON
 document with every figure and the goals, and whether each holds in this run. Not a test: it
 asserts nothing.
 
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--gpu-memory",
         action="store_true",
         help="only the GPU memory section: the shipped stacks' per-chip training step on GPU 0, "
-        "torch.cuda.max_memory_allocated beside infra.training_fit's estimate (no Ray)",
+        "torch.cuda.max_memory_allocated beside infra.resolve.training_fit's estimate (no Ray)",
     )
     args = parser.parse_args(argv)
     if args.gpu_memory:

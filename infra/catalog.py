@@ -57,7 +57,7 @@ class TpuMachineType:
     memory_gib: int
     # Local SSD the machine type comes with, GiB; None: not known. GKE's TPU and machine-type
     # pages stored here list chips, vCPUs and memory of ct6e but no local SSD, so none is
-    # assumed: pods' scratch lives on the boot disk (infra.disk).
+    # assumed: pods' scratch lives on the boot disk (infra.resolve.disk).
     local_ssd_gib: int | None = None
 
     @property

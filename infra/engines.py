@@ -6,7 +6,7 @@ rules (infra.engine: how TP is formed), the rules (how many multi-host slices a 
 hold, what the fit assumes), the RayService (its environment and placement) and the manifest
 checks read the record, never the name. Adding an engine is a row here (and its image).
 
-Kept free of other infra imports: infra.spec reads it.
+Kept free of other infra imports: infra.schema reads it.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import pulumi.runtime
 
 from infra import stack
 from infra.resolve import StackPlan
-from infra.spec.errors import ConfigError
-from infra.spec.read import config_keys
+from infra.schema.errors import ConfigError
+from infra.schema.read import config_keys
 
 
 @dataclass(frozen=True)

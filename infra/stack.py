@@ -1,7 +1,7 @@
 """The front door of the pipeline: Pulumi config values or a stack file → a validated StackPlan.
 
 `from_values` is what the program calls with the values Pulumi hands it; `from_file` is what
-`park render | validate | cost | local` call offline. Both read the spec (infra.spec), run every
+`park render | validate | cost | local` call offline. Both read the spec (infra.schema), run every
 rule (infra.rules) and resolve (infra.resolve); a bad stack raises ConfigError with all its
 problems before anything is planned.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 from infra import rules
 from infra.resolve import StackPlan
-from infra.spec.errors import ConfigError, ConfigProblem
-from infra.spec.read import (
+from infra.schema.errors import ConfigError, ConfigProblem
+from infra.schema.read import (
     parse_values,
     provider_credential_warnings,
     read_esc_config,
@@ -54,7 +54,7 @@ def read_offline(
 ) -> OfflineStack:
     """The stack file's config over the opened ESC environment's `pulumiConfig` (`esc_config`),
     as Pulumi merges them: the stack file's own keys win. ESC keys keep the secret flags
-    Pulumi gives them (infra.spec.read.read_esc_config)."""
+    Pulumi gives them (infra.schema.read.read_esc_config)."""
     values, secrets, environments = read_stack_document(path)
     name = stack or stack_name_of(path)
     if esc_config is not None:

@@ -22,7 +22,7 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
 
-from infra.spec.models import PolicyConfig
+from infra.schema.models import PolicyConfig
 from policy.rules import RULES, Rule, Settings, bound, settings_from
 
 PROJECT = "park-gke"

@@ -25,8 +25,8 @@ from pulumi_policy import (
 )
 
 from infra.rules.security import production_of
-from infra.spec.models import POLICY_RULE_NAMES, ClusterConfig, PolicyConfig
-from infra.spec.safe import load_yaml
+from infra.schema.models import POLICY_RULE_NAMES, ClusterConfig, PolicyConfig
+from infra.schema.safe import load_yaml
 from policy import kuberay, security, tpu
 
 Level = Literal["mandatory", "advisory", "disabled"]
@@ -172,7 +172,7 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
-assert tuple(r.name for r in RULES) == POLICY_RULE_NAMES, "infra.spec.models.POLICY_RULE_NAMES"
+assert tuple(r.name for r in RULES) == POLICY_RULE_NAMES, "infra.schema.models.POLICY_RULE_NAMES"
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from pulumi_policy import (
 
 from infra.names import EXPOSE_DASHBOARD_ANNOTATION, EXPOSE_SERVE_ANNOTATION
 from infra.rules.security import Exposure, open_to_everyone, posture_verdict
-from infra.spec import secrets
-from infra.spec.safe import load_yaml
+from infra.schema import secrets
+from infra.schema.safe import load_yaml
 from infra.tools.manifests.pods import containers
 from policy._props import get, is_true, items, mapping, stack_of, strings
 from policy.kuberay import kind_of, templates

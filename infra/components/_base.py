@@ -20,9 +20,9 @@ from typing import Any, NoReturn, Self, TypeVar
 import pulumi
 
 from infra.resolve import StackPlan
-from infra.spec.errors import ConfigError
-from infra.spec.safe import shown
-from infra.spec.secrets import redact
+from infra.schema.errors import ConfigError
+from infra.schema.safe import shown
+from infra.schema.secrets import redact
 
 TYPE_PREFIX = "park-gke:index:"
 
@@ -138,7 +138,7 @@ def checked_plan(
     Only the public edge calls it: the stack program hands its components their pieces of the
     plan it resolved (`of_plan`), so every plan is resolved once."""
     from infra.resolve import resolve
-    from infra.spec.read import parse_values
+    from infra.schema.read import parse_values
     from infra.stack import from_values
 
     # gcp:project and gcp:region are every component's `project` and `region` where it has them
@@ -241,7 +241,7 @@ def child_options(
 
 
 def checked_model(component: str, name: str, model: Any, values: dict[str, Any]) -> Any:
-    """A spec model (infra.spec.models) from a component's arguments, or a ComponentArgsError
+    """A spec model (infra.schema.models) from a component's arguments, or a ComponentArgsError
     naming each argument pydantic refused."""
     from pydantic import ValidationError
 

@@ -19,7 +19,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import pulumi
 
-from infra.spec.secrets import redact
+from infra.schema.secrets import redact
 
 
 def _is_typed_dict(hint: Any) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from infra.resolve import StackPlan
 from infra.rules.security import check_posture
-from infra.spec.errors import ConfigError
+from infra.schema.errors import ConfigError
 
 ACKNOWLEDGE_KEY = "park:policy.acknowledgePublic"
 # (config key, argument): how a component maps the acknowledgement into its arguments' names.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from pydantic import BaseModel
 
 from infra import catalog
-from infra.spec import jobs, models
+from infra.schema import jobs, models
 
 
 def _member_name(value: str, prefix: str) -> str:

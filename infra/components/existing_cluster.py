@@ -11,7 +11,7 @@ from infra.components._naming import cluster_pool_problems
 from infra.components._types import KubeRayInstallArg, literal_values
 from infra.plan import existing_cluster
 from infra.plan.cluster import kubeconfig as kubeconfig_for
-from infra.spec.models import KubeRayConfig
+from infra.schema.models import KubeRayConfig
 
 
 class ExistingClusterArgs(TypedDict):

@@ -30,7 +30,7 @@ from infra.plan.network_policy import Exposure
 from infra.plan.operator import HelmReleasePlan, helm_releases
 from infra.plan.workspace import WorkspacePlan, workspace
 from infra.rules import grammar
-from infra.spec.models import KubeRayConfig, NetworkConfig
+from infra.schema.models import KubeRayConfig, NetworkConfig
 
 
 def kubernetes_provider(

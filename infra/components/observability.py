@@ -25,7 +25,7 @@ from infra.plan.observability import MetricsPlan, metrics
 from infra.rules import grammar
 from infra.rules.platform import check_observability
 from infra.rules.security import check_values
-from infra.spec.safe import shown
+from infra.schema.safe import shown
 
 
 class RayMetricsArgs(KubeconfigArgs):

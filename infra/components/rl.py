@@ -14,7 +14,7 @@ from infra.components.kubernetes import custom_resource
 from infra.components.workloads import with_image
 from infra.plan.ray.pods import RayPods
 from infra.plan.rl import rl_rayjob
-from infra.resolve_rl import RlPlan
+from infra.resolve.types import RlPlan
 
 
 class RayRlJob(Component):

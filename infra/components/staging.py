@@ -12,14 +12,15 @@ from typing import Any, NotRequired
 
 import pulumi
 
-from infra import disk, model_facts, model_lookup
+from infra import model_facts, model_lookup
 from infra.components._args import KubeconfigArgs
 from infra.components._base import KubernetesComponent, bad_value, stack_of
 from infra.components._naming import child_name
 from infra.names import stack_names
 from infra.plan import staging
 from infra.plan.ray.pods import RayPods
-from infra.spec.models import StorageConfig
+from infra.resolve import disk
+from infra.schema.models import StorageConfig
 
 
 class ModelStagingArgs(KubeconfigArgs):

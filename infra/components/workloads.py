@@ -216,7 +216,7 @@ def _serve_config_when_known(
 
     import yaml
 
-    from infra import disk
+    from infra.resolve import disk
 
     order = sorted(later)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from infra import catalog
-from infra.disk import DEFAULT_BOOT_DISK_GB
 from infra.names import (
     KUEUE_NAMESPACE,
     NAMESPACE_NAME_LABEL,
@@ -28,6 +27,7 @@ from infra.names import (
 )
 from infra.plan.operator import HelmReleasePlan
 from infra.resolve import PoolPlan, StackPlan
+from infra.resolve.disk import DEFAULT_BOOT_DISK_GB
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 CHART = "oci://registry.k8s.io/kueue/charts/kueue"
@@ -95,7 +95,7 @@ def host_flavor() -> dict[str, Any]:
 
 def quotas(pool: PoolPlan, disk_gb: int | None = None) -> dict[str, str]:
     """What the pool's nodes hold, all slices up: TPU chips, and the hosts' CPU, memory and disk
-    (`disk_gb`: the boot disk the disk plan gives the pool, infra.disk). A Ray head and
+    (`disk_gb`: the boot disk the disk plan gives the pool, infra.resolve.disk). A Ray head and
     submitter fit in the share of a host the TPU worker leaves to system pods."""
     machine = catalog.MACHINE_TYPES[pool.slice.machine_type]
     hosts = pool.total_hosts

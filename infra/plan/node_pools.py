@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from infra import catalog, disk
+from infra import catalog
 from infra.names import GPU_TAINT_KEY, POOL_LABEL, QUEUED_TAINT_KEY, ROLE_LABEL, SLICE_LABEL
-from infra.resolve import PoolPlan, StackPlan
-from infra.spec.models import CpuPoolConfig, GpuPoolConfig
+from infra.resolve import PoolPlan, StackPlan, disk
+from infra.schema.models import CpuPoolConfig, GpuPoolConfig
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
@@ -77,7 +77,7 @@ def _node_config(
 
 def cpu_pool(cpu: CpuPoolConfig, zone: str, disk_gb: int | None = None) -> NodePoolPlan:
     """The pool for the Ray heads and system pods. `disk_gb`: the boot disk the disk plan
-    derived (infra.disk), else the stack's, else GKE's default."""
+    derived (infra.resolve.disk), else the stack's, else GKE's default."""
     disk_gb = disk_gb or cpu.disk_size_gb or disk.DEFAULT_BOOT_DISK_GB
     labels = {ROLE_LABEL: "system"}
     return NodePoolPlan(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.names import CERT_MANAGER_NAMESPACE, KUBERAY_NAMESPACE
-from infra.spec.models import KubeRayConfig
+from infra.schema.models import KubeRayConfig
 from infra.versions import CERT_MANAGER_VERSION
 
 

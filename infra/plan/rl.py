@@ -5,7 +5,7 @@ The groups are the training RayJob's (infra/plan/ray/pods.py: one Ray pod per TP
 per slice, the pool's own label in the nodeSelector so two pools of one shape never take each
 other's nodes). A GPU rollout pool gets a worker group of one pod per node holding every GPU of
 it. The entrypoint is ``python -m workloads.rl ...`` rendered from workloads/rl/config.py after
-its own rules; every count in it is the resolved plan's (infra.resolve_rl).
+its own rules; every count in it is the resolved plan's (infra.resolve.rl).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import yaml
 from infra.names import GPU_TAINT_KEY, METRICS_PORT, METRICS_PORT_NAME, POOL_LABEL
 from infra.plan import ray
 from infra.plan.kubelet import literal
-from infra.resolve_rl import RL_JOB_NAME, RlPlan, RolloutPlan
+from infra.resolve.types import RL_JOB_NAME, RlPlan, RolloutPlan
 from infra.versions import RAY_VERSION
 from workloads import flags
 from workloads.rl.config import RLRunConfig, rl_entrypoint

@@ -21,7 +21,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from infra import disk
 from infra.names import (
     HF_SECRET_KEY,
     HF_SECRET_NAME,
@@ -32,12 +31,11 @@ from infra.names import (
 )
 from infra.plan import ray
 from infra.plan.kubelet import literal
-from infra.resolve import StackPlan
+from infra.resolve import StackPlan, disk
+from infra.resolve.host_memory import Item
 
 STAGE_MODULE = "workloads.train.stage"
-STAGE_SCRATCH = disk.PodDisk(
-    "stage-model", "cpu", (disk.Item("python and the hub client", disk.GIB),)
-)
+STAGE_SCRATCH = disk.PodDisk("stage-model", "cpu", (Item("python and the hub client", disk.GIB),))
 # How long `pulumi up` waits for a staging Job. An assumption, stated: hub -> GCS through one
 # stream holds at least 50 MB/s from a GCP region (the hub's CDN and gcsfuse-free pyarrow
 # writes are both faster on a healthy day: this is the slow day), plus 20 minutes to schedule
@@ -174,7 +172,7 @@ def staging_job(pods: ray.RayPods, model: disk.StagedModel, image: str) -> dict[
 
 
 def stage_jobs(plan: StackPlan) -> tuple[StageJob, ...]:
-    """One Job per hub model the stack reads from its bucket (infra.disk's staged models)."""
+    """One Job per hub model the stack reads from its bucket (resolve.disk's staged models)."""
     if plan.disk is None or not plan.disk.staged:
         return ()
     pods, image = ray.ray_pods(plan), stage_image(plan)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from infra import catalog, disk
-from infra.resolve import StackPlan, resolve
+from infra import catalog
+from infra.resolve import StackPlan, disk, resolve
 from infra.rules import operator, platform, pools, rl, security, training_memory, workloads
-from infra.spec.errors import ConfigError, ConfigProblem
-from infra.spec.models import StackConfig
+from infra.schema.errors import ConfigError, ConfigProblem
+from infra.schema.models import StackConfig
 
 # The rules, in the order their problems are listed: those of the spec, those of its plan.
 _POOL_RULES = (pools.check_location, pools.check_version, pools.check_pools)
@@ -39,7 +39,9 @@ def problems(spec: StackConfig, plan: StackPlan | None = None) -> list[ConfigPro
     found += [p for check in _WORKLOAD_RULES for p in check(plan)]
     found += platform.check_names(spec, plan.names)
     found += [p for check in _SPEC_RULES for p in check(spec)]
-    found += [ConfigProblem(key, value, message) for key, value, message in disk.problems(plan)]
+    found += [
+        ConfigProblem(key, value, message) for key, value, message in disk.problems(plan.disk)
+    ]
     return found
 
 

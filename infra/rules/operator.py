@@ -19,7 +19,7 @@ from infra.plan.ray.pods import ray_pods
 from infra.plan.ray.service import rayservice
 from infra.plan.rl import rl_rayjob
 from infra.resolve import StackPlan
-from infra.spec.errors import ConfigProblem
+from infra.schema.errors import ConfigProblem
 from infra.versions import KUBERAY_VERSION
 
 

@@ -9,8 +9,8 @@ import re
 
 from infra.names import HF_TOKEN_DIR, RFC1035_NAME, StackNames
 from infra.rules import grammar
-from infra.spec.errors import ConfigProblem
-from infra.spec.models import StackConfig
+from infra.schema.errors import ConfigProblem
+from infra.schema.models import StackConfig
 from infra.versions import KUEUE_VERSION
 
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 from infra import catalog, gke
-from infra.spec.errors import ConfigProblem
-from infra.spec.models import GpuPoolConfig, StackConfig, TpuPoolConfig
+from infra.schema.errors import ConfigProblem
+from infra.schema.models import GpuPoolConfig, StackConfig, TpuPoolConfig
 
 POOL_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 

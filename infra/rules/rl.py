@@ -1,4 +1,4 @@
-"""Rules of `park:rl`, on the resolved plan (infra.resolve_rl): both pools, both sides' fit.
+"""Rules of `park:rl`, on the resolved plan (infra.resolve.rl): both pools, both sides' fit.
 
 - the pools: the learner's a TPU pool, the rollout's a TPU or GPU pool, two different pools,
   neither the training's nor the serving's (a slice runs one workload), none queued (Kueue
@@ -6,7 +6,7 @@
 - the workload's own rules (workloads/rl/config.py: group size, rewards, data, batch), each
   named by its stack key;
 - the model: one the trainer trains and the pinned vLLM serves, with enough positions;
-- the learner's fit: the training memory model (infra.training_fit) of the learner's step;
+- the learner's fit: the training memory model (infra.resolve.training_fit) of the learner's step;
 - the engines: a TP the serving rules allow (infra.engine), and an engine that fits.
 """
 
@@ -18,12 +18,13 @@ from typing import Any
 from pydantic.alias_generators import to_camel
 
 from infra.resolve import StackPlan
-from infra.resolve_rl import ROLLOUT_ENGINE, RlPlan, learner_training, reference_bytes
-from infra.resolve_training import fit_training
+from infra.resolve.rl import learner_training, reference_bytes
+from infra.resolve.training import fit_training
+from infra.resolve.training_fit import GIB, TrainingFit
+from infra.resolve.types import ROLLOUT_ENGINE, RlPlan
 from infra.rules.workload_flags import POOL_FLAGS, refused_field, stack_key
 from infra.rules.workloads import servable_problems, training_refusal
-from infra.spec.errors import ConfigProblem
-from infra.training_fit import GIB, TrainingFit
+from infra.schema.errors import ConfigProblem
 
 KEY = "park:rl"
 # The engines' flags the plan sets from the rollout pool: a refusal of one is the pool's problem.

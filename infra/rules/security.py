@@ -18,8 +18,8 @@ from typing import Literal
 
 from infra import catalog, model_facts
 from infra.rules import grammar
-from infra.spec.errors import ConfigProblem
-from infra.spec.models import (
+from infra.schema.errors import ConfigProblem
+from infra.schema.models import (
     MAX_TPU_SLICES,
     RL_SOURCE,
     TRAINING_SOURCE,

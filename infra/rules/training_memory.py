@@ -1,7 +1,7 @@
 """Does the training run fit its chips? The memory rule of park:training, on the resolved plan.
 
 The plan holds one chip's share of a step at the chosen micro-batch
-(infra.resolve_training.fit_training, infra.training_fit); this module refuses a run that does
+(resolve.training.fit_training, resolve.training_fit); this module refuses a run that does
 not fit, naming every key that moves the number, and answers what would fit by asking the same
 estimator again with one setting changed: a smaller micro-batch, activation checkpointing, FSDP2
 instead of DDP, a bigger slice of the same TPU generation (from the catalog), a shorter seqLen.
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from infra import catalog
 from infra.resolve import StackPlan, TrainingPlan
-from infra.resolve_training import fit_training, sizable
-from infra.spec.errors import ConfigProblem
-from infra.training_fit import GIB, TrainingFit
+from infra.resolve.training import fit_training, sizable
+from infra.resolve.training_fit import GIB, TrainingFit
+from infra.schema.errors import ConfigProblem
 
 MIN_SEQ_LEN = 8  # park:training.seqLen's own floor
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic.alias_generators import to_camel
 
 from infra.resolve import StackPlan
-from infra.spec.errors import ConfigProblem
+from infra.schema.errors import ConfigProblem
 from workloads import protocol
 from workloads.flags import stack_keys, stack_name
 

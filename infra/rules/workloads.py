@@ -11,8 +11,8 @@ from pydantic.alias_generators import to_camel
 from infra import engine, engines, model_facts
 from infra.resolve import ServedModelPlan, StackPlan
 from infra.rules import training_memory, workload_flags
-from infra.spec.errors import ConfigProblem
-from infra.spec.models import RL_SOURCE, TRAINING_SOURCE, StackConfig
+from infra.schema.errors import ConfigProblem
+from infra.schema.models import RL_SOURCE, TRAINING_SOURCE, StackConfig
 from infra.versions import RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
 from workloads.train import model_rules
 

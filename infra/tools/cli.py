@@ -20,10 +20,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from infra.spec.errors import ConfigError
-from infra.spec.read import StackFileError
-from infra.spec.safe import one_line
-from infra.spec.secrets import scrub
+from infra.schema.errors import ConfigError
+from infra.schema.read import StackFileError
+from infra.schema.safe import one_line
+from infra.schema.secrets import scrub
 from infra.tools import report
 
 if TYPE_CHECKING:
@@ -299,7 +299,7 @@ def stage_model(
 
         park stage-model prod | kubectl apply -f -
 
-    The workloads read those copies through the bucket's mount (infra/disk.py); a rerun of a
+    The workloads read those copies through the bucket's mount (infra/resolve/disk.py); a rerun of a
     complete copy of the same revision does nothing."""
     import yaml
 

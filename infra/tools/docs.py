@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from infra.spec.models import StackConfig
+from infra.schema.models import StackConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -50,13 +50,13 @@ def _default(field: Any) -> str:
 
 
 def description(field: Any) -> str:
-    """A spec field's description (its docstring in infra/spec), as one table line."""
+    """A spec field's description (its docstring in infra/schema), as one table line."""
     return " ".join((field.description or "").split())
 
 
 def config_rows() -> list[tuple[str, str, str, str]]:
     """(key, type, default, description) for every config key, nested ones included: the
-    descriptions are the spec fields' docstrings, written once in infra/spec."""
+    descriptions are the spec fields' docstrings, written once in infra/schema."""
     rows = []
 
     def walk(model: type[BaseModel], prefix: str) -> None:
@@ -103,7 +103,7 @@ def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
     """What each shipped stack declares, from its offline render."""
     from collections import Counter
 
-    from infra.spec.read import stack_name_of
+    from infra.schema.read import stack_name_of
     from infra.tools.render import render_stack_file
 
     out = []
@@ -137,7 +137,7 @@ def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
 
 
 def _rendered_stacks(render: Callable[[str], Any] | None) -> list[Any]:
-    from infra.spec.read import stack_name_of
+    from infra.schema.read import stack_name_of
     from infra.tools.render import render_stack_file
 
     return [
@@ -231,7 +231,7 @@ def cost_table() -> str:
 
 
 def training_fit_table() -> str:
-    """Each shipped stack's training step, per chip at its peak (infra.training_fit, at the
+    """Each shipped stack's training step, per chip at its peak (infra.resolve.training_fit, at the
     micro-batch the plan picks): what `park validate` prints, one row a stack."""
     from infra.stack import from_file
 

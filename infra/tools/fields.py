@@ -2,7 +2,7 @@
 each: the workload's flag (a field with `stack=` of workloads/train/config.py `TrainConfig`,
 workloads/rl/config.py `RLRunConfig`).
 
-`python -m infra.tools.fields` rewrites the marked blocks of infra/spec/jobs.py (the Literal of
+`python -m infra.tools.fields` rewrites the marked blocks of infra/schema/jobs.py (the Literal of
 each named choice, the keys of `TrainingConfig` and `RlConfig`) and of infra/components/_args.py
 (`TrainingArgs`: every training key but `enabled`, `pool` and `image`, typed with the provider's
 enums, described as the key is with its default); a test fails when they are stale.
@@ -31,7 +31,7 @@ from workloads.rl.config import RLRunConfig
 from workloads.train.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = ROOT / "infra" / "spec" / "jobs.py"
+SPEC = ROOT / "infra" / "schema" / "jobs.py"
 ARGS = ROOT / "infra" / "components" / "_args.py"
 # The stack keys that are not component arguments: the component is the enabled job on a pool,
 # with an image of its own argument.
@@ -111,7 +111,7 @@ def args_block(model: type[BaseModel] | None = None, config: type = TrainConfig)
     """TrainingArgs' fields: the training keys of the stack but NOT_ARGUMENTS, each described
     as the key is, with its default (`_types.spec_doc`)."""
     from infra.components import _types
-    from infra.spec import jobs
+    from infra.schema import jobs
 
     model = model or jobs.TrainingConfig
     lines = []
@@ -139,7 +139,7 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 
 def spec_text(sections: dict[str, type] = SECTIONS) -> str:
-    """infra/spec/jobs.py with each section's blocks written from its workload's config."""
+    """infra/schema/jobs.py with each section's blocks written from its workload's config."""
     text = SPEC.read_text()
     text = replace_block(text, "training-enums", enum_block(sections["training"]))
     for name, config in sections.items():
@@ -154,7 +154,7 @@ def args_text(model: type[BaseModel] | None = None, config: type = TrainConfig) 
 
 def main() -> int:
     SPEC.write_text(spec_text())
-    from infra.spec import jobs
+    from infra.schema import jobs
 
     model = importlib.reload(jobs).TrainingConfig  # the keys just written
     ARGS.write_text(args_text(model))

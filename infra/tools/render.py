@@ -19,7 +19,7 @@ import yaml
 
 from infra import stack as stack_front
 from infra.resolve import StackPlan
-from infra.spec.models import SECRET_PLACEHOLDER, StackConfig
+from infra.schema.models import SECRET_PLACEHOLDER, StackConfig
 from infra.tools.outdir import RECORD as RECORD
 from infra.tools.outdir import OutputError as OutputError
 from infra.tools.outdir import write_owned

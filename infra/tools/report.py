@@ -13,13 +13,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from infra.spec.safe import one_line
-from infra.spec.secrets import scrub
+from infra.schema.safe import one_line
+from infra.schema.secrets import scrub
 from infra.tools import report_rl
 
 if TYPE_CHECKING:
     from infra.resolve import StackPlan
-    from infra.spec.errors import ConfigError, ConfigProblem
+    from infra.schema.errors import ConfigError, ConfigProblem
     from infra.tools.cost import StackCost
     from infra.tools.render import Rendered
     from infra.tools.validate import Section
@@ -377,8 +377,8 @@ def cost(result: StackCost, out: Console) -> None:
 def disk_tables(plan: StackPlan) -> list[Table]:
     """Per pod: scratch, gcsfuse file cache and the ephemeral-storage limit they make; per
     node pool: the boot disk against what its pods need; per TPU host: host memory; and the
-    hub models to stage into the bucket first (infra.disk)."""
-    from infra.disk import GIB
+    hub models to stage into the bucket first (infra.resolve.disk)."""
+    from infra.resolve.disk import GIB
 
     budget = plan.disk
     if budget is None or not budget.pods:
@@ -414,7 +414,7 @@ def disk_tables(plan: StackPlan) -> list[Table]:
             "unknown" if node.local_ssd_gib is None else f"{node.local_ssd_gib} GiB",
         )
     memory = Table(
-        title="host memory per TPU pod", caption="allowances named in infra/host_memory.py"
+        title="host memory per TPU pod", caption="allowances named in infra/resolve/host_memory.py"
     )
     for column in ("pod", "pool", "holds", "request"):
         memory.add_column(column, justify="left" if column in ("pod", "pool") else "right")

@@ -1,5 +1,5 @@
 """What `park validate`, `park render` and `park cost` print about park:rl: both sides of the
-job as the plan resolved them (infra.resolve_rl), the learner's fit and the engines', and the
+job as the plan resolved them (infra.resolve.rl), the learner's fit and the engines', and the
 weight sync per step (as the job runs it, against the fp32-folder scheme it replaced)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from infra.resolve import StackPlan
-from infra.resolve_rl import SYNC_ASSUMPTIONS, SyncEstimate
+from infra.resolve.types import SYNC_ASSUMPTIONS, SyncEstimate
 
 GIB = 1024**3
 GB = 1e9

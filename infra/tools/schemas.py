@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from infra import catalog
-from infra.spec.safe import one_line
-from infra.spec.secrets import scrub
+from infra.schema.safe import one_line
+from infra.schema.secrets import scrub
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 # The Kubernetes minor the GKE floor for v6e implies (1.31.2-gke...).

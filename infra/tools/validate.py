@@ -17,8 +17,8 @@ import yaml
 
 from infra.resolve import StackPlan
 from infra.rules.security import Exposure, posture_verdict, production
-from infra.spec.safe import load_yaml, load_yaml_all, read_bounded
-from infra.spec.secrets import credential_kind, credentials_in
+from infra.schema.safe import load_yaml, load_yaml_all, read_bounded
+from infra.schema.secrets import credential_kind, credentials_in
 from infra.tools import gke_api
 from infra.tools.checks import check_manifests, ray_serve_check
 from infra.tools.netpol import flow_problems
@@ -102,7 +102,7 @@ def _exposure(manifest: dict[str, Any]) -> tuple[Exposure, str] | None:
 
 def security_problems(docs: list[dict[str, Any]], plan: StackPlan) -> list[str]:
     """The config's credential and posture rules on manifests (rendered or edited by hand):
-    no credential in any string, env literal or Ray runtime env (infra.spec.secrets), and
+    no credential in any string, env literal or Ray runtime env (infra.schema.secrets), and
     exposure judged by the same verdict as the stack (infra.rules.security). Never a value."""
     problems = []
     prod = production(plan.spec)

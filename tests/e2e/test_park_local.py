@@ -74,7 +74,7 @@ def test_park_local_dev(tmp_path):
     # 1. training: the CPU changes are listed, progress streamed, the job succeeded
     assert "changed for CPU (infra/tools/local/profile.py TRAIN_CPU_PROFILE):" in out
     assert "--accelerator tpu -> cpu" in out
-    # the stack's hub model is read from its copy staged in the bucket (infra/disk.py): here
+    # the stack's hub model is read from its copy staged in the bucket (infra/resolve/disk.py): here
     # the run's bucket folder, staged from a local hub once the trainer waits for it
     staged = re.search(
         r"--model /data/models/Qwen/Qwen3-1\.7B -> (\S+bucket/models/Qwen/Qwen3-1\.7B) ", out

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from infra.spec.errors import ConfigError
+from infra.schema.errors import ConfigError
 from infra.stack import from_values
 
 

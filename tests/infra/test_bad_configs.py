@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from infra.spec.errors import ConfigError
-from infra.spec.read import config_keys, read_stack_file
+from infra.schema.errors import ConfigError
+from infra.schema.read import config_keys, read_stack_file
 from infra.stack import from_file
 from infra.tools.cli import app
 from infra.tools.render import ProgramError, run_program

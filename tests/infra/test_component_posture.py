@@ -10,7 +10,7 @@ import pulumi
 import pytest
 
 import park_gke
-from infra.spec.errors import ConfigError
+from infra.schema.errors import ConfigError
 from infra.stack import from_values
 from park_gke import testing
 from park_gke.testing import ProgramError

@@ -8,7 +8,7 @@ import pytest
 
 from infra import catalog
 from infra.engine import tensor_parallel_options
-from infra.spec.errors import ConfigError
+from infra.schema.errors import ConfigError
 from infra.stack import from_values
 from tests.infra.stack_problems import problems_of
 

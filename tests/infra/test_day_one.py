@@ -17,7 +17,7 @@ from infra import images
 from infra.names import POOL_LABEL, ROLE_LABEL
 from infra.plan import project
 from infra.plan.staging import job_name
-from infra.spec.read import read_stack_file
+from infra.schema.read import read_stack_file
 from infra.tools.render import Rendered, Resource, run_program
 from tests.conftest import ROOT, STACKS_DIR
 

@@ -18,8 +18,8 @@ import yaml
 
 from infra import names
 from infra.plan import cluster as cluster_plan
-from infra.spec.errors import ConfigError
-from infra.spec.read import read_stack_file
+from infra.schema.errors import ConfigError
+from infra.schema.read import read_stack_file
 from infra.stack import from_values
 from infra.tools import gke_api
 from infra.tools.netpol import Peer, Pod, allowed, flow_problems

@@ -1,4 +1,4 @@
-"""The disk model (infra/disk.py) against what the stacks render, and the data placement.
+"""The disk model (infra/resolve/disk.py) against what the stacks render, and the data placement.
 
 The proof of issue 19's disk item: for every shipped stack, each Ray pod's worst case from the
 plan sits under the ephemeral-storage limit read back from the RENDERED RayJob / RayService
@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import disk, model_facts
+from infra import model_facts
 from infra.plan import ray as ray_plan
 from infra.plan.staging import staging_jobs
+from infra.resolve import disk
 from infra.rules import problems
-from infra.spec.read import parse_values, read_stack_file
+from infra.schema.read import parse_values, read_stack_file
 from infra.tools.manifests import pods as pod_reader
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
 
@@ -287,7 +288,7 @@ def test_host_memory_allowances_read_from_the_sources():
     from ray._common import ray_constants
     from torch.distributed.checkpoint import FileSystemWriter
 
-    from infra import host_memory
+    from infra.resolve import host_memory
 
     default = inspect.signature(FileSystemWriter.__init__).parameters["per_thread_copy_ahead"]
     assert default.default == host_memory.DCP_COPY_AHEAD_BYTES

@@ -8,12 +8,12 @@ from tests.conftest import render_stack
 
 def test_every_config_key_has_a_description():
     missing = [key for key, _, _, description in docs.config_rows() if not description]
-    assert missing == [], f"give these spec fields a docstring (infra/spec): {missing}"
+    assert missing == [], f"give these spec fields a docstring (infra/schema): {missing}"
 
 
 def test_the_config_reference_reads_each_description_from_the_spec_field(monkeypatch):
     """One definition: changing a spec field's docstring changes the README's line."""
-    from infra.spec.models import CpuPoolConfig
+    from infra.schema.models import CpuPoolConfig
 
     field = CpuPoolConfig.model_fields["machine_type"]
     monkeypatch.setattr(field, "description", "Changed in one place.")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.spec.errors import ConfigError
-from infra.spec.read import StackFileError, read_esc_values
+from infra.schema.errors import ConfigError
+from infra.schema.read import StackFileError, read_esc_values
 from infra.stack import from_file
 from infra.tools.render import render_stack_file
 from tests.conftest import ROOT

@@ -20,7 +20,7 @@ import pytest
 from infra.plan import ray as ray_plan
 from infra.plan.ray import job as ray_job
 from infra.rules.workload_flags import stack_key
-from infra.spec import jobs
+from infra.schema import jobs
 from infra.stack import from_file
 from infra.tools import docs, fields
 from park_gke import provider

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 from typer.testing import CliRunner
 
-from infra.spec.models import StackConfig
+from infra.schema.models import StackConfig
 from infra.tools.cli import app
 from tests.conftest import STACKS_DIR
 

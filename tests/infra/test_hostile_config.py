@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.spec.errors import ConfigError, ConfigProblem
-from infra.spec.read import StackFileError, read_esc_config
+from infra.schema.errors import ConfigError, ConfigProblem
+from infra.schema.read import StackFileError, read_esc_config
 from infra.stack import from_file, from_values
 
 HF = "hf_" + "Kq3Zr8Lw" * 5

@@ -21,7 +21,7 @@ from infra.plan import ray
 from infra.plan.kubelet import as_run, literal
 from infra.plan.rl import rl_flags
 from infra.plan.staging import STAGE_MODULE, staging_jobs
-from infra.spec.errors import ConfigError
+from infra.schema.errors import ConfigError
 from infra.stack import from_values
 from infra.tools.render import run_program
 from tests.conftest import STACKS_DIR

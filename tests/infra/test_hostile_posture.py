@@ -12,7 +12,7 @@ import pytest
 
 from infra.plan.dashboard_access import dashboard_access
 from infra.resolve import resolve
-from infra.spec.read import parse_values
+from infra.schema.read import parse_values
 from infra.stack import from_values
 from tests.infra.stack_problems import problems_of
 from tests.infra.test_hostile_config import with_
@@ -129,7 +129,7 @@ def test_a_private_production_stack_passes_without_a_word():
 def test_the_policy_pack_decides_exposure_as_park_validate_does():
     """The same verdict on the rendered resources: refused on production, not elsewhere."""
     pytest.importorskip("pulumi_policy")
-    from infra.spec.models import ClusterConfig, PolicyConfig
+    from infra.schema.models import ClusterConfig, PolicyConfig
     from infra.tools.render import run_program
     from policy.harness import evaluate
     from policy.rules import settings_from

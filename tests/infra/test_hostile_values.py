@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from infra.rules import grammar
-from infra.spec.errors import ConfigError
-from infra.spec.models import MAX_TPU_POOLS, MAX_TPU_SLICES
-from infra.spec.read import read_esc_config
+from infra.schema.errors import ConfigError
+from infra.schema.models import MAX_TPU_POOLS, MAX_TPU_SLICES
+from infra.schema.read import read_esc_config
 from infra.stack import from_file, from_values
 from infra.tools.cli import app
 from tests.conftest import STACKS_DIR
@@ -171,7 +171,7 @@ def test_the_policy_pack_judges_the_union_too():
     """The rendered cluster with two /1 ranges: the policy pack refuses it as park validate
     does, on a dev stack too."""
     pytest.importorskip("pulumi_policy")
-    from infra.spec.models import ClusterConfig, PolicyConfig
+    from infra.schema.models import ClusterConfig, PolicyConfig
     from infra.tools.render import run_program
     from policy.harness import evaluate
     from policy.rules import settings_from
@@ -387,7 +387,7 @@ def test_an_esc_config_that_never_ends_is_refused_at_once(tmp_path, kind):
     whole (nor waited on)."""
     import os
 
-    from infra.spec.read import StackFileError
+    from infra.schema.read import StackFileError
 
     if kind == "fifo":
         given = tmp_path / "config.json"

@@ -12,7 +12,7 @@ from infra import catalog
 from infra.names import QUEUE_NAME_LABEL, QUEUED_TAINT_KEY, local_queue_name
 from infra.plan import kueue, node_pools
 from infra.plan import ray as ray_plan
-from infra.spec.read import read_stack_file
+from infra.schema.read import read_stack_file
 from infra.stack import from_values
 from infra.tools.schemas import validate_manifests
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack

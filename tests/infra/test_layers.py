@@ -51,16 +51,11 @@ LAYERS: tuple[Layer, ...] = (
         "what a stack is checked against: TPU catalog, pinned versions, engines, names, "
         "GKE / KubeRay / webhook data, model facts, images, Ray Serve settings",
     ),
-    Layer("schema", ("infra.spec",), "the stack's typed keys, and how a stack file is read"),
+    Layer("schema", ("infra.schema",), "the stack's typed keys, and how a stack file is read"),
     Layer(
         "resolve",
         (
             "infra.resolve",
-            "infra.resolve_training",
-            "infra.resolve_rl",
-            "infra.disk",
-            "infra.host_memory",
-            "infra.training_fit",
             "infra.engine",
             "infra.kv_cache",
         ),
@@ -79,15 +74,6 @@ LAYERS: tuple[Layer, ...] = (
         "policy pack share), cost, local, docs",
     ),
 )
-
-# TEMPORARY, to be removed (issue 28 item 3): resolve.py holds the plan's types beside the
-# function that builds them; disk.py, host_memory.py and resolve_rl.py need the types and
-# resolve.py needs their functions. Moving them into an infra/resolve/ package ends it; delete
-# this allowance then. It is exact: any other cycle, or this one grown, fails.
-TEMPORARY_CYCLE = frozenset(
-    {"infra.disk", "infra.host_memory", "infra.resolve", "infra.resolve_rl"}
-)
-
 
 # ---- reading the imports ------------------------------------------------------------------------
 
@@ -199,8 +185,7 @@ INFRA = import_graph(ROOT, "infra")
 
 def test_no_import_cycle_in_infra() -> None:
     found = cycles(INFRA)
-    assert [sorted(c) for c in found if c != TEMPORARY_CYCLE] == []
-    assert TEMPORARY_CYCLE in found, "the resolve cycle is gone: delete TEMPORARY_CYCLE"
+    assert [sorted(c) for c in found] == []
 
 
 def test_every_infra_module_has_a_layer() -> None:

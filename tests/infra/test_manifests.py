@@ -96,7 +96,7 @@ def test_worker_groups_follow_the_catalog(rendered):
             elif manifest["kind"] == "RayJob":
                 assert group["replicas"] == config.training.num_slices
             else:
-                # one whole slice per replica (infra/resolve.py): the models' replicas, summed
+                # one whole slice per replica (infra/resolve/stack.py): the models' replicas, summed
                 models = config.serving.models
                 assert group["maxReplicas"] == sum(m.max_replicas for m in models) <= pool.slices
                 assert group["replicas"] == sum(m.min_replicas for m in models)

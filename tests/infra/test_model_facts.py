@@ -18,7 +18,7 @@ import yaml
 
 from infra import catalog, engine, model_facts, model_lookup
 from infra.plan import ray as ray_plan
-from infra.spec.errors import ConfigError
+from infra.schema.errors import ConfigError
 from infra.stack import from_values
 from tests.conftest import ROOT, SHIPPED_STACKS, render_stack
 from tests.infra.serving_stack import serving_values

@@ -15,8 +15,8 @@ from infra.plan import dashboard_access as access_plan
 from infra.plan import grafana
 from infra.plan import metrics as metric_plan
 from infra.plan import ray as ray_plan
-from infra.spec.errors import ConfigError
-from infra.spec.read import read_stack_file
+from infra.schema.errors import ConfigError
+from infra.schema.read import read_stack_file
 from infra.stack import from_values
 from infra.tools.schemas import validate_manifests
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack

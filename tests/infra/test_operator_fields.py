@@ -20,8 +20,8 @@ import yaml
 
 from infra import gke, kuberay
 from infra.rules.operator import ray_manifests, running_kuberay
-from infra.spec.errors import ConfigError
-from infra.spec.read import read_stack_file
+from infra.schema.errors import ConfigError
+from infra.schema.read import read_stack_file
 from infra.stack import from_values
 from infra.tools.render import run_program
 from tests.conftest import ROOT, SHIPPED_STACKS, STACKS_DIR, render_stack

@@ -20,7 +20,7 @@ import park_gke
 from infra import catalog
 from infra.components import _args, _types
 from infra.components._checks import mapping_problems
-from infra.spec import jobs, models
+from infra.schema import jobs, models
 from infra.stack import from_file
 from park_gke import provider
 from tests.conftest import ROOT, STACKS_DIR

@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from infra import catalog
-from infra.spec.errors import ConfigError
-from infra.spec.read import read_stack_file
+from infra.schema.errors import ConfigError
+from infra.schema.read import read_stack_file
 from infra.tools.render import ProgramError, run_program
 from tests.conftest import STACKS_DIR
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from infra.spec.read import config_keys
+from infra.schema.read import config_keys
 from infra.tools.cli import app
 from tests.conftest import ROOT, render_stack
 
@@ -61,7 +61,7 @@ def test_the_config_keys_it_sets_exist():
         if top == "park:training":
             from pydantic.alias_generators import to_snake
 
-            from infra.spec.jobs import TrainingConfig
+            from infra.schema.jobs import TrainingConfig
 
             assert to_snake(key.split(".", 1)[1]) in TrainingConfig.model_fields
 

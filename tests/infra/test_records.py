@@ -23,7 +23,7 @@ from typing import get_args
 import pytest
 
 from infra import catalog, engine, engines
-from infra.spec.models import ServingConfig
+from infra.schema.models import ServingConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

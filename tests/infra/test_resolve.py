@@ -15,8 +15,8 @@ import pytest
 
 from infra import catalog
 from infra.resolve import resolve_pool
-from infra.spec.errors import ConfigError
-from infra.spec.models import TpuPoolConfig
+from infra.schema.errors import ConfigError
+from infra.schema.models import TpuPoolConfig
 from infra.stack import from_values
 from infra.tools.cost import estimate
 from infra.tools.render import run_program

@@ -2,7 +2,7 @@
 
 The numbers are checked against what the project's own references say independently of the
 RL code: the TPU catalog (chips per slice), the serving rules (infra.engine: allowed TP and the
-engine fit), the training memory model (infra.training_fit.best_micro_batch), the vendored
+engine fit), the training memory model (infra.resolve.training_fit.best_micro_batch), the vendored
 KubeRay CRD schemas, the TPU webhook's group rules and the price sheet.
 """
 
@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from infra import catalog, engine, training_fit
+from infra import catalog, engine
 from infra.names import POOL_LABEL
 from infra.plan import ray
 from infra.plan.rl import GPU_RESOURCE, rl_rayjob
-from infra.resolve import StackPlan
-from infra.spec.errors import ConfigError
-from infra.spec.read import read_stack_file
+from infra.resolve import StackPlan, training_fit
+from infra.resolve.training_fit import GIB
+from infra.schema.errors import ConfigError
+from infra.schema.read import read_stack_file
 from infra.stack import from_values
 from infra.tools.checks import check_manifests
 from infra.tools.cost import estimate, load_prices
 from infra.tools.manifests import tpu_groups
 from infra.tools.schemas import validate_manifests
-from infra.training_fit import GIB
 from tests.conftest import STACKS_DIR
 from workloads.rl.config import RL_COMMAND, parse_args
 from workloads.train.config import LOSS_CHUNK_TOKENS

@@ -17,7 +17,7 @@ import yaml
 
 from infra import model_lookup
 from infra.plan import ray as ray_plan
-from infra.spec.read import read_stack_file
+from infra.schema.read import read_stack_file
 from infra.stack import from_values
 from infra.tools.checks import check_manifests
 from tests.conftest import STACKS_DIR, render_stack
@@ -58,7 +58,7 @@ def test_training_keys_reach_the_trainer_as_it_parses_them():
     assert words[:3] == ["python", "-m", protocol.TRAIN_MODULE]
     parsed = parse_args(words[3:])  # the trainer's own parser
     expected = {field: value for _, value, field in PASSED} | {
-        # a hub model is read from its copy staged once in the bucket (infra/disk.py)
+        # a hub model is read from its copy staged once in the bucket (infra/resolve/disk.py)
         "model": f"{plan.spec.storage.mount_path}/models/Qwen/Qwen3-0.6B",
         "export": True,
         "num_workers": 8,

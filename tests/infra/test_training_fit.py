@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from infra import catalog, model_facts, model_lookup, training_fit
-from infra.training_fit import GIB, best_micro_batch, describe, estimate, shapes
+from infra import catalog, model_facts, model_lookup
+from infra.resolve import training_fit
+from infra.resolve.training_fit import GIB, best_micro_batch, describe, estimate, shapes
 
 V6E = catalog.GENERATIONS["v6e"].runtime_hbm_bytes_per_chip  # 31.25 GiB
 

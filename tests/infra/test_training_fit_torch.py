@@ -35,7 +35,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
 
 from infra import model_facts, model_lookup  # noqa: E402
-from infra.training_fit import TrainingFit, estimate  # noqa: E402
+from infra.resolve.training_fit import TrainingFit, estimate  # noqa: E402
 from tests.infra import training_fit_harness as harness  # noqa: E402
 from workloads.train.testing import decoder_shape  # noqa: E402
 

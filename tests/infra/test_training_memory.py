@@ -2,7 +2,7 @@
 refuses a run that cannot fit (naming the keys, with what would fit), the trainer flag the
 plan renders, the warning for a model whose facts are unknown, the fit table.
 
-The references: the estimator itself (infra.training_fit, proven against PyTorch's own
+The references: the estimator itself (infra.resolve.training_fit, proven against PyTorch's own
 accounting in test_training_fit_torch.py) asked directly with the same settings, the
 trainer's own parser and rules (workloads/train/config.py), and the catalog's slices. The
 must-hold cases of issue 19 (DDP of an 8B model and FSDP2 of a 32B model on 8 v6e chips) are
@@ -22,12 +22,12 @@ from typer.testing import CliRunner
 from infra import catalog, model_lookup
 from infra.plan import ray as ray_plan
 from infra.resolve import resolve
+from infra.resolve.training_fit import GIB, estimate
 from infra.rules import training_memory, workloads
-from infra.spec.read import parse_values, read_stack_file
+from infra.schema.read import parse_values, read_stack_file
 from infra.stack import from_values
 from infra.tools import report
 from infra.tools.cli import app
-from infra.training_fit import GIB, estimate
 from tests.conftest import STACKS_DIR
 from tests.infra.stack_problems import problems_of
 from workloads.train.config import LOSS_CHUNK_TOKENS, parse_args

@@ -4,7 +4,7 @@
   is the stack's budget plus that wait (the trainer waits inside the job);
 - a served model whose folder another job writes names Serve LLM's waiting callback, which
   Ray's own loader resolves, with the writer's bound: a run's export, every attempt of its
-  RayJob to its deadline (KubeRay 1.7's rules, infra.resolve_training.RunLimits); a staged hub
+  RayJob to its deadline (KubeRay 1.7's rules, infra.resolve.training.RunLimits); a staged hub
   model, its staging bound; the engine's start timeout is raised by the wait;
 - Serve's failed-start threshold is the plan's on both operands of Ray's min();
 - a multi-host replica's hosts write their compile caches to paths of their own.
@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import disk, model_facts, ray_serve
+from infra import model_facts, ray_serve
 from infra.plan.ray import service
+from infra.resolve import disk
 from infra.tools.local.ray_head import pods_ray_env
 from tests.conftest import SHIPPED_STACKS, render_stack
 from workloads import protocol

@@ -17,7 +17,7 @@ import yaml
 
 from infra import webhooks
 from infra.plan.cluster import webhook_firewall
-from infra.spec.read import read_stack_file
+from infra.schema.read import read_stack_file
 from infra.tools import gke_api
 from infra.tools.render import run_program
 from tests.conftest import ROOT, SHIPPED_STACKS, STACKS_DIR, render_stack

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from infra.spec.models import PolicyConfig
+from infra.schema.models import PolicyConfig
 from policy.harness import Violation, evaluate
 from policy.rules import Settings, settings_for_stack, settings_from
 from tests.conftest import STACKS_DIR, render_stack

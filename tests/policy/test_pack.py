@@ -18,8 +18,8 @@ from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 from pydantic import ValidationError
 
-from infra.spec.errors import ConfigError
-from infra.spec.models import POLICY_RULE_NAMES, PolicyConfig
+from infra.schema.errors import ConfigError
+from infra.schema.models import POLICY_RULE_NAMES, PolicyConfig
 from policy.harness import urn
 from policy.rules import RULES, settings_for_stack, settings_from
 from tests.conftest import ROOT

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.spec.models import SECRET_PLACEHOLDER
+from infra.schema.models import SECRET_PLACEHOLDER
 from policy.rules import RULES
 from tests.conftest import SHIPPED_STACKS, render_stack
 from tests.policy.helpers import resources, run, stack_settings

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from infra import model_lookup, rules
-from infra.spec.read import parse_values, read_stack_file
+from infra.schema.read import parse_values, read_stack_file
 from tests.conftest import STACKS_DIR
 from tests.workloads.train_fixtures import (  # noqa: F401  (fixtures)
     gloo_world1,

@@ -1,4 +1,4 @@
-"""Where training's bytes go (infra/disk.py's placement): checkpoints written straight into the
+"""Where training's bytes go (resolve/disk.py's placement): checkpoints written straight into the
 storage folder (no temporary copy), the bucket read through its mount, hub models staged into
 the bucket by streaming (workloads/train/stage.py)."""
 

@@ -109,7 +109,7 @@ class TrainConfig(FlagConfig):
     """Everything a training run needs; every field is a ``--flag`` of the entrypoint.
 
     A field with a ``stack=key(...)`` is also a key of the stack's ``park:training`` section:
-    infra derives that key's schema (infra/spec/jobs.py), the RayTrainingJob's argument
+    infra derives that key's schema (infra/schema/jobs.py), the RayTrainingJob's argument
     (infra/components/_args.py) and the flag's place in the RayJob's entrypoint from it, in
     this order (`python -m infra.tools.fields` rewrites the first two)."""
 

@@ -9,7 +9,7 @@ run's storage folder (the bucket through the pod's GCS FUSE mount, or a local ``
 Ray registers that folder without copying it (``CheckpointUploadMode.NO_UPLOAD``: the folder is
 inside the run's storage path, ray/train/v2/_internal/execution/context.py is_managed_checkpoint),
 and a resume reads it in place. No checkpoint passes through the pod's scratch disk
-(infra/disk.py). Only storage that is neither local nor mounted falls back to a temporary
+(infra/resolve/disk.py). Only storage that is neither local nor mounted falls back to a temporary
 folder that Ray uploads, and a download on resume.
 """
 

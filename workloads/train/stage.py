@@ -4,7 +4,7 @@
 
 Training and serving then read the model through the bucket's FUSE mount (serving with a sized
 gcsfuse file cache) instead of every host downloading it from the hub into its scratch disk
-(infra/disk.py). Each file streams from the hub straight into the bucket through pyarrow's
+(infra/resolve/disk.py). Each file streams from the hub straight into the bucket through pyarrow's
 output stream: nothing is written to the pod's disk, so the Job that runs this needs only a
 small scratch. A marker written last names the hub revision: a rerun of a complete copy of
 the same revision does nothing, and a half-done copy (no marker) is redone. The token is read

@@ -40,10 +40,10 @@ def trainer_flags(training: TrainingPlan) -> dict[str, Any]:
         "chips_per_host": tpu.chips_per_host,
         "num_slices": training.slices,
         "peak_tflops_per_device": tpu.generation.peak_bf16_tflops_per_chip,
-        # the staged copy of a hub model, through the mount (infra.disk), and the wait for it
+        # the staged copy of a hub model, through the mount (resolve.disk), and the wait for it
         "model": (training.model_path or spec.model) if spec.model else None,
         "model_wait_s": training.limits.model_wait_s if spec.model else None,
-        # The plan's micro-batch (the pin, or the most that fit: infra.training_fit), so the
+        # The plan's micro-batch (the pin, or the most that fit: infra.resolve.training_fit), so the
         # run holds what preview proved fits; the trainer accumulates over the rest.
         "micro_batch_size": training.micro_batch,
         "storage_path": training.storage_path,

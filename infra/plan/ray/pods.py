@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infra import catalog, disk
-from infra.disk import DiskPlan, PodDisk
+from infra import catalog
 from infra.names import (
     APP_NAME_LABEL,
     GCS_VOLUME,
@@ -34,7 +33,8 @@ from infra.names import (
     WORKLOAD_LABEL,
 )
 from infra.plan.kubelet import literal
-from infra.resolve import PoolPlan, StackPlan
+from infra.resolve import PoolPlan, StackPlan, disk
+from infra.resolve.disk import DiskPlan, PodDisk
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class RayPods:
     mount_path: str  # where pods see the bucket (GCS FUSE)
     service_account: str  # the KSA, bound to the workload GSA through Workload Identity
     tpu_metrics: bool = True  # TPU chip metrics from the device plugin
-    disk: DiskPlan | None = None  # each pod's scratch and file cache (infra.disk)
+    disk: DiskPlan | None = None  # each pod's scratch and file cache (infra.resolve.disk)
 
     def budget(self, role: str) -> PodDisk:
         """A pod's disk budget from the plan; without one, Ray's own scratch only."""
@@ -97,7 +97,7 @@ def pod_security_context() -> dict[str, Any]:
 # volume), so the plan sizes it.
 GCSFUSE_CACHE_VOLUME = "gke-gcsfuse-cache"
 # Its write buffer, where a write it cannot stream is staged whole: ours too, sized by the plan
-# (infra/disk.py GCSFUSE_WRITE_BUFFER_BYTES), instead of an unbounded emptyDir.
+# (infra/resolve/disk.py GCSFUSE_WRITE_BUFFER_BYTES), instead of an unbounded emptyDir.
 GCSFUSE_BUFFER_VOLUME = "gke-gcsfuse-buffer"
 
 
@@ -204,14 +204,14 @@ def container_resources(
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-# Which of the disk plan's budgets a pod was sized from (infra/disk.py), for review and tests.
+# Which of the disk plan's budgets a pod was sized from (resolve/disk.py), for review and tests.
 DISK_BUDGET_ANNOTATION = "park-gke/disk-budget"
 
 
 def pod_metadata(role: str, budget: disk.PodDisk) -> dict[str, Any]:
     """The GCS FUSE sidecar is injected only when asked for; CPU and memory 0: no limits. Its
     disk (its write buffer and logs) is the plan's, request = limit, and counted in the node's
-    sum (infra/disk.py); the webhook's default would request 5Gi nothing counted."""
+    sum (infra/resolve/disk.py); the webhook's default would request 5Gi nothing counted."""
     annotations = {
         "gke-gcsfuse/volumes": "true",
         "gke-gcsfuse/cpu-limit": "0",
@@ -235,7 +235,7 @@ def head_group(
     """The Ray head on the CPU pool. It runs no tasks (num-cpus 0); the dashboard listens on the
     pod network only — the head Service is ClusterIP and no Ingress is created. Only a head
     with KubeRay's autoscaler sidecar mounts an API token: the autoscaler scales worker groups
-    through the Kubernetes API. `role`: its disk budget in the plan (infra.disk)."""
+    through the Kubernetes API. `role`: its disk budget in the plan (infra.resolve.disk)."""
     budget = pods.budget(role)
     ports = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()]
     ports.append({"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT})
@@ -314,7 +314,7 @@ def tpu_worker_group(
     role: str = "training-worker",
 ) -> dict[str, Any]:
     """The worker group shared by training and serving: one Ray pod per TPU host, one replica
-    per slice. `role`: its disk budget in the plan (infra.disk)."""
+    per slice. `role`: its disk budget in the plan (infra.resolve.disk)."""
     tpu = pool.slice
     budget = pods.budget(role)
     # The pool's own label too: two pools of one topology (prod: training on a reservation,

@@ -7,18 +7,18 @@ from typing import Any
 
 import yaml
 
-from infra import disk, engine, engines
+from infra import engine, engines
 from infra.names import EXPOSE_SERVE_ANNOTATION, OPENAI_SERVICE_NAME, SERVE_PORT, SERVICE_NAME
 from infra.plan import serve_tuning
 from infra.plan.ray.pods import RayPods, app_labels, head_group, label_pods, tpu_worker_group
-from infra.resolve import ServedModelPlan, ServingPlan
+from infra.resolve import ServedModelPlan, ServingPlan, disk
 from infra.versions import IMAGE_TAG, RAY_VERSION
 from workloads import protocol
 
 
 def model_source(pods: RayPods, source: str) -> str | dict[str, str]:
     """What the engine loads: a hub id's copy staged once in our bucket (`park stage-model`,
-    infra.disk), and our own bucket's folders, through the FUSE mount and its sized file cache
+    resolve.disk), and our own bucket's folders, through the FUSE mount and its sized file cache
     (never a per-host hub download into scratch); other buckets mirrored by Serve LLM."""
     if disk.needs_staging(source):
         return disk.staged_path(pods.mount_path, source)

@@ -47,7 +47,7 @@ TRAIN_CPU_PROFILE: ProfileTable = {
     "objective": ("sft", "chat template, loss on the answers only"),
     "steps": ("100", "enough to answer every fact"),
     "global_batch_size": ("8", "4 chats per worker"),
-    # The plan's micro-batch is sized for a TPU chip's memory (infra.training_fit).
+    # The plan's micro-batch is sized for a TPU chip's memory (infra.resolve.training_fit).
     "micro_batch_size": ("2", "2 chats a pass, 2 passes a step: gradients accumulate as on TPU"),
     "seq_len": ("128", "a few facts per sequence"),
     "lr": ("0.003", "a tiny model learns fast"),

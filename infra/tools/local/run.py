@@ -45,7 +45,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from infra.spec.safe import one_line
+from infra.schema.safe import one_line
 from infra.tools.local import console as console_out
 from infra.tools.local.outcome import Outcome
 from infra.tools.local.profile import (

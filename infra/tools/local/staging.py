@@ -1,6 +1,6 @@
 """`park local`'s stage Job: a hub model's staging into the bucket, here from a local "hub".
 
-On GKE the trainer reads a hub model's copy staged in the stack's bucket (infra/disk.py), and
+On GKE the trainer reads a hub model's copy staged in the stack's bucket (resolve/disk.py), and
 the stage Job that writes it starts with the RayJob, so the trainer may start first and waits
 for the copy's marker (--model-wait-s, workloads/ready.py). Here the bucket is a folder of the
 run (the mount path's stand-in), the hub is the tiny Llama built on this machine, and the
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra import disk
+from infra.resolve import disk
 
 STAGE_MODULE = "workloads.train.stage"
 STAGE_TIMEOUT_S = 300.0

@@ -1,5 +1,5 @@
 """The job sections of the stack spec: `park:training` and `park:rl` (each key a flag of the
-job's entrypoint; see infra.spec.models for the rest)."""
+job's entrypoint; see infra.schema.models for the rest)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from infra.spec._model import _Model
+from infra.schema._model import _Model
 from workloads.train.config import MAX_RETRIES
 
 # Named, so the component arguments' enums (infra/components/_types.py) are these very values:

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from pydantic import Field
 
 from infra import engines
-from infra.spec._model import _Model
-from infra.spec.jobs import RlConfig as RlConfig
-from infra.spec.jobs import TrainingConfig as TrainingConfig
+from infra.schema._model import _Model
+from infra.schema.jobs import RlConfig as RlConfig
+from infra.schema.jobs import TrainingConfig as TrainingConfig
 from infra.versions import KUBERAY_VERSION, KUEUE_VERSION
 
 Capacity = Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
@@ -105,7 +105,7 @@ class CpuPoolConfig(_Model):
     max_nodes: int = Field(3, ge=1, le=MAX_NODES)
     """Autoscaling maximum."""
     # Boot disk, GB (GKE: 15 GB at least from 1.36.3-gke.1480000). Unset: what the pods
-    # scheduled there need (infra.disk); set below that, validation refuses it.
+    # scheduled there need (infra.resolve.disk); set below that, validation refuses it.
     disk_size_gb: int | None = Field(None, ge=15, le=MAX_DISK_GB)
     """Boot disk, GB; unset: what its pods need (`park validate`)."""
 
@@ -148,7 +148,7 @@ class TpuPoolConfig(_Model):
     max_run_duration: str | None = None
     """flex-start: longest a node lives, e.g. `86400s`."""
     # Boot disk, GB (GKE: 15 GB at least from 1.36.3-gke.1480000). Unset: what the pods
-    # scheduled there need (infra.disk); set below that, validation refuses it.
+    # scheduled there need (infra.resolve.disk); set below that, validation refuses it.
     disk_size_gb: int | None = Field(None, ge=15, le=MAX_DISK_GB)
     """Boot disk, GB; unset: what its pods need (`park validate`)."""
 

@@ -17,10 +17,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from infra.spec.errors import ConfigError, ConfigProblem
-from infra.spec.models import SECRET_PLACEHOLDER, StackConfig
-from infra.spec.safe import load_yaml, read_bounded
-from infra.spec.secrets import credentials_in, secret_named
+from infra.schema.errors import ConfigError, ConfigProblem
+from infra.schema.models import SECRET_PLACEHOLDER, StackConfig
+from infra.schema.safe import load_yaml, read_bounded
+from infra.schema.secrets import credentials_in, secret_named
 
 # Top-level model fields and the config key each comes from.
 _KEY_OF_FIELD = {

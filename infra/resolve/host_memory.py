@@ -8,19 +8,16 @@ hf_storage.py read_data); the exporter holds each shard it owns twice (tensors a
 safetensors bytes; workloads/train/export.py); gcsfuse holds about 64 MiB per file it streams
 and its metadata caches. Processes (training ranks, engine workers, Ray's node) are named
 allowances. Held against the pod's memory request (catalog pod_memory_gib); part of the disk
-plan (infra.disk.DiskPlan.memory).
+plan (infra.resolve.disk.DiskPlan.memory).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from infra import model_facts
-
-if TYPE_CHECKING:
-    from infra.resolve import ServingPlan, TrainingPlan
+from infra.resolve.types import ServingPlan, TrainingPlan
 
 GIB = 1024**3
 MIB = 1024**2

@@ -1,9 +1,9 @@
 """Config problems: each names the key, the value and what is allowed; all are reported together.
 
 A problem is printed, logged and raised into Pulumi's output, so it is made safe when built:
-a value that may be a credential is hidden (infra.spec.secrets.redact), credential-shaped parts
+a value that may be a credential is hidden (infra.schema.secrets.redact), credential-shaped parts
 of the key and the message are cut out (scrub), long text is cut and control characters are
-escaped (infra.spec.safe): a hostile or careless value never reaches a terminal as given.
+escaped (infra.schema.safe): a hostile or careless value never reaches a terminal as given.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infra.spec.safe import one_line, shown
-from infra.spec.secrets import redact, scrub
+from infra.schema.safe import one_line, shown
+from infra.schema.secrets import redact, scrub
 
 _KEY_CHARS = 200
 
@@ -20,7 +20,7 @@ _KEY_CHARS = 200
 @dataclass(frozen=True)
 class ConfigProblem:
     key: str  # e.g. "park:tpuPools[1].topology"
-    value: Any  # as given, except what may be a credential (infra.spec.secrets.redact)
+    value: Any  # as given, except what may be a credential (infra.schema.secrets.redact)
     message: str  # what is wrong and what is allowed
 
     def __post_init__(self) -> None:

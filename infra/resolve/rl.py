@@ -3,7 +3,7 @@
 The learner is a training run in all but its data: one Ray Train worker per chip of one slice
 of its TPU pool, its batch the step's completions (promptsPerStep x groupSize), its sequences a
 prompt and its completion (maxPromptTokens + maxResponseTokens). Its fit is the training fit
-(infra.resolve_training.fit_training) of exactly that run, plus, with klCoef > 0, the frozen
+(infra.resolve.training.fit_training) of exactly that run, plus, with klCoef > 0, the frozen
 reference policy the learner holds beside it (workloads/rl/loop.py builds it like the policy: fp32
 weights, sharded over the slice under FSDP2, whole under DDP); its forward runs without
 gradients, below the step's peak. The micro-batch is then the largest that fits with it.
@@ -25,104 +25,30 @@ network under the assumptions the record states.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from dataclasses import replace
 
-from infra import disk, engine, engines, images, model_facts, model_lookup, names, training_fit
+from infra import engine, images, model_facts, model_lookup, names
 from infra.model_facts import FactsLookup
-from infra.resolve_training import fit_training
-from infra.spec.models import RlConfig, StackConfig, TrainingConfig
-from infra.training_fit import TrainingFit
-from workloads import protocol
-
-if TYPE_CHECKING:
-    from infra.resolve import GpuPoolPlan, PoolPlan
-
-RL_JOB_NAME = "park-rl"
-ROLLOUT_ENGINE = engines.DEFAULT_ENGINE  # the project's image: vLLM on torch_tpu, as serving
-
-
-@dataclass(frozen=True)
-class RolloutPlan:
-    """The rollout engines: which pool, how wide each engine is, how many there are."""
-
-    kind: Literal["tpu", "gpu"]
-    pool_name: str
-    tpu: PoolPlan | None  # the TPU pool (kind tpu)
-    gpu: GpuPoolPlan | None  # the GPU pool (kind gpu)
-    tensor_parallel: int  # chips (GPUs) per engine
-    options: tuple[int, ...]  # the TP sizes the slice (node) and the model allow
-    groups: int  # worker-group replicas: TPU slices, or GPU nodes
-    engines_per_group: int
-    hosts: int  # Ray worker pods: TPU hosts of every slice, or GPU nodes
-    max_model_len: int  # prompt + completion
-    fit: engine.Fit | None  # weights and KV cache per chip (TPU only)
-    torch_tpu_topology: str | None  # an engine narrower than its host (infra.engine)
-
-    @property
-    def engines(self) -> int:
-        return self.groups * self.engines_per_group
-
-    @property
-    def chips(self) -> int:
-        return self.engines * self.tensor_parallel
-
-
-# v6e's data-center network: 25.6 Tbps per 256-chip pod (Google's v6e system table; 4 x 200
-# Gbps NICs per 8-chip host), so 100 Gbps per chip: a 4-chip VM has 400 Gbps.
-DCN_GBPS_PER_CHIP = {"v6e": 100.0}
-# Assumed, not measured here: the share of that line rate Ray's object manager reaches for a
-# large object pulled by one node (chunked gRPC transfers), and the rate a host copies weights
-# into a chip's HBM.
-RAY_TRANSFER_EFFICIENCY = 0.25
-HOST_TO_HBM_GB_PER_S = 16.0
-SYNC_ASSUMPTIONS = (
-    f"v6e DCN {DCN_GBPS_PER_CHIP['v6e']:g} Gbps per chip (25.6 Tbps per 256-chip pod), Ray "
-    f"reaching {RAY_TRANSFER_EFFICIENCY:.0%} of it, hosts copying {HOST_TO_HBM_GB_PER_S:g} GB/s "
-    "into each chip; learner hosts upload every rollout host's copy (no relaying)"
+from infra.resolve import disk, training_fit
+from infra.resolve.training import fit_training, micro_batches
+from infra.resolve.training_fit import TrainingFit
+from infra.resolve.types import (
+    CHECKPOINTS_PREFIX,
+    DCN_GBPS_PER_CHIP,
+    HOST_TO_HBM_GB_PER_S,
+    RAY_TRANSFER_EFFICIENCY,
+    RL_JOB_NAME,
+    ROLLOUT_ENGINE,
+    SYNC_BYTES_PER_PARAM,
+    WORKLOAD_IMAGE,
+    GpuPoolPlan,
+    PoolPlan,
+    RlPlan,
+    RolloutPlan,
+    SyncEstimate,
 )
-SYNC_BYTES_PER_PARAM = 2  # bf16
-LEGACY_BYTES_PER_PARAM = 4  # fp32 safetensors
-
-
-@dataclass(frozen=True)
-class SyncEstimate:
-    """One weight sync per learner step (``syncEvery`` 1): as the job runs it and as before."""
-
-    params: int
-    rollout_hosts: int
-    learner_hosts: int
-    engines: int
-    tensor_parallel: int
-    seconds: float | None  # on v6e under SYNC_ASSUMPTIONS (None: a GPU rollout pool)
-
-    @property
-    def version_bytes(self) -> int:
-        """One version in bf16: what each rollout host receives."""
-        return self.params * SYNC_BYTES_PER_PARAM
-
-    @property
-    def bytes_per_step(self) -> int:
-        """Moved per step: the version once onto each rollout host."""
-        return self.version_bytes * self.rollout_hosts
-
-    @property
-    def legacy_written(self) -> int:
-        return self.params * LEGACY_BYTES_PER_PARAM
-
-    @property
-    def legacy_read(self) -> int:
-        """The fp32 folder read whole by every tensor-parallel worker of every engine."""
-        return self.legacy_written * self.engines * self.tensor_parallel
-
-    @property
-    def legacy_bytes_per_step(self) -> int:
-        return self.legacy_written + self.legacy_read
-
-    @property
-    def host_memory_bytes(self) -> int:
-        """Per rollout host: the object store's copy and the staged files (two versions)."""
-        return self.version_bytes * 3
+from infra.schema.models import RlConfig, StackConfig, TrainingConfig
+from workloads import protocol
 
 
 def sync_estimate(
@@ -151,40 +77,6 @@ def sync_estimate(
         tensor_parallel=rollout.tensor_parallel,
         seconds=seconds,
     )
-
-
-@dataclass(frozen=True)
-class RlPlan:
-    """The RL RayJob: the learner on one slice of its pool, the engines on the rollout pool."""
-
-    spec: RlConfig
-    learner: PoolPlan
-    workers: int  # learner chips, one Ray Train worker each
-    hosts: int  # learner pods
-    rollout: RolloutPlan
-    image: str
-    run_name: str
-    storage_path: str
-    export_path: str | None
-    model_path: str  # what the learner loads: a hub model's staged copy through the mount
-    facts: FactsLookup
-    fit: TrainingFit | None  # the learner's step per chip, when the facts are known
-    micro_batch: int
-    accumulation_steps: int
-    sync: SyncEstimate | None  # the weight sync per step, when the facts are known
-
-    @property
-    def batch(self) -> int:
-        """Completions per learner step."""
-        return self.spec.prompts_per_step * self.spec.group_size
-
-    @property
-    def seq_len(self) -> int:
-        return self.spec.max_prompt_tokens + self.spec.max_response_tokens
-
-    @property
-    def slices(self) -> int:
-        return 1
 
 
 def learner_training(spec: RlConfig) -> TrainingConfig:
@@ -299,8 +191,6 @@ def resolve_rl(
 ) -> RlPlan | None:
     """The RlPlan of park:rl; None when it is off (or, with `partial`, when a pool it names
     is missing: the rules say so)."""
-    from infra.resolve import CHECKPOINTS_PREFIX, WORKLOAD_IMAGE
-
     rl = spec.rl
     if not rl.enabled:
         return None
@@ -318,7 +208,7 @@ def resolve_rl(
     workers, hosts = learner.slice.chips, learner.slice.hosts
     fit = learner_fit(facts.facts, rl, learner) if facts.facts is not None else None
     share = (rl.prompts_per_step * rl.group_size) // workers
-    micro = fit.micro_batch if fit else (rl.micro_batch_size or share)
+    micro, accumulation = micro_batches(fit, rl.micro_batch_size, share)
     run_name = f"{spec.stack}-{RL_JOB_NAME}"
     storage = f"gs://{stack_names.bucket}/{CHECKPOINTS_PREFIX}"
     model_path = rl.model
@@ -339,6 +229,6 @@ def resolve_rl(
         facts=facts,
         fit=fit,
         micro_batch=micro,
-        accumulation_steps=fit.accumulation_steps if fit else max(share // max(micro, 1), 1),
+        accumulation_steps=accumulation,
         sync=sync_estimate(facts.facts, learner, rollout) if facts.facts is not None else None,
     )

@@ -1,6 +1,6 @@
 """The stack spec: typed `park:*` / `gcp:*` keys (models), how they are read (read), errors."""
 
-from infra.spec.errors import ConfigError, ConfigProblem
-from infra.spec.models import StackConfig
+from infra.schema.errors import ConfigError, ConfigProblem
+from infra.schema.models import StackConfig
 
 __all__ = ["ConfigError", "ConfigProblem", "StackConfig"]

@@ -23,15 +23,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from infra import catalog, model_facts
-from infra.host_memory import HostMemory, Item, serving_memory, training_memory
-
-if TYPE_CHECKING:
-    from infra.resolve import PoolPlan, ServingPlan, StackPlan, TrainingPlan
-    from infra.resolve_rl import RlPlan
-    from infra.spec.models import TrainingConfig
+from infra import catalog, model_facts, names
+from infra.resolve.host_memory import HostMemory, Item, serving_memory, training_memory
+from infra.resolve.types import PoolPlan, RlPlan, ServingPlan, TrainingPlan
+from infra.schema.models import StackConfig, TrainingConfig
 
 GIB = 1024**3
 MIB = 1024**2
@@ -431,11 +427,11 @@ def _tpu_node(pool: PoolPlan, pods: list[PodDisk]) -> NodeDisk:
     )
 
 
-def _cpu_node(plan: StackPlan, pods: list[PodDisk]) -> NodeDisk:
+def _cpu_node(spec: StackConfig, pods: list[PodDisk]) -> NodeDisk:
     # Heads and the submitter may all land on one CPU node.
     pods_bytes = sum(p.pod_bytes for p in pods if p.pool == "cpu")
     needed = boot_disk_needed_gb(pods_bytes)
-    cpu = plan.spec.cpu_pool
+    cpu = spec.cpu_pool
     return NodeDisk(
         key="park:cpuPool.diskSizeGb",
         pool="cpu",
@@ -448,20 +444,23 @@ def _cpu_node(plan: StackPlan, pods: list[PodDisk]) -> NodeDisk:
     )
 
 
-def _staged(plan: StackPlan) -> tuple[StagedModel, ...]:
-    bucket, mount = plan.names.bucket, plan.spec.storage.mount_path
+def _staged(
+    bucket: str,
+    mount: str,
+    training: TrainingPlan | None,
+    serving: ServingPlan | None,
+    rl: RlPlan | None,
+) -> tuple[StagedModel, ...]:
     found: dict[str, tuple[list[str], int | None]] = {}
-    training = plan.training
     # staged: trainer_model_source gave the run the copy in the bucket
     if training is not None and training.spec.model and training.model_path != training.spec.model:
         weights = model_facts.weights_bytes(_training_facts(training))
         found[training.spec.model] = (["park:training.model"], weights)
-    rl = plan.rl
     if rl is not None and rl.model_path != rl.spec.model:
         keys, _ = found.setdefault(rl.spec.model, ([], model_facts.weights_bytes(rl.facts.facts)))
         keys.append("park:rl.model")
-    if plan.serving is not None:
-        for m in plan.serving.models:
+    if serving is not None:
+        for m in serving.models:
             if needs_staging(m.source):
                 assert m.source is not None
                 keys, _ = found.setdefault(m.source, ([], model_facts.weights_bytes(m.facts.facts)))
@@ -478,28 +477,37 @@ def _staged(plan: StackPlan) -> tuple[StagedModel, ...]:
     )
 
 
-def build(plan: StackPlan) -> DiskPlan:
-    """The disk plan of a resolved stack (pools the catalog does not know are left out)."""
+def build(
+    spec: StackConfig,
+    stack_names: names.StackNames,
+    tpu_pools: tuple[PoolPlan, ...],
+    training: TrainingPlan | None,
+    serving: ServingPlan | None,
+    rl: RlPlan | None,
+) -> DiskPlan:
+    """The disk plan of a resolved stack's pieces (pools the catalog does not know are left
+    out)."""
     pods: list[PodDisk] = []
     memory: list[HostMemory] = []
-    if plan.training is not None:
-        pods += [training_pod(plan.training), head_pod("training-head"), submitter_pod()]
-        memory.append(training_memory(plan.training))
-    if plan.serving is not None:
-        pods += [serving_pod(plan.serving, plan.names.bucket), head_pod("serving-head")]
-        memory.append(serving_memory(plan.serving))
-    if plan.rl is not None:
-        pods += rl_pods(plan.rl)
-    nodes = [_cpu_node(plan, pods)] + [_tpu_node(pool, pods) for pool in plan.tpu_pools]
-    return DiskPlan(tuple(pods), tuple(nodes), tuple(memory), _staged(plan))
+    if training is not None:
+        pods += [training_pod(training), head_pod("training-head"), submitter_pod()]
+        memory.append(training_memory(training))
+    if serving is not None:
+        pods += [serving_pod(serving, stack_names.bucket), head_pod("serving-head")]
+        memory.append(serving_memory(serving))
+    if rl is not None:
+        pods += rl_pods(rl)
+    nodes = [_cpu_node(spec, pods)] + [_tpu_node(pool, pods) for pool in tpu_pools]
+    staged = _staged(stack_names.bucket, spec.storage.mount_path, training, serving, rl)
+    return DiskPlan(tuple(pods), tuple(nodes), tuple(memory), staged)
 
 
-def problems(plan: StackPlan) -> list[tuple[str, int, str]]:
+def problems(disk: DiskPlan | None) -> list[tuple[str, int, str]]:
     """(key, value, message) for each boot disk the stack pinned below what its pods need."""
-    if plan.disk is None:
+    if disk is None:
         return []
     found = []
-    for node in plan.disk.nodes:
+    for node in disk.nodes:
         if node.pinned and not node.fits:
             found.append(
                 (

@@ -20,158 +20,42 @@ The budget is the pool's slices, halved when upgrades build a second cluster bes
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from infra import catalog, disk, engine, engines, gke, images, model_facts, model_lookup, names
-from infra.disk import DiskPlan
+from infra import catalog, engine, engines, gke, images, model_facts, model_lookup, names
 from infra.model_facts import FactsLookup
 from infra.ray_serve import SERVE_START_ATTEMPTS_PER_REPLICA
-from infra.resolve_training import RunLimits, fit_training, run_limits, training_model_facts
-from infra.spec.errors import ConfigProblem
-from infra.spec.models import RL_SOURCE as RL_SOURCE
-from infra.spec.models import TRAINING_SOURCE as TRAINING_SOURCE
-from infra.spec.models import (
-    GpuPoolConfig,
+from infra.resolve import disk
+from infra.resolve.disk import DiskPlan
+from infra.resolve.rl import resolve_rl
+from infra.resolve.training import (
+    RunLimits,
+    fit_training,
+    micro_batches,
+    run_limits,
+    training_model_facts,
+)
+from infra.resolve.types import (
+    CHECKPOINTS_PREFIX,
+    WORKLOAD_IMAGE,
+    GpuPoolPlan,
+    ModelWait,
+    PoolPlan,
+    RlPlan,
+    ServedModelPlan,
+    ServingPlan,
+    TrainingPlan,
+)
+from infra.schema.errors import ConfigProblem
+from infra.schema.models import (
+    RL_SOURCE,
+    TRAINING_SOURCE,
     ServedModel,
     ServingConfig,
     StackConfig,
     TpuPoolConfig,
     TrainingConfig,
 )
-from infra.training_fit import TrainingFit
 from workloads import protocol
-
-if TYPE_CHECKING:
-    from infra.resolve_rl import RlPlan
-
-# Images, by what runs in them: one TorchTPU image for training and the default engine; each
-# serving engine's own in its record (infra.engines).
-WORKLOAD_IMAGE = engines.WORKLOAD_IMAGE
-CHECKPOINTS_PREFIX = "checkpoints"
-
-
-@dataclass(frozen=True)
-class PoolPlan:
-    """One TPU pool of `park:tpuPools`: `slices` slices of one (machine type, topology)."""
-
-    index: int  # position in park:tpuPools, for config keys
-    spec: TpuPoolConfig
-    slice: catalog.TpuSlice  # one slice: chips, hosts, labels (the catalog's answer)
-    total_chips: int  # every slice of the pool
-    total_hosts: int
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def slices(self) -> int:
-        return self.spec.slices
-
-    @property
-    def capacity(self) -> str:
-        return self.spec.capacity
-
-    @property
-    def queued(self) -> bool:
-        return self.spec.capacity == "queued"
-
-    @property
-    def key(self) -> str:
-        return f"park:tpuPools[{self.index}]"
-
-
-@dataclass(frozen=True)
-class GpuPoolPlan:
-    index: int
-    spec: GpuPoolConfig
-    total_gpus: int  # at full size
-
-
-@dataclass(frozen=True)
-class TrainingPlan:
-    """The training RayJob: one Ray Train worker per chip of `slices` slices of its pool."""
-
-    spec: TrainingConfig
-    pool: PoolPlan
-    slices: int
-    workers: int  # chips of those slices
-    hosts: int  # TPU hosts (Ray worker pods) of those slices
-    image: str
-    run_name: str
-    storage_path: str  # where Ray Train keeps checkpoints (the stack's bucket)
-    queue_name: str | None  # the Kueue LocalQueue when the pool is queued
-    export_path: str | None  # the final Hugging Face export (model runs with export on)
-    facts: FactsLookup  # the model's heads, layers, size... or why they are not known
-    # What one chip holds at the chosen micro-batch (infra.training_fit), when the facts and
-    # the batch are known; the rules refuse a run whose fit does not fit.
-    fit: TrainingFit | None
-    micro_batch: int  # sequences per chip per forward/backward: the pin, or the most that fit
-    accumulation_steps: int  # micro-batches per optimizer step
-    # The RayJob's deadline and retries, the trainer's wait for its staged model, and from them
-    # when the run's export exists or never will (infra.resolve_training.RunLimits).
-    limits: RunLimits
-    # What the trainer loads for park:training.model: a hub model's staged copy in the bucket,
-    # through the pods' mount (infra.disk), else the spec's source as is.
-    model_path: str | None = None
-
-
-@dataclass(frozen=True)
-class ModelWait:
-    """How a serving replica waits for a folder another job writes: its marker (workloads/
-    protocol.py), the bound (the writer's own: a run's RayJob deadlines, a staging's bound) and
-    what writes it, for the replica's message."""
-
-    timeout_s: int
-    marker: str
-    writer: str
-
-
-@dataclass(frozen=True)
-class ServedModelPlan:
-    """One served model: its TP, the slices its replicas hold, what it is and how it fits."""
-
-    index: int
-    spec: ServedModel
-    source: str | None  # what the engine loads: spec.source, or the training run's export
-    base_model: str | None  # whose facts stand for it (baseModel, or the run's model)
-    tensor_parallel: int  # default: every chip of one slice
-    min_slices: int  # one whole slice per replica (module docstring)
-    max_slices: int
-    idle_chips_per_replica: int
-    facts: FactsLookup  # heads, layers, size... or why they are not known (infra.model_facts)
-    fit: engine.Fit | None  # weights and KV cache per chip, when the facts are known
-    memory_utilization: float  # what the engine keeps of each chip's HBM
-    # A model whose folder another job writes (the run's export, a hub model's staging): its
-    # replica waits for the folder's marker inside its start (workloads/serve/wait.py).
-    wait: ModelWait | None = None
-    # Failed starts Serve allows before DEPLOY_FAILED (deployment_config
-    # max_constructor_retry_count): SERVE_START_ATTEMPTS_PER_REPLICA per replica it may want.
-    start_attempts: int = SERVE_START_ATTEMPTS_PER_REPLICA
-
-    @property
-    def key(self) -> str:
-        return f"park:serving.models[{self.index}]"
-
-    @property
-    def from_training(self) -> bool:
-        """It serves a run of the stack: the training run (source: training) or the RL run's
-        final policy (source: rl)."""
-        return self.spec.source in (TRAINING_SOURCE, RL_SOURCE)
-
-
-@dataclass(frozen=True)
-class ServingPlan:
-    """The serving RayService on one pool, and how many of its slices the models hold."""
-
-    spec: ServingConfig
-    pool: PoolPlan
-    models: tuple[ServedModelPlan, ...]
-    image: str
-    min_slices: int  # held at the models' minReplicas: the worker group's starting size
-    max_slices: int  # held at maxReplicas: the worker group's maximum
-    slice_budget: int  # slices one RayService cluster may hold (halved for blue/green)
-    upgrade_clusters: int  # Ray clusters during an upgrade: 2 for NewCluster*, else 1
 
 
 @dataclass(frozen=True)
@@ -187,7 +71,7 @@ class StackPlan:
     cluster_version: gke.GkeVersion  # the pin, or the release channel's default
     warnings: tuple[ConfigProblem, ...] = ()  # valid, but worth saying (infra.rules.warnings)
     disk: DiskPlan | None = None  # scratch, file caches, boot disks, host memory
-    rl: RlPlan | None = None  # park:rl's GRPO job (infra.resolve_rl)
+    rl: RlPlan | None = None  # park:rl's GRPO job (infra.resolve.rl)
     # The images `pulumi up` builds from this checkout and pushes before any pod runs them
     # (infra.images); none for a workload that pins its image.
     images: tuple[images.ImageBuild, ...] = ()
@@ -436,7 +320,7 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         if facts.facts is not None:
             fit = fit_training(facts.facts, spec.training, pool.slice, slices)
         share = spec.training.global_batch_size // workers if workers else 0
-        micro = fit.micro_batch if fit else (spec.training.micro_batch_size or share)
+        micro, accumulation = micro_batches(fit, spec.training.micro_batch_size, share)
         model_path = disk.trainer_model_source(spec.training, spec.storage.mount_path)
         # a staged copy (model_path is not the spec's source): wait for it as long as its
         # staging may take
@@ -460,10 +344,8 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             facts=facts,
             fit=fit,
             micro_batch=micro,
-            accumulation_steps=fit.accumulation_steps if fit else max(share // max(micro, 1), 1),
+            accumulation_steps=accumulation,
         )
-
-    from infra.resolve_rl import resolve_rl
 
     gpu_by_name = {g.spec.name: g for g in gpus}
     rl = resolve_rl(spec, by_name, gpu_by_name, stack_names, partial=partial)
@@ -500,4 +382,5 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         rl=rl,
         images=image_builds(spec, stack_names.registry_url, rl),
     )
-    return replace(plan, disk=disk.build(plan))
+    built = disk.build(spec, stack_names, tuple(pools), training, serving, rl)
+    return replace(plan, disk=built)

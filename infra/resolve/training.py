@@ -1,18 +1,19 @@
 """How the resolve step sizes a training run: the facts of the model it trains, and one chip's
-share of a step at the micro-batch that fits (infra.training_fit), on the catalog's slice.
+share of a step at the micro-batch that fits (infra.resolve.training_fit), on the catalog's slice.
 
 The plan (infra.resolve), the training rules' "what would fit" answers and the RL learner
-(infra.resolve_rl) all size a run through fit_training, so they agree.
+(infra.resolve.rl) all size a run through fit_training, so they agree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra import catalog, model_facts, model_lookup, training_fit
+from infra import catalog, model_facts, model_lookup
 from infra.model_facts import FactsLookup
-from infra.spec.models import TrainingConfig
-from infra.training_fit import TrainingFit
+from infra.resolve import training_fit
+from infra.resolve.training_fit import TrainingFit
+from infra.schema.models import TrainingConfig
 from workloads.train.config import LOSS_CHUNK_TOKENS
 
 
@@ -32,7 +33,7 @@ def training_model_facts(spec: TrainingConfig) -> FactsLookup:
 
 def sizable(facts: model_facts.ModelFacts) -> bool:
     """The training fit can size the model: its parameter count is known, or its MLP width
-    (infra.training_fit counts the parameters from the shapes then)."""
+    (infra.resolve.training_fit counts the parameters from the shapes then)."""
     return facts.params is not None or bool(facts.intermediate_size)
 
 
@@ -44,7 +45,7 @@ def fit_training(
     **overrides: object,
 ) -> TrainingFit | None:
     """One chip's share of a step of `spec` on `slices` slices of `tpu` at the pinned
-    micro-batch, or at the most sequences that fit (infra.training_fit.best_micro_batch).
+    micro-batch, or at the most sequences that fit (infra.resolve.training_fit.best_micro_batch).
     `overrides` change one setting (strategy, seq_len, activation_checkpointing, micro_batch
     pin) for the rules' "what would fit" answers. None: the batch does not split evenly over
     the chips, or the pin does not divide a chip's share (the rules say so)."""
@@ -111,3 +112,12 @@ def run_limits(active_deadline_s: int, backoff_limit: int, model_wait_s: int | N
         active_deadline_s=active_deadline_s + (model_wait_s or 0),
         backoff_limit=backoff_limit,
     )
+
+
+def micro_batches(fit: TrainingFit | None, pinned: int | None, share: int) -> tuple[int, int]:
+    """(micro-batch, accumulation steps) of a rank's `share` of the batch: the fit's when the
+    model is sized, else the stack's pin or the whole share in one pass."""
+    if fit is not None:
+        return fit.micro_batch, fit.accumulation_steps
+    micro = pinned or share
+    return micro, max(share // max(micro, 1), 1)
