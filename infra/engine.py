@@ -275,7 +275,7 @@ def fit(
         max_model_len=max_model_len,
         in_flight_tokens=in_flight,
     )
-    runtime = tpu.generation.runtime_hbm_bytes_per_chip
+    runtime = tpu.generation.runtime_hbm_bytes_per_device
     usable = runtime * settings.memory_utilization
     activations = activation_bytes(facts, tp, tokens)
     sampler = sampler_bytes(facts, settings.max_num_seqs)

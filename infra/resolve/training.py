@@ -70,7 +70,7 @@ def fit_training(
         world_size=workers,
         # FSDP2 shards over one slice's chips; across slices it is HSDP (replicas per slice).
         shard_size=tpu.chips if settings["strategy"] == "fsdp2" else 1,
-        usable_bytes=tpu.generation.runtime_hbm_bytes_per_chip,
+        usable_bytes=tpu.generation.runtime_hbm_bytes_per_device,
         loss_chunk_tokens=LOSS_CHUNK_TOKENS,
         **settings,
     )

@@ -234,5 +234,5 @@ def test_topology_reaches_the_node_pool_and_num_of_hosts_through_at_most_8_files
     (job,) = [r for r in resources if r.type == "kubernetes:ray.io/v1:RayJob"]
     groups = job.inputs["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert [g["numOfHosts"] for g in groups] == [hosts]
-    assert "resolve.py" in files and "plan/node_pools.py" in files  # the tracer sees the path
+    assert "resolve/stack.py" in files and "plan/node_pools.py" in files  # the tracer sees the path
     assert len(files) <= 8, sorted(files)

@@ -39,7 +39,7 @@ def trainer_flags(training: TrainingPlan) -> dict[str, Any]:
         "torch_tpu_topology": tpu.torch_tpu_topology,
         "chips_per_host": tpu.chips_per_host,
         "num_slices": training.slices,
-        "peak_tflops_per_device": tpu.generation.peak_bf16_tflops_per_chip,
+        "peak_tflops_per_device": tpu.generation.peak_bf16_tflops_per_device,
         # the staged copy of a hub model, through the mount (resolve.disk), and the wait for it
         "model": (training.model_path or spec.model) if spec.model else None,
         "model_wait_s": training.limits.model_wait_s if spec.model else None,
