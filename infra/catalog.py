@@ -140,6 +140,8 @@ GENERATIONS: dict[str, TpuGeneration] = {
             devices_per_chip=2,
             multi_host_placement="workload_policy",
             boot_disk_type="hyperdisk-balanced",
+            # torch_tpu 0.2.0 hardware.py _V7_TOPOLOGY: world sizes in devices, 4-D topologies
+            torch_tpu_world_topologies=((2, "1,1,1,2"), (4, "1,2,1,2"), (8, "2,2,1,2")),
         ),
     )
 }
@@ -174,6 +176,10 @@ TPU_TAINT_EFFECT = "NoSchedule"
 ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 SPOT_LABEL = "cloud.google.com/gke-spot"
+# Ray counts `TPU` per chip unless this says how many per chip (Ray 2.60
+# _private/accelerators/tpu.py get_tpu_resource_per_chip; read in the raylet, and in the process
+# that sizes a placement group: ScalingConfig, SlicePlacementGroup).
+RAY_TPU_RESOURCE_PER_CHIP = "RAY_TPU_RESOURCE_PER_CHIP"
 
 
 class CatalogError(ValueError):
@@ -222,6 +228,11 @@ class TpuSlice:
         return self.chips * self.generation.devices_per_chip
 
     @property
+    def device_word(self) -> str:
+        """What reports call one device: "chip" where a chip is one, else "device"."""
+        return "chip" if self.generation.devices_per_chip == 1 else "device"
+
+    @property
     def devices_per_host(self) -> int:
         return self.chips_per_host * self.generation.devices_per_chip
 
@@ -257,6 +268,11 @@ class TpuSlice:
     @property
     def pod_memory_gib(self) -> int:
         return int(MACHINE_TYPES[self.machine_type].memory_gib * 0.85)
+
+    def ray_env(self) -> dict[str, str]:
+        """What Ray processes need to count a `TPU` per device: nothing where a chip is one."""
+        per_chip = self.generation.devices_per_chip
+        return {RAY_TPU_RESOURCE_PER_CHIP: str(per_chip)} if per_chip > 1 else {}
 
     def node_labels(self) -> dict[str, str]:
         """Labels GKE puts on every node of the slice; pods select on them."""
