@@ -63,15 +63,16 @@ def tensor_parallel_options(engine: str, tpu: catalog.TpuSlice) -> list[int]:
     """The TP sizes the engine accepts on one slice of this shape (module docstring), by how
     its record says TP is formed (infra.engines)."""
     record = engines.get(engine)
+    devices, per_host = tpu.devices, tpu.devices_per_host  # a TP rank is a runtime device
     if tpu.multi_host and record.tp_across_hosts == "whole_slice":
-        return [tpu.chips]
+        return [devices]
     if not tpu.multi_host and record.tp_on_one_host == "runtime_worlds":
         worlds = [n for n, _ in tpu.generation.torch_tpu_world_topologies]
-        return [n for n in worlds if n <= tpu.chips and tpu.chips % n == 0] or [1]
-    return [  # divisors of the chips, whole hosts past one (Serve LLM's host bundles)
+        return [n for n in worlds if n <= devices and devices % n == 0] or [1]
+    return [  # divisors of the devices, whole hosts past one (Serve LLM's host bundles)
         tp
-        for tp in range(1, tpu.chips + 1)
-        if tpu.chips % tp == 0 and (tp <= tpu.chips_per_host or tp % tpu.chips_per_host == 0)
+        for tp in range(1, devices + 1)
+        if devices % tp == 0 and (tp <= per_host or tp % per_host == 0)
     ]
 
 
@@ -89,7 +90,7 @@ def torch_tpu_topology(tpu: catalog.TpuSlice, tensor_parallel: int) -> str | Non
     """TORCH_TPU_TOPOLOGY for a single-host engine using fewer chips than its host: the TPU
     webhook injects the whole slice's topology, which torch_tpu would take (and fail); None
     when the slice's own topology is right."""
-    if tpu.multi_host or tensor_parallel == tpu.chips:
+    if tpu.multi_host or tensor_parallel == tpu.devices:
         return None
     return dict(tpu.generation.torch_tpu_world_topologies).get(tensor_parallel)
 
@@ -275,7 +276,7 @@ def fit(
         max_model_len=max_model_len,
         in_flight_tokens=in_flight,
     )
-    runtime = tpu.generation.runtime_hbm_bytes_per_chip
+    runtime = tpu.generation.runtime_hbm_bytes_per_device
     usable = runtime * settings.memory_utilization
     activations = activation_bytes(facts, tp, tokens)
     sampler = sampler_bytes(facts, settings.max_num_seqs)
@@ -288,7 +289,7 @@ def fit(
         kv_gib_per_sequence=layout.bytes_per_sequence / GIB,
         usable_gib=usable / GIB,
         sequences=layout.sequences(free),
-        idle_chips=tpu.chips - tp,
+        idle_chips=tpu.devices - tp,  # devices (= chips but on TPU7x)
         memory_utilization=settings.memory_utilization,
         runtime_hbm_gib=runtime / GIB,
         activations_gib=activations / GIB,

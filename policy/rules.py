@@ -53,7 +53,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "tpu-topology-multi-host-only",
-        "placementPolicy.tpuTopology only on multi-host TPU pools, with COMPACT placement.",
+        "placementPolicy.tpuTopology only on multi-host TPU pools, placed as the generation says "
+        "(COMPACT, or a workload policy with no type).",
         "mandatory",
         tpu.tpu_topology_multi_host_only,
     ),

@@ -16,10 +16,12 @@ RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 
 
 def is_tpu_machine(machine_type: Any) -> bool:
-    """ct* machine types are Cloud TPU VMs, known to the catalog or not."""
-    return isinstance(machine_type, str) and (
-        machine_type in catalog.MACHINE_TYPES or machine_type.startswith("ct")
-    )
+    """Cloud TPU VMs, known to the catalog or not: ct* (v4 to v6e) or a family a catalog
+    generation names (tpu7x-*)."""
+    if not isinstance(machine_type, str):
+        return False
+    families = {"ct", *(f"{g.machine_type_prefix}-" for g in catalog.GENERATIONS.values())}
+    return machine_type in catalog.MACHINE_TYPES or machine_type.startswith(tuple(families))
 
 
 def single_host_topology(machine_type: str) -> str | None:
@@ -95,7 +97,8 @@ def tpu_topology_multi_host_only(
     args: ResourceValidationArgs, report_violation: ReportViolation
 ) -> None:
     """`placementPolicy.tpuTopology` only on multi-host pools (GKE rejects it on single-host
-    ones), and a multi-host slice needs COMPACT placement."""
+    ones), and a multi-host slice placed as its generation says: COMPACT, or a workload policy
+    (`policyName`, with `type` empty: GKE refuses COMPACT there and never stores a type)."""
     if not _tpu_pool(args):
         return
     topology = get(args.props, "placementPolicy.tpuTopology")
@@ -112,12 +115,18 @@ def tpu_topology_multi_host_only(
             "rejects placementPolicy.tpuTopology on single-host pools: remove it",
             None,
         )
-    elif get(args.props, "placementPolicy.type") != "COMPACT":
+        return
+    kind = get(args.props, "placementPolicy.type") or ""
+    policy = get(args.props, "placementPolicy.policyName")
+    where = f"node pool {args.name}: a multi-host {tpu.generation.name} slice ({topology})"
+    if tpu.workload_policy and (kind or not policy):
         report_violation(
-            f"node pool {args.name}: a multi-host slice ({topology}) needs "
-            f"placementPolicy.type COMPACT, not {get(args.props, 'placementPolicy.type')!r}",
+            f"{where} is placed by a workload policy: placementPolicy.policyName set and "
+            f"placementPolicy.type empty; got type {kind!r}, policyName {policy!r}",
             None,
         )
+    elif not tpu.workload_policy and kind != "COMPACT":
+        report_violation(f"{where} needs placementPolicy.type COMPACT, not {kind!r}", None)
 
 
 def tpu_compact_single_zone(

@@ -3,10 +3,11 @@ pool per slice, parented to their config pool) and GPU pools."""
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NotRequired, TypedDict, TypeVar
 
 import pulumi
+from pulumi_gcp.compute import ResourcePolicy
 from pulumi_gcp.container import NodePool
 
 from infra.components._args import TpuPoolRefArgs
@@ -302,6 +303,7 @@ class TpuSlicePool(_Pool):
 
     def _build(self, pool: PoolPlan, slices: Sequence[NodePoolPlan], joins: PoolCluster) -> None:
         name = self._component_name
+        slices = self._placed(pool, slices, joins)
         self.node_pools = [self.gke_node_pool(f"{name}-s{p.slice_index}", p, joins) for p in slices]
         self.pool = pool
         # What a RayTrainingJob or LlmService on this pool takes as its `pool` argument.
@@ -314,6 +316,32 @@ class TpuSlicePool(_Pool):
         self.register(
             machine_type=pool.slice.machine_type, topology=pool.slice.topology, slices=pool.slices
         )
+
+    def _placed(
+        self, pool: PoolPlan, slices: Sequence[NodePoolPlan], joins: PoolCluster
+    ) -> list[NodePoolPlan]:
+        """The slices, each naming the pool's workload policy where its generation places
+        multi-host slices so (TPU7x): one ResourcePolicy per pool, i.e. per (region, topology)."""
+        wanted = next((p.workload_policy for p in slices if p.workload_policy), None)
+        if wanted is None:
+            return list(slices)
+        policy_name = pulumi.Output.from_input(joins.cluster).apply(
+            lambda cluster: node_pools.workload_policy_name(
+                str(cluster), pool.name, pool.slice.topology
+            )
+        )
+        self.workload_policy = ResourcePolicy(
+            f"{self._component_name}-placement",
+            name=policy_name,
+            **({"project": joins.project} if joins.project else {}),
+            **wanted,
+            opts=self.child_options(),
+        )
+        placed = []
+        for plan in slices:
+            placement = {**plan.args["placement_policy"], "policy_name": self.workload_policy.name}
+            placed.append(replace(plan, args={**plan.args, "placement_policy": placement}))
+        return placed
 
     def as_argument(self, field: str) -> dict[str, Any] | None:
         """Given as a workload's `pool`: its reference (name, machine type, topology, ...)."""

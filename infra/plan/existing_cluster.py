@@ -94,6 +94,12 @@ def _update(facts: ClusterFacts, flag: str) -> str:
     return f"gcloud container clusters update {facts.name} --location {facts.location} {flag}"
 
 
+def _floor(generation: catalog.TpuGeneration) -> tuple[int, ...]:
+    version = gke.parse(generation.min_gke_version)
+    assert version is not None, generation.min_gke_version
+    return (version.major, version.minor, version.patch or 0, version.gke or 0)
+
+
 def problems(
     facts: ClusterFacts,
     *,
@@ -127,7 +133,10 @@ def problems(
             + ", or install KubeRay by Helm (kuberay_install: helm)"
         )
     version = gke.parse(facts.version)
-    needs = [(f"TPU {g.name}", g.min_gke_version) for g in catalog.GENERATIONS.values()]
+    # The oldest generation's floor: the cluster must take some TPU pool. A newer generation's
+    # floor (TPU7x 1.34) is the pool's to check, as the stack's rules do (rules.pools).
+    oldest = min(catalog.GENERATIONS.values(), key=_floor)
+    needs = [(f"TPU {oldest.name}", oldest.min_gke_version)]
     if kuberay_install == "addon":
         needs.append(("GKE's Ray Operator add-on", str(gke.minimum("ray-operator-addon")[0])))
     for what, minimum in needs:

@@ -1,12 +1,19 @@
 """GKE node pools as plain argument dicts (snake_case, the shape pulumi-gcp's NodePool takes).
 
 One node pool per TPU slice: a multi-host slice is atomic (0 or all hosts), so each slice scales
-on its own, between 0 nodes while idle and exactly its hosts. `placement_policy` with COMPACT and
-`tpu_topology` only on multi-host pools: GKE rejects a topology on a single-host pool.
+on its own, between 0 nodes while idle and exactly its hosts. `placement_policy` only on
+multi-host pools (GKE rejects a topology on a single-host pool), as the generation places them:
+COMPACT beside `tpu_topology` (v6e), or a workload policy (TPU7x): a regional compute
+ResourcePolicy {HIGH_THROUGHPUT, accelerator_topology} the pool names, with `type` "" (pulumi-gcp
+requires the field; GKE refuses COMPACT beside a workload policy and never returns a type, so ""
+is what the provider reads back: no diff) and `tpu_topology` equal to the policy's (GKE stores
+the topology it derives from the policy; the provider's field is Optional, not Computed, so
+leaving it out would diff against what it reads back; Google's cluster-toolkit sends it).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,6 +37,18 @@ class NodePoolPlan:
     chips: int = 0  # TPU: chips of one slice
     slice_index: int = 0
     taints: list[dict[str, str]] = field(default_factory=list)
+    # TPU7x multi-host: the ResourcePolicy arguments (but its name) the pool's placement_policy
+    # names; its component makes one per pool (region, topology) and fills in policy_name.
+    workload_policy: dict[str, Any] | None = None
+
+
+def workload_policy_name(cluster: str, pool: str, topology: str) -> str:
+    """A workload policy's name, unique per (project, region): the cluster's, the pool's and the
+    topology's names, RFC 1035 and at most 63 characters (longer ones end in a short hash)."""
+    name = f"{cluster.rsplit('/', 1)[-1]}-{pool}-{topology}"
+    if len(name) <= 63:
+        return name
+    return f"{name[:54].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def _taint(key: str, value: str) -> dict[str, str]:
@@ -59,13 +78,18 @@ def _capacity_args(capacity: str, reservation: str | None) -> dict[str, Any]:
 
 
 def _node_config(
-    machine_type: str, labels: dict[str, str], taints: list[dict[str, str]], disk_size_gb: int
+    machine_type: str,
+    labels: dict[str, str],
+    taints: list[dict[str, str]],
+    disk_size_gb: int,
+    disk_type: str | None = None,
 ) -> dict[str, Any]:
     return {
         "machine_type": machine_type,
         "labels": labels,
         "taints": taints,
         "disk_size_gb": disk_size_gb,
+        **({"disk_type": disk_type} if disk_type else {}),
         "oauth_scopes": [CLOUD_PLATFORM_SCOPE],
         "workload_metadata_config": {"mode": "GKE_METADATA"},
         "shielded_instance_config": {
@@ -105,7 +129,9 @@ def tpu_slice_pools(plan: PoolPlan, zone: str, disk_gb: int | None = None) -> li
     for index in range(pool.slices):
         labels = {POOL_LABEL: pool.name, SLICE_LABEL: str(index), ROLE_LABEL: "tpu"}
         node_config = {
-            **_node_config(pool.machine_type, labels, taints, disk_gb),
+            **_node_config(
+                pool.machine_type, labels, taints, disk_gb, tpu.generation.boot_disk_type
+            ),
             **_capacity_args(pool.capacity, pool.reservation),
         }
         if pool.max_run_duration:
@@ -128,7 +154,17 @@ def tpu_slice_pools(plan: PoolPlan, zone: str, disk_gb: int | None = None) -> li
                 args["autoscaling"]["location_policy"] = "ANY"
         else:
             args["node_count"] = tpu.hosts
-        if tpu.multi_host:
+        workload_policy = None
+        if tpu.workload_policy:
+            args["placement_policy"] = {"type": "", "tpu_topology": tpu.topology}
+            workload_policy = {
+                "region": zone.rsplit("-", 1)[0],
+                "workload_policy": {
+                    "type": "HIGH_THROUGHPUT",
+                    "accelerator_topology": tpu.topology,
+                },
+            }
+        elif tpu.multi_host:
             args["placement_policy"] = {"type": "COMPACT", "tpu_topology": tpu.topology}
         if pool.capacity == "queued":
             args["queued_provisioning"] = {"enabled": True}
@@ -142,6 +178,7 @@ def tpu_slice_pools(plan: PoolPlan, zone: str, disk_gb: int | None = None) -> li
                 chips=tpu.chips,
                 slice_index=index,
                 taints=taints,
+                workload_policy=workload_policy,
             )
         )
     return plans

@@ -152,7 +152,9 @@ def rl_rayjob(rl: RlPlan, pods: ray.RayPods, *, hf_token: bool = False) -> dict[
     )
     body: dict[str, Any] = {
         "entrypoint": literal(rl_entrypoint(rl_flags(rl))),  # infra.plan.kubelet
-        "runtimeEnvYAML": yaml.safe_dump(ray.training_runtime_env(), sort_keys=True),
+        "runtimeEnvYAML": yaml.safe_dump(
+            ray.training_runtime_env(rl.learner.slice), sort_keys=True
+        ),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
         "activeDeadlineSeconds": spec.active_deadline_seconds,

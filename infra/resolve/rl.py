@@ -107,11 +107,11 @@ def learner_fit(
     """The learner's step per chip with the reference in it, at the pinned micro-batch or the
     largest that fits (the training fit's own choice when there is no reference)."""
     training, tpu = learner_training(spec), learner.slice
-    reference = reference_bytes(facts, spec, tpu.chips)
+    reference = reference_bytes(facts, spec, tpu.devices)
     fit = fit_training(facts, training, tpu, 1)
     if fit is None or not reference:
         return fit
-    share = training.global_batch_size // tpu.chips
+    share = training.global_batch_size // tpu.devices
     micros = [spec.micro_batch_size] if spec.micro_batch_size else range(share, 0, -1)
     candidates = []
     for micro in micros:
@@ -140,7 +140,7 @@ def resolve_rollout(
         tp = spec.tensor_parallel_size
         if tp is None:
             fitting = [t for t in options if (f := _engine_fit(facts, tpu, t, spec)) and f.fits]
-            tp = (fitting or list(options) or [tpu.slice.chips])[0]
+            tp = (fitting or list(options) or [tpu.slice.devices])[0]
         fit = _engine_fit(facts, tpu, tp, spec) if tp in options else None
         return RolloutPlan(
             kind="tpu",
@@ -150,7 +150,7 @@ def resolve_rollout(
             tensor_parallel=tp,
             options=options,
             groups=tpu.slices,
-            engines_per_group=tpu.slice.chips // tp if tp else 0,
+            engines_per_group=tpu.slice.devices // tp if tp else 0,
             hosts=tpu.total_hosts,
             max_model_len=length,
             fit=fit,
@@ -205,7 +205,7 @@ def resolve_rl(
         if rl.model
         else FactsLookup(None, (), "park:rl.model is not set")
     )
-    workers, hosts = learner.slice.chips, learner.slice.hosts
+    workers, hosts = learner.slice.devices, learner.slice.hosts  # a worker per device
     fit = learner_fit(facts.facts, rl, learner) if facts.facts is not None else None
     share = (rl.prompts_per_step * rl.group_size) // workers
     micro, accumulation = micro_batches(fit, rl.micro_batch_size, share)

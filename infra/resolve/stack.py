@@ -129,8 +129,9 @@ def resolve_pool(spec: TpuPoolConfig, index: int = 0) -> PoolPlan:
 
 
 def training_workers(pool: PoolPlan, slices: int) -> tuple[int, int]:
-    """(workers, hosts) of a run on `slices` slices: one worker per chip, one pod per host."""
-    return pool.slice.chips * slices, pool.slice.hosts * slices
+    """(workers, hosts) of a run on `slices` slices: one worker per device (a chip but on
+    TPU7x, two per chip), one pod per host."""
+    return pool.slice.devices * slices, pool.slice.hosts * slices
 
 
 def export_path(storage_path: str, run_name: str, spec: TrainingConfig) -> str | None:
@@ -197,7 +198,7 @@ def served_model_wait(
 def resolve_served_model(
     model: ServedModel, index: int, tpu: catalog.TpuSlice, run: RunExport | None
 ) -> ServedModelPlan:
-    tp = model.tensor_parallel_size or tpu.chips
+    tp = model.tensor_parallel_size or tpu.devices  # every device of one slice
     source: str | None = model.source
     base = model.base_model
     from_run = model.source in (TRAINING_SOURCE, RL_SOURCE)
@@ -232,7 +233,7 @@ def resolve_served_model(
         tensor_parallel=tp,
         min_slices=model.min_replicas,
         max_slices=model.max_replicas,
-        idle_chips_per_replica=max(tpu.chips - tp, 0),
+        idle_chips_per_replica=max(tpu.devices - tp, 0),  # devices on TPU7x
         facts=facts,
         fit=fit,
         memory_utilization=utilization,

@@ -56,7 +56,7 @@ def fit_training(
         "pinned": spec.micro_batch_size,
         **overrides,
     }
-    workers = tpu.chips * slices
+    workers = tpu.devices * slices  # one Ray Train worker per runtime device
     share, rest = divmod(spec.global_batch_size, workers)
     pinned = settings.pop("pinned")
     if rest or not share or not sizable(facts):
@@ -69,8 +69,8 @@ def fit_training(
         pinned=pinned,
         world_size=workers,
         # FSDP2 shards over one slice's chips; across slices it is HSDP (replicas per slice).
-        shard_size=tpu.chips if settings["strategy"] == "fsdp2" else 1,
-        usable_bytes=tpu.generation.runtime_hbm_bytes_per_chip,
+        shard_size=tpu.devices if settings["strategy"] == "fsdp2" else 1,
+        usable_bytes=tpu.generation.runtime_hbm_bytes_per_device,
         loss_chunk_tokens=LOSS_CHUNK_TOKENS,
         **settings,
     )

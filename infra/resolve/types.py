@@ -73,12 +73,13 @@ class GpuPoolPlan:
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    """The training RayJob: one Ray Train worker per chip of `slices` slices of its pool."""
+    """The training RayJob: one Ray Train worker per device (a chip but on TPU7x) of `slices`
+    slices of its pool."""
 
     spec: TrainingConfig
     pool: PoolPlan
     slices: int
-    workers: int  # chips of those slices
+    workers: int  # devices of those slices (chips but on TPU7x)
     hosts: int  # TPU hosts (Ray worker pods) of those slices
     image: str
     run_name: str

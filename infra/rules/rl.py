@@ -226,7 +226,7 @@ def _learner_fit(rl: RlPlan) -> list[ConfigProblem]:
     ):
         other = fit_training(facts, training, tpu, 1, **overrides)
         changed = spec.model_copy(update={"strategy": overrides.get("strategy", spec.strategy)})
-        reference = reference_bytes(facts, changed, tpu.chips)
+        reference = reference_bytes(facts, changed, tpu.devices)
         if other is not None and other.total_bytes + reference <= other.usable_bytes:
             other = replace(other, params_bytes=other.params_bytes + reference)
             if other != fit:

@@ -79,7 +79,7 @@ def bigger_slice(
         key=lambda s: (s.chips, s.hosts, s.machine_type),
     )
     for candidate in larger:
-        workers = candidate.chips * training.slices
+        workers = candidate.devices * training.slices
         batch = None
         if spec.global_batch_size % workers:
             batch = -(-spec.global_batch_size // workers) * workers

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic.alias_generators import to_camel
 
-from infra import engine, engines, model_facts
+from infra import catalog, engine, engines, model_facts
 from infra.resolve import ServedModelPlan, StackPlan
 from infra.rules import training_memory, workload_flags
 from infra.schema.errors import ConfigProblem
@@ -18,6 +18,13 @@ from workloads.train import model_rules
 
 # Engine arguments the stack sets from its own keys.
 RESERVED_ENGINE_KWARGS = ("tensor_parallel_size", "max_model_len", "enable_expert_parallel")
+
+
+def _devices(tpu: catalog.TpuSlice) -> str:
+    """What a slice offers TP, e.g. 8 chips, 4 per host; on TPU7x its devices too."""
+    if tpu.devices == tpu.chips:
+        return f"{tpu.chips} chips, {tpu.chips_per_host} per host"
+    return f"{tpu.chips} chips, {tpu.devices} devices, {tpu.devices_per_host} per host"
 
 
 def _pool_ref(key: str, name: str, config: StackConfig) -> list[ConfigProblem]:
@@ -271,8 +278,8 @@ def _model_problems(plan: StackPlan, model: ServedModelPlan) -> list[ConfigProbl
             ConfigProblem(
                 f"{prefix}.tensorParallelSize",
                 tp,
-                f"does not fit a {tpu.machine_type} {tpu.topology} slice ({tpu.chips} chips, "
-                f"{tpu.chips_per_host} per host) on {engine_name}: {why}; allowed: "
+                f"does not fit a {tpu.machine_type} {tpu.topology} slice ({_devices(tpu)}) on "
+                f"{engine_name}: {why}; allowed: "
                 f"{', '.join(map(str, options))}",
             )
         )

@@ -126,8 +126,9 @@ def _check_rayjob(
     if chips is None:
         return
     slices = _int(group.get("replicas", 1)) or 1
+    per_chip = tpu_groups.devices_per_chip(group)  # a worker per Ray TPU unit (device)
     expected = {
-        "num_workers": str(chips * slices),
+        "num_workers": str(chips * per_chip * slices),
         "tpu_topology": topology,
         "chips_per_host": str(per_pod) if per_pod else None,
         "num_slices": str(slices),
@@ -139,7 +140,8 @@ def _check_rayjob(
                 name,
                 "spec.entrypoint",
                 f"{protocol.flag(field)} {have} but {base}.workerGroupSpecs[{i}] gives {want} "
-                f"({slices} x {topology} slice(s), one worker per chip)",
+                f"({slices} x {topology} slice(s), one worker per Ray TPU unit, "
+                f"{per_chip} per chip)",
             )
 
 
@@ -228,13 +230,13 @@ def _check_rayservice(
                 yield ManifestProblem(
                     name,
                     f"{at}.engine_kwargs.tensor_parallel_size",
-                    f"{tp} does not fit a {topology} slice ({tpu.chips} chips, "
-                    f"{tpu.chips_per_host} per host)",
+                    f"{tp} does not fit a {topology} slice ({tpu.devices} devices, "
+                    f"{tpu.devices_per_host} per host)",
                 )
             env = _get(llm, "runtime_env", "env_vars") or {}
             needed = engines.get(engine_name).multi_host_env
             missing = [f"{k}={v}" for k, v in needed if env.get(k) != v]
-            if tp > tpu.chips_per_host and missing:
+            if tp > tpu.devices_per_host and missing:
                 yield ManifestProblem(
                     name,
                     f"{at}.runtime_env.env_vars",

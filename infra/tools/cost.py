@@ -261,7 +261,7 @@ def _training_run(plan: StackPlan, pools: dict[str, PoolCost]) -> RunCost | None
     if training is None:
         return None
     spec, pool = training.spec, training.pool
-    chips = training.workers  # one worker per chip
+    chips = training.pool.slice.chips * training.slices  # priced per chip, not per worker
     hours = spec.steps * spec.estimated_step_seconds / 3600
     price = pools[pool.name].price
     cost = None if price is None else chips * hours * price.value

@@ -1,5 +1,5 @@
-"""The recorded `gcp:container` Cluster and NodePool inputs, and the `gcp:compute` Firewall,
-checked against Google's own API schemas.
+"""The recorded `gcp:container` Cluster and NodePool inputs, and the `gcp:compute` Firewall and
+ResourcePolicy (TPU7x workload policies), checked against Google's own API schemas.
 
 The schemas are Google's discovery documents (infra/schemas/gke-container-v1/container.v1.json,
 and the Firewall schemas of compute.v1 in infra/schemas/gce-compute-v1/, from
@@ -9,7 +9,9 @@ google) names some fields differently from the API; `cluster_body` / `node_pool_
 field must exist in the API's schema, with the API's type, and every enum value must be one the
 API lists. A field or enum value the API marks deprecated (`deprecated`, `enumDeprecated`: "no
 longer supported") is a problem too: GKE may ignore or refuse it. A field the provider keeps for
-itself (deletionProtection, removeDefaultNodePool, ...) is not sent.
+itself (deletionProtection, removeDefaultNodePool, ...) is not sent, nor is an empty string:
+the provider's API client omits empty fields (`json:",omitempty"`), so a TPU7x pool's
+`placementPolicy.type: ""` reaches GKE as no type at all.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ COMPUTE_DISCOVERY = (
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 FIREWALL = "gcp:compute/firewall:Firewall"
+RESOURCE_POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
 
 # Provider-only arguments: they shape what the provider does, the API never sees them.
 CLUSTER_PROVIDER_ONLY = {"deletionProtection", "removeDefaultNodePool", "location", "project"}
 NODE_POOL_PROVIDER_ONLY = {"cluster", "location", "project", "nodeCount"}
 FIREWALL_PROVIDER_ONLY = {"project", "deletionPolicy"}
+RESOURCE_POLICY_PROVIDER_ONLY = {"project"}
 # Deprecated API fields the pinned provider (pulumi-gcp 10.2.0) has no other way to express; any
 # other deprecated field or enum value is a problem. Re-check when the provider is upgraded.
 PROVIDER_DEPRECATED = {
@@ -157,6 +161,15 @@ def firewall_body(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
+def _sent(value: Any) -> Any:
+    """What the API client serializes: empty strings left out, as `omitempty` does."""
+    if isinstance(value, Mapping):
+        return {k: _sent(v) for k, v in value.items() if v != ""}
+    if isinstance(value, list):
+        return [_sent(v) for v in value]
+    return value
+
+
 def _problems(
     value: Any, schema: Mapping[str, Any], path: str, schemas: Mapping[str, Any] | None = None
 ) -> list[str]:
@@ -240,11 +253,16 @@ def check(resource_type: str, name: str, inputs: Mapping[str, Any]) -> list[str]
     elif resource_type == FIREWALL:
         body, schema = firewall_body(inputs), "Firewall"
         schemas = compute_discovery()["schemas"]
+    elif resource_type == RESOURCE_POLICY:
+        body = {k: v for k, v in inputs.items() if k not in RESOURCE_POLICY_PROVIDER_ONLY}
+        schema, schemas = "ResourcePolicy", compute_discovery()["schemas"]
     else:
         return []
+    body = _sent(body)
     return [f"{schema} {name}: {p}" for p in _problems(body, {"$ref": schema}, schema, schemas)]
 
 
 def check_resources(resources: list[Any]) -> list[str]:
-    """Every Cluster, NodePool and Firewall of a render (`infra.tools.render.Resource`s)."""
+    """Every Cluster, NodePool, Firewall and ResourcePolicy of a render
+    (`infra.tools.render.Resource`s)."""
     return [p for r in resources for p in check(r.type, r.name, r.inputs)]

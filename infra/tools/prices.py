@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra import datafile
+from infra import catalog, datafile
 from infra.resolve import StackPlan
 
 PRICES_FILE = Path(__file__).resolve().parents[1] / "data" / "prices.yaml"
@@ -69,8 +69,9 @@ def load_prices(plan: StackPlan, path: Path = PRICES_FILE) -> PriceSheet:
     own = plan.spec.prices
     overridden = bool(own.tpu_chip_hour or own.machine_hour or own.cluster_hour is not None)
     for cap, value in own.tpu_chip_hour.items():
-        for generation in tpu:
-            tpu[generation][cap] = Price(float(value), OVERRIDE)
+        # every catalog generation, listed in prices.yaml or not (TPU7x has no published price)
+        for generation in {*tpu, *catalog.GENERATIONS}:
+            tpu.setdefault(generation, {})[cap] = Price(float(value), OVERRIDE)
     for name, value in own.machine_hour.items():
         machines[name] = Price(float(value), OVERRIDE)
     if own.cluster_hour is not None:

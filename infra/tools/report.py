@@ -104,17 +104,18 @@ def fit_table(plan: StackPlan) -> Table | None:
     if plan.serving is None or not plan.serving.models:
         return None
     tpu = plan.serving.pool.slice
+    unit = tpu.device_word
     table = Table(
-        title=f"serving fit on {tpu.machine_type} {tpu.topology} ({tpu.chips} chips, "
+        title=f"serving fit on {tpu.machine_type} {tpu.topology} ({tpu.devices} {unit}s, "
         f"{tpu.runtime_hbm_gib:.2f} GiB HBM each as the runtime reports it)",
-        caption="per chip; usable = HBM x gpu_memory_utilization; reserve = the engine's profile "
-        "batch (max_num_batched_tokens) + sampler logits + runtime margin; KV cache = usable - "
-        "weights - reserve; KV/sequence = what vLLM reserves for one maxModelLen request "
+        caption=f"per {unit}; usable = HBM x gpu_memory_utilization; reserve = the engine's "
+        "profile batch (max_num_batched_tokens) + sampler logits + runtime margin; KV cache = "
+        "usable - weights - reserve; KV/sequence = what vLLM reserves for one maxModelLen request "
         "(sliding layers: window - 1 + in-flight tokens + a block); sequences = such requests "
         "at once",
     )
-    columns = ("model", "TP", "weights/chip", "reserve", "usable", "KV cache", "KV bytes/token")
-    for column in (*columns, "KV/sequence", "sequences", "idle chips"):
+    columns = ("model", "TP", f"weights/{unit}", "reserve", "usable", "KV cache", "KV bytes/token")
+    for column in (*columns, "KV/sequence", "sequences", f"idle {unit}s"):
         table.add_column(column, justify="left" if column == "model" else "right")
     table.add_column("facts from")
     for model in plan.serving.models:
@@ -170,14 +171,15 @@ def training_fit_table(plan: StackPlan) -> Table | None:
         return None
     spec, tpu, fit = training.spec, training.pool.slice, training.fit
     model = spec.model or f"GPT preset {spec.model_size}"
+    unit = tpu.device_word
     table = Table(
-        title=f"training fit: {model}, {spec.strategy} on {training.workers} chips "
+        title=f"training fit: {model}, {spec.strategy} on {training.workers} {unit}s "
         f"({training.slices} x {tpu.machine_type} {tpu.topology})",
-        caption=f"per chip; global batch {spec.global_batch_size} = {training.workers} chips x "
+        caption=f"per {unit}; global batch {spec.global_batch_size} = {training.workers} {unit}s x "
         f"micro-batch {training.micro_batch} x {training.accumulation_steps} accumulation "
         f"step(s), {spec.seq_len} tokens each",
     )
-    table.add_column("per chip")
+    table.add_column(f"per {unit}")
     table.add_column("GiB", justify="right")
     table.add_column("what")
     if fit is None:

@@ -179,9 +179,9 @@ def manifest_sections(
     if resources is not None:
         yield Section(
             "gke",
-            f"Cluster, NodePool and Firewall inputs vs Google's API schemas (container "
-            f"{gke_api.revision()}, compute {gke_api.compute_revision()}, after the provider's "
-            "renames)",
+            "Cluster, NodePool, Firewall and ResourcePolicy inputs vs Google's API schemas "
+            f"(container {gke_api.revision()}, compute {gke_api.compute_revision()}, after the "
+            "provider's renames)",
             gke_api.check_resources(resources),
         )
     custom = sum(1 for d in docs if (d.get("apiVersion"), d.get("kind")) in crd_schemas())

@@ -121,10 +121,10 @@ def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
     entry = spec["entrypoint"]
     assert entry.startswith("python -m workloads.train ")
     for flag, value in [
-        ("--num-workers", tpu.chips * config.training.num_slices),
+        ("--num-workers", tpu.devices * config.training.num_slices),  # a worker per device
         ("--tpu-topology", tpu.topology),
         ("--torch-tpu-topology", tpu.torch_tpu_topology),
-        ("--tpu-accelerator-type", "TPU-V6E"),
+        ("--tpu-accelerator-type", tpu.ray_accelerator_type),
         ("--strategy", config.training.strategy),
         ("--storage-path", f"gs://{rendered.plan.names.bucket}/checkpoints"),
     ]:
@@ -145,12 +145,16 @@ def test_rayservice_serves_through_ray_serve_llm(rendered):
     assert app["import_path"] == "ray.serve.llm:build_openai_app"
     _, tpu = _pool(config, config.serving.pool)
     for model, llm in zip(config.serving.models, app["args"]["llm_configs"], strict=True):
-        assert llm["accelerator_type"] == "TPU-V6E"
+        assert llm["accelerator_type"] == tpu.ray_accelerator_type
         assert llm["accelerator_config"] == {"kind": "tpu", "topology": tpu.topology}
         assert llm["engine_kwargs"]["tensor_parallel_size"] == (
-            model.tensor_parallel_size or tpu.chips
+            model.tensor_parallel_size or tpu.devices
         )
         env = llm["runtime_env"]["env_vars"]
+        # Ray counts a TPU unit per device where a chip is two (Ray 2.60 get_tpu_resource_per_chip)
+        assert env.get("RAY_TPU_RESOURCE_PER_CHIP") == (
+            str(tpu.generation.devices_per_chip) if tpu.generation.devices_per_chip > 1 else None
+        )
         assert (env.get("TPU_MULTIHOST_BACKEND") == "ray") == tpu.multi_host
     svc = service["spec"]["serveService"]["spec"]
     assert svc["type"] == "ClusterIP"

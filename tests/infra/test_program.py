@@ -14,6 +14,7 @@ from tests.conftest import STACKS_DIR
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
+RESOURCE_POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
 
 
 def test_one_node_pool_per_slice(rendered):
@@ -23,7 +24,19 @@ def test_one_node_pool_per_slice(rendered):
         assert sorted(p.name for p in pools) == [f"{pool.name}-s{i}" for i in range(pool.slices)]
         for node_pool in pools:
             inputs = node_pool.inputs
-            if tpu.multi_host:
+            if tpu.workload_policy:
+                # a workload policy (TPU7x): GKE refuses COMPACT there and stores no type
+                (policy,) = [r for r in rendered.of_type(RESOURCE_POLICY) if r.parent == pool.name]
+                assert policy.inputs["workloadPolicy"] == {
+                    "type": "HIGH_THROUGHPUT",
+                    "acceleratorTopology": tpu.topology,
+                }
+                assert inputs["placementPolicy"] == {
+                    "type": "",
+                    "policyName": policy.inputs["name"],
+                    "tpuTopology": tpu.topology,
+                }
+            elif tpu.multi_host:
                 assert inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": tpu.topology}
             else:
                 assert "placementPolicy" not in inputs
@@ -35,6 +48,7 @@ def test_one_node_pool_per_slice(rendered):
                 assert inputs["nodeCount"] == tpu.hosts
             node_config = inputs["nodeConfig"]
             assert node_config["machineType"] == pool.machine_type
+            assert node_config.get("diskType") == tpu.generation.boot_disk_type
             assert {"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"} in (
                 node_config["taints"]
             )

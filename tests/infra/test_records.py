@@ -183,3 +183,78 @@ def test_adding_an_engine_and_a_generation_is_data():
     serve_group = out["rayservice"]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
     assert serve_group["numOfHosts"] == 1
     assert serve_group["template"]["spec"]["containers"][0]["image"] == out["serving_image"]
+
+
+# A made-up generation after TPU7x (two devices per chip, a workload policy, its own boot disk):
+# only rows, then the ironwood stack's pools moved onto it.
+ADD_NEXT_GENERATION_AND_RENDER = textwrap.dedent(
+    """
+    import dataclasses, json
+    import yaml
+    from infra import catalog
+
+    def tuples(value):
+        return tuple(map(tuples, value)) if isinstance(value, list) else value
+
+    rows = yaml.safe_load(open("tests/data/records/next-generation.yaml"))
+    generation = catalog.TpuGeneration(**{k: tuples(v) for k, v in rows["generation"].items()})
+    catalog.GENERATIONS[generation.name] = generation
+    for row in rows["machine_types"]:
+        machine = catalog.TpuMachineType(**{k: tuples(v) for k, v in row.items()})
+        catalog.MACHINE_TYPES[machine.name] = machine
+    # ---- the pipeline, untouched -----------------------------------------------------------
+    from pathlib import Path
+    from infra.plan import node_pools, ray
+    from infra.stack import from_values, read_offline
+    from infra.tools.checks import check_manifests
+
+    offline = read_offline(Path("stacks/Pulumi.ironwood.yaml"))
+    values = dict(offline.values)
+    values["park:tpuPools"] = [
+        {**p, "machineType": "tpu9z-standard-4t"} for p in values["park:tpuPools"]
+    ]
+    plan = from_values(values, offline.stack)
+    pods = ray.ray_pods(plan)
+    job = ray.rayjob(plan.training, pods)
+    service = ray.rayservice(plan.serving, pods, hf_token=False)
+    print(json.dumps({
+        "problems": [str(p) for p in check_manifests([job, service], plan)],
+        "node_pools": [dataclasses.asdict(p) for p in node_pools.all_node_pools(plan)],
+        "rayjob": job,
+        "serve_config": ray.serve_config(plan.serving, pods),
+    }, default=str))
+    """
+)
+
+
+def test_a_next_generation_is_a_record_too():
+    done = subprocess.run(
+        [sys.executable, "-c", ADD_NEXT_GENERATION_AND_RENDER],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["problems"] == []
+    pools = {p["pool"]: p for p in out["node_pools"] if p["kind"] == "tpu"}
+    train, serve = pools["train-7x"], pools["serve-7x"]
+    # placed by a workload policy, as the row says; the single-host slice takes none
+    assert train["args"]["placement_policy"] == {"type": "", "tpu_topology": "2x2x2"}
+    assert train["workload_policy"]["workload_policy"]["accelerator_topology"] == "2x2x2"
+    assert "placement_policy" not in serve["args"] and serve["workload_policy"] is None
+    assert train["args"]["node_config"]["disk_type"] == "hyperdisk-ml"
+    # a Ray Train worker per device: 2 hosts x 4 chips x 2 devices
+    entry = out["rayjob"]["spec"]["entrypoint"]
+    assert "--num-workers 16 " in entry and "--torch-tpu-topology 2,2,2,2 " in entry
+    assert "--peak-tflops-per-device 2000 " in entry
+    group = out["rayjob"]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert json.loads(json.loads(group["rayStartParams"]["resources"])) == {"TPU": 8}
+    container = group["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"][catalog.TPU_RESOURCE] == "4"  # chips
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["RAY_TPU_RESOURCE_PER_CHIP"] == "2"
+    (llm,) = out["serve_config"]["applications"][0]["args"]["llm_configs"]
+    assert llm["accelerator_type"] == "TPU-V9Z"
+    assert llm["runtime_env"]["env_vars"]["RAY_TPU_RESOURCE_PER_CHIP"] == "2"

@@ -77,7 +77,7 @@ def test_learner_fit_is_the_training_fit_of_the_learner_step(plan):
         pinned=spec.micro_batch_size,
         world_size=rl.workers,
         shard_size=tpu.chips,  # fsdp2 over the slice
-        usable_bytes=tpu.generation.runtime_hbm_bytes_per_chip,
+        usable_bytes=tpu.generation.runtime_hbm_bytes_per_device,
         loss_chunk_tokens=LOSS_CHUNK_TOKENS,
         strategy=spec.strategy,
         seq_len=spec.max_prompt_tokens + spec.max_response_tokens,
@@ -509,7 +509,7 @@ def test_the_8b_stack_fits_both_sides_and_says_so_at_preview():
         pinned=None,
         world_size=rl.workers,
         shard_size=tpu.chips,
-        usable_bytes=tpu.generation.runtime_hbm_bytes_per_chip,
+        usable_bytes=tpu.generation.runtime_hbm_bytes_per_device,
         loss_chunk_tokens=LOSS_CHUNK_TOKENS,
         strategy="fsdp2",
         seq_len=rl.seq_len,

@@ -18,7 +18,7 @@ from infra import catalog, model_facts, model_lookup
 from infra.resolve import training_fit
 from infra.resolve.training_fit import GIB, best_micro_batch, describe, estimate, shapes
 
-V6E = catalog.GENERATIONS["v6e"].runtime_hbm_bytes_per_chip  # 31.25 GiB
+V6E = catalog.GENERATIONS["v6e"].runtime_hbm_bytes_per_device  # 31.25 GiB
 
 
 def facts(repo: str) -> model_facts.ModelFacts:

@@ -81,7 +81,7 @@ def _direct(plan, micro_batch: int, **settings):
         activation_checkpointing=settings.get(
             "activation_checkpointing", spec.activation_checkpointing
         ),
-        usable_bytes=tpu.generation.runtime_hbm_bytes_per_chip,
+        usable_bytes=tpu.generation.runtime_hbm_bytes_per_device,
         loss_chunk_tokens=LOSS_CHUNK_TOKENS,
     )
 
@@ -102,7 +102,7 @@ def test_the_shipped_runs_fit_at_the_largest_micro_batch_that_does(stack):
         training.micro_batch,
         training.accumulation_steps,
     )
-    assert fit.usable_bytes == catalog.GENERATIONS["v6e"].runtime_hbm_bytes_per_chip
+    assert fit.usable_bytes == catalog.GENERATIONS["v6e"].runtime_hbm_bytes_per_device
     assert fit.total_bytes == _direct(plan, training.micro_batch).total_bytes
     larger = [m for m in range(training.micro_batch + 1, share + 1) if share % m == 0]
     assert not any(_direct(plan, m).fits for m in larger)
@@ -132,7 +132,7 @@ def test_a_run_that_cannot_fit_8_v6e_chips_is_refused_for_memory(model, strategy
     assert facts is not None and facts.params is not None
     shard = 8 if strategy == "fsdp2" else 1
     # fp32 weights, gradients and AdamW's two moments alone exceed what a v6e chip reports
-    assert facts.params * 16 / shard > catalog.GENERATIONS["v6e"].runtime_hbm_bytes_per_chip
+    assert facts.params * 16 / shard > catalog.GENERATIONS["v6e"].runtime_hbm_bytes_per_device
     problems = problems_of(_stack(model=model, strategy=strategy))
     message = problems["park:training.model"]
     assert "memory" in message

@@ -128,6 +128,20 @@ CASES = [
         _set("placementPolicy.type", None, name="serve-v6e-16-s1"),
         "COMPACT",
     ),
+    # TPU7x: GKE refuses COMPACT beside its workload policy ("Use workload policy instead")
+    Case(
+        "tpu-topology-multi-host-only",
+        "ironwood",
+        _set("placementPolicy.type", "COMPACT", name="train-7x-s0"),
+        "workload policy",
+    ),
+    # ... and a bare topology, no policy named
+    Case(
+        "tpu-topology-multi-host-only",
+        "ironwood",
+        _set("placementPolicy", {"type": "", "tpuTopology": "2x2x2"}, name="train-7x-s0"),
+        "policyName",
+    ),
     Case(
         "tpu-compact-single-zone",
         "prod",

@@ -82,10 +82,15 @@ def _check_engine(at: str, llm: Any) -> list[str]:
         return [f"{at}: {e}"]
     topology = getattr(llm.accelerator_config, "topology", None)
     if topology:
-        have = _chips(topology)
+        # Ray's TPU units per chip, as the replicas' env sets them (RAY_TPU_RESOURCE_PER_CHIP:
+        # 2 on TPU7x, a device per TensorCore); 1 unless set.
+        env = (llm.runtime_env or {}).get("env_vars") or {}
+        per_chip = str(env.get("RAY_TPU_RESOURCE_PER_CHIP", "1"))
+        have = _chips(topology) * (int(per_chip) if per_chip.isdecimal() else 1)
+        unit = "chips" if have == _chips(topology) else "devices"
         if engine.num_devices > have:
             return [
-                f"{at}: tensor x pipeline parallel = {engine.num_devices} chips, "
+                f"{at}: tensor x pipeline parallel = {engine.num_devices} {unit}, "
                 f"but topology {topology} has {have}"
             ]
         if not bundles:

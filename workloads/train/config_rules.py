@@ -44,6 +44,13 @@ def topology_chips(topology: str) -> int:
     return math.prod(int(p) for p in parts)
 
 
+def devices_per_chip(torch_tpu_topology: str | None) -> int:
+    """Runtime devices per chip: the 4th axis of a TORCH_TPU_TOPOLOGY (``2,2,2,2`` on TPU7x,
+    whose chips are two TensorCores each: torch_tpu 0.2.0 hardware.py), else 1."""
+    parts = (torch_tpu_topology or "").split(",")
+    return int(parts[3]) if len(parts) == 4 and parts[3].isdigit() else 1
+
+
 def default_torch_tpu_topology(tpu_topology: str) -> str:
     """``4x4`` → ``4,4,1``: torch_tpu's own reading of a 2-D topology (missing dims are 1)."""
     dims = tpu_topology.lower().split("x")
@@ -270,10 +277,11 @@ def _validate_tpu(cfg: TrainConfig) -> None:
             f"got {cfg.tpu_accelerator_type!r}"
         )
     slice_chips = topology_chips(cfg.tpu_topology)
-    if cfg.torch_tpu_topology and topology_chips(cfg.torch_tpu_topology) != slice_chips:
+    per_chip = devices_per_chip(cfg.torch_tpu_topology)
+    if cfg.torch_tpu_topology and topology_chips(cfg.torch_tpu_topology) != slice_chips * per_chip:
         raise ConfigError(
             f"--torch-tpu-topology {cfg.torch_tpu_topology} has "
-            f"{topology_chips(cfg.torch_tpu_topology)} chips but --tpu-topology "
+            f"{topology_chips(cfg.torch_tpu_topology) // per_chip} chips but --tpu-topology "
             f"{cfg.tpu_topology} has {slice_chips}"
         )
     if cfg.chips_per_host and slice_chips % cfg.chips_per_host:
@@ -283,16 +291,17 @@ def _validate_tpu(cfg: TrainConfig) -> None:
         )
     if cfg.num_workers is None:
         return
-    if cfg.chips_per_host and cfg.num_workers % cfg.chips_per_host:
+    unit = "chip" if per_chip == 1 else f"device ({per_chip} per chip)"
+    if cfg.chips_per_host and cfg.num_workers % (cfg.chips_per_host * per_chip):
         raise ConfigError(
             f"--num-workers ({cfg.num_workers}) must be a multiple of "
-            f"--chips-per-host ({cfg.chips_per_host}) on TPU: one worker per chip, "
-            f"whole hosts"
+            f"--chips-per-host ({cfg.chips_per_host}) x {per_chip} on TPU: one worker per "
+            f"{unit}, whole hosts"
         )
-    expected = slice_chips * cfg.num_slices
+    expected = slice_chips * per_chip * cfg.num_slices
     if cfg.num_workers != expected:
         raise ConfigError(
-            f"--num-workers ({cfg.num_workers}) must equal the chips of "
+            f"--num-workers ({cfg.num_workers}) must equal the {unit.split()[0]}s of "
             f"--num-slices {cfg.num_slices} times --tpu-topology {cfg.tpu_topology} "
-            f"({expected}): one worker per chip"
+            f"({expected}): one worker per {unit}"
         )

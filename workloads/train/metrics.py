@@ -1,8 +1,9 @@
 """Throughput and MFU, and the ``PARK_METRICS`` / ``PARK_RESULT`` lines the CLI streams.
 
-MFU = achieved model FLOP/s / (devices * peak FLOP/s per device). The RayJob passes the TPU
-peak from the infra catalog (``--peak-tflops-per-device 918`` on v6e); the table below is the
-fallback, keyed by the device this worker actually has.
+MFU = achieved model FLOP/s / (devices * peak FLOP/s per device). A TPU's peak comes only from
+the infra catalog, through the contract: the RayJob passes ``--peak-tflops-per-device`` (918 on
+v6e, 1153.5 per TensorCore on TPU7x). The table below covers GPUs, which the catalog does not;
+a TPU run without the flag reports no MFU rather than a second, possibly stale, copy.
 """
 
 from __future__ import annotations
@@ -22,11 +23,6 @@ __all__ = ["METRICS_PREFIX", "RESULT_PREFIX", "ThroughputMeter", "emit", "mfu", 
 # Dense bf16 TFLOP/s per device from vendors' data sheets (no sparsity). Keys are matched as
 # substrings of the lower-cased device name, first match wins (so "h100 pcie" before "h100").
 PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("tpu-v6e", 918.0),
-    ("tpu-v5p", 459.0),
-    ("tpu-v5e", 197.0),
-    ("tpu-v5litepod", 197.0),
-    ("tpu-v4", 275.0),
     ("h200", 989.0),
     ("h100 pcie", 756.0),
     ("h100", 989.0),
@@ -37,7 +33,8 @@ PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
 
 
 def peak_tflops(device_name: str) -> float | None:
-    """Peak bf16 TFLOP/s for a device name such as ``TPU-V6E`` or ``NVIDIA H100 80GB HBM3``."""
+    """Peak bf16 TFLOP/s for a GPU name such as ``NVIDIA H100 80GB HBM3``; None for a TPU
+    (its peak is the catalog's, by flag) or a CPU."""
     lowered = device_name.lower()
     for key, value in PEAK_BF16_TFLOPS:
         if key in lowered:

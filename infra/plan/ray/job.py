@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from infra import catalog
 from infra.names import QUEUE_NAME_LABEL, ROLE_LABEL, TRAINING_JOB_NAME
 from infra.plan.kubelet import literal
 from infra.plan.ray.pods import (
@@ -39,7 +40,7 @@ def trainer_flags(training: TrainingPlan) -> dict[str, Any]:
         "torch_tpu_topology": tpu.torch_tpu_topology,
         "chips_per_host": tpu.chips_per_host,
         "num_slices": training.slices,
-        "peak_tflops_per_device": tpu.generation.peak_bf16_tflops_per_chip,
+        "peak_tflops_per_device": tpu.generation.peak_bf16_tflops_per_device,
         # the staged copy of a hub model, through the mount (resolve.disk), and the wait for it
         "model": (training.model_path or spec.model) if spec.model else None,
         "model_wait_s": training.limits.model_wait_s if spec.model else None,
@@ -52,13 +53,15 @@ def trainer_flags(training: TrainingPlan) -> dict[str, Any]:
     return flags.stack_flags(TrainConfig, spec, planned, with_model=bool(spec.model))
 
 
-def training_runtime_env() -> dict[str, Any]:
+def training_runtime_env(tpu: catalog.TpuSlice | None = None) -> dict[str, Any]:
     # torch_tpu memoizes its env on first use; the training bridge sets the slice env per
-    # worker before the process group starts (Ray 2.60 does not).
+    # worker before the process group starts (Ray 2.60 does not). The driver sizes the
+    # ScalingConfig's TPU placement group in its own process: it needs Ray's per-chip count.
     return {
         "env_vars": {
             "PYTHONUNBUFFERED": "1",
             "TORCH_TPU_BASE_PORT": str(protocol.TORCH_TPU_BASE_PORT),
+            **(tpu.ray_env() if tpu else {}),
         }
     }
 
@@ -73,7 +76,7 @@ def rayjob(training: TrainingPlan, pods: RayPods, *, hf_token: bool = False) -> 
     body: dict[str, Any] = {
         # KubeRay hands it to the submitter's args, where the kubelet expands $(VAR)
         "entrypoint": literal(protocol.training_entrypoint(trainer_flags(training))),
-        "runtimeEnvYAML": yaml.safe_dump(training_runtime_env(), sort_keys=True),
+        "runtimeEnvYAML": yaml.safe_dump(training_runtime_env(training.pool.slice), sort_keys=True),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
         "activeDeadlineSeconds": training.limits.active_deadline_s,  # the budget + model wait

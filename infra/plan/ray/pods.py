@@ -9,6 +9,7 @@ The RayJobs (infra.plan.ray.job) and the RayService (infra.plan.ray.service) ass
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -323,13 +324,19 @@ def tpu_worker_group(
     node_selector = {**tpu.node_labels(), POOL_LABEL: pool.name}
     if pool.capacity == "spot":
         node_selector[catalog.SPOT_LABEL] = "true"
+    start_params = {"metrics-export-port": str(METRICS_PORT)}
+    if tpu.devices_per_host != tpu.chips_per_host:
+        # KubeRay sets `TPU` from google.com/tpu (chips); a device each is what Ray Train and
+        # Serve schedule (RAY_TPU_RESOURCE_PER_CHIP in the env below). `google.com/tpu` stays
+        # chips: the device plugin's and the TPU webhook's unit.
+        start_params["resources"] = json.dumps(json.dumps({"TPU": tpu.devices_per_host}))
     return {
         "groupName": pool.name,
         "replicas": replicas,
         "minReplicas": min_replicas,
         "maxReplicas": max_replicas,
         "numOfHosts": tpu.hosts,
-        "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
+        "rayStartParams": start_params,
         "template": {
             "metadata": pod_metadata(role, budget),
             "spec": {
@@ -347,7 +354,10 @@ def tpu_worker_group(
                         "resources": container_resources(
                             tpu.pod_cpu, f"{tpu.pod_memory_gib}Gi", budget, tpu.chips_per_host
                         ),
-                        "env": [*container_env(pods, hf_token, extra_env), *tpu_metrics_env(pods)],
+                        "env": [
+                            *container_env(pods, hf_token, {**tpu.ray_env(), **(extra_env or {})}),
+                            *tpu_metrics_env(pods),
+                        ],
                         "volumeMounts": volume_mounts(pods, hf_token=hf_token),
                         "securityContext": container_security_context(),
                     }

@@ -159,6 +159,7 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
                 },
                 "runtime_env": {
                     "env_vars": {
+                        **tpu.ray_env(),
                         **_engine_env(serving, pods, spec.name, model.tensor_parallel),
                         **_start_env(model),
                     }

@@ -12,6 +12,7 @@ say where it is. Works on plain dicts and on Pulumi's read-only mappings.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -57,6 +58,19 @@ def tpu_chips(container: Mapping[str, Any]) -> tuple[int, int]:
 def template_chips(template: Mapping[str, Any]) -> int:
     """TPU chips a pod of this template asks for (the largest container request)."""
     return max((max(tpu_chips(c)) for c in containers(template)), default=0)
+
+
+def devices_per_chip(group: Mapping[str, Any]) -> int:
+    """Ray's `TPU` units per chip the group's pods advertise: rayStartParams.resources' TPU
+    over the pod's google.com/tpu (KubeRay's default when resources names no TPU: 1)."""
+    chips = template_chips(_mapping(group.get("template")))
+    raw = _mapping(group.get("rayStartParams")).get("resources")
+    try:
+        declared = json.loads(json.loads(raw)) if isinstance(raw, str) else {}
+    except (ValueError, TypeError):
+        return 1
+    tpu = _int(_mapping(declared).get("TPU"))
+    return tpu // chips if tpu and chips and tpu % chips == 0 else 1
 
 
 def tolerates_tpu(tolerations: Any) -> bool:
