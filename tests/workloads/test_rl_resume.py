@@ -177,6 +177,7 @@ def _rank(rank: int, meet: str, root: str, queue: Any) -> None:
         history = loop.rl_train(cfg, LocalEnv(f"{root}/ckpt", rank=rank, world_size=2))
         exported = Path(training_export_path(root, "rl"), "config.json").is_file()
         queue.put((rank, [m["step"] for m in history], exported))
+        dist.barrier()  # both ranks done before either tears the group down
     finally:
         if rank == 0:
             ray.shutdown()

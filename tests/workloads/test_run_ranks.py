@@ -46,3 +46,22 @@ def test_a_hung_world_is_killed_at_the_bound(tmp_path: Path) -> None:
         run_ranks(_fail_or_hang, (str(tmp_path),), world_size=2, timeout_s=0.5)
     for pid_file in tmp_path.iterdir():
         assert not _pid_alive(int(pid_file.read_text()))
+
+
+def _return_leaving_a_thread(rank: int, queue: object) -> None:
+    import threading
+
+    threading.Thread(target=time.sleep, args=(3600,)).start()  # non-daemon: exit would wait
+    queue.put(rank)  # type: ignore[attr-defined]
+
+
+def test_a_rank_that_returned_ends_even_if_a_thread_would_hold_its_exit() -> None:
+    """What a rank put in a queue arrives, and a thread left running (as a library's may be)
+    does not keep the rank alive to the bound."""
+    import multiprocessing
+
+    queue = multiprocessing.get_context("spawn").Queue()
+    started = time.monotonic()
+    run_ranks(_return_leaving_a_thread, (queue,), timeout_s=120)
+    assert time.monotonic() - started < 60
+    assert sorted(queue.get(timeout=5) for _ in range(2)) == [0, 1]

@@ -554,3 +554,48 @@ def test_cpu_profile_reads_direct_streaming_from_the_environment(
     assert cpu["applications"][0]["args"]["ingress_deployment_config"] == {
         "ray_actor_options": {"num_cpus": 0}
     }
+
+
+# Ray 2.60 registers KV-connector backends at import, in the KV store once Ray is connected, and
+# raises if another process (the Serve controller building the app) wrote the name between its
+# check and its write. Recorded here: which import registers, and that after the early import
+# (before connecting) importing ray.serve.llm registers nothing.
+_REGISTRATION_PROBE = """
+import json
+from ray.llm._internal.serve.utils import registry
+
+calls = []
+registry.ComponentRegistry.register = lambda self, name, value: calls.append(name)
+from workloads.serve.validate import register_llm_components_before_connecting
+
+register_llm_components_before_connecting()
+early = list(calls)
+import ray.serve.llm  # what validate_serve_config imports once Ray is connected
+print(json.dumps({"early": early, "later": calls[len(early):]}))
+"""
+
+
+@pytest.mark.serve
+def test_the_early_import_takes_every_registration_ray_serve_llm_makes(tmp_path: Path) -> None:
+    """The serve driver imports the registering module before ray.init, so its ray.serve.llm
+    import (after connecting, while the controller imports the same) cannot lose Ray's race."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from workloads.serve import validate
+
+    env = {**os.environ, "PYTHONPATH": str(Path(validate.__file__).parents[2])}
+    out = subprocess.run(
+        [sys.executable, "-c", _REGISTRATION_PROBE],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    calls = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "NixlConnector" in calls["early"]
+    assert calls["later"] == []

@@ -346,6 +346,7 @@ def _distributed_worker(rank: int, meet: str, strategy: str, gemma: str) -> None
                         atol=1e-6,
                         msg=f"{strategy} {model} micro-batch {micro}: {name}",
                     )
+        dist.barrier()  # both ranks done before either tears the group down
     finally:
         dist.destroy_process_group()
 

@@ -57,7 +57,11 @@ def run_ranks(
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    procs = [context.Process(target=target, args=(rank, *args)) for rank in range(world_size)]
+    hang_s = max(1.0, timeout_s - 15)  # a rank still alive then prints its threads' stacks
+    procs = [
+        context.Process(target=_rank_entry, args=(target, rank, hang_s, args))
+        for rank in range(world_size)
+    ]
     for proc in procs:
         proc.start()
     deadline = time.monotonic() + timeout_s
@@ -73,6 +77,28 @@ def run_ranks(
                 proc.kill()
                 proc.join(timeout=30)
     assert codes == [0] * world_size, f"exit codes of ranks 0..{world_size - 1}: {codes}"
+
+
+def _rank_entry(target: Any, rank: int, hang_s: float, args: tuple[Any, ...]) -> None:
+    """One rank: ``target(rank, *args)``, with every thread's stack printed to stderr (pytest
+    shows it with the failure) and the process ended if it is still alive after ``hang_s``
+    (in a collective or in ``destroy_process_group``).
+
+    A rank whose target returned has done what the test checks: it flushes its queues and ends
+    at once, without the interpreter's teardown, where a library's thread that never ends once
+    kept rank 0 alive for the whole bound after rank 1 had exited 0 (CI, 2026-12-02)."""
+    import faulthandler
+    from multiprocessing.queues import Queue
+
+    faulthandler.dump_traceback_later(hang_s, exit=True)
+    target(rank, *args)
+    for arg in args:
+        if isinstance(arg, Queue):
+            arg.close()
+            arg.join_thread()  # what was put reaches the parent before the process ends
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def rendezvous(folder: Path) -> str:

@@ -41,7 +41,10 @@ from workloads.protocol import (
     free_port,
 )
 from workloads.serve.cpu_profile import to_cpu
-from workloads.serve.validate import validate_serve_config
+from workloads.serve.validate import (
+    register_llm_components_before_connecting,
+    validate_serve_config,
+)
 
 DEFAULT_TIMEOUT_S = 900.0
 
@@ -129,6 +132,7 @@ def _start_ray(address: str | None, dashboard: bool) -> bool:
     """Attach to ``address`` or start a private local Ray on random ports; True if started."""
     import ray
 
+    register_llm_components_before_connecting()  # else validating below races the controller
     if address:
         # Ray 2.60 starts clusters with token auth (~/.ray/auth_token); a driver attaching by
         # address only sends the token in token mode.

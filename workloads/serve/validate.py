@@ -33,6 +33,30 @@ LLM_BUILDERS = {
 }
 
 
+# The one module under ray.llm that registers at import, in the cluster's KV store when Ray is
+# connected (Ray 2.60 ray/llm/_internal/serve/engines/vllm/kv_transfer/factory.py).
+LLM_REGISTERING_MODULE = "ray.llm._internal.serve.engines.vllm.kv_transfer.factory"
+
+
+def register_llm_components_before_connecting() -> None:
+    """Import the module under ``ray.serve.llm`` that registers in the cluster's KV store, before
+    this process connects to Ray.
+
+    Ray 2.60 registers its KV-connector backends when that module is imported: it checks the KV
+    store, then writes, and raises if the name is there by then
+    (``ray/llm/_internal/serve/utils/registry.py`` ``register``). A driver that imports
+    ``ray.serve.llm`` while the Serve controller imports it for the app it builds can lose that
+    race and die with "kv_connector_backend 'NixlConnector' is already registered". Imported
+    before ``ray.init``, the registration stays in this process and is flushed on connect with
+    overwrite (Ray's ``_post_init_hooks``); the later ``ray.serve.llm`` import finds the module
+    loaded and registers nothing. Costs ~2 s (it imports Ray, not vLLM). Called once Ray is
+    connected, it imports the module all the same: no app of this process is being built yet.
+    """
+    import importlib
+
+    importlib.import_module(LLM_REGISTERING_MODULE)
+
+
 def _pydantic_problems(where: str, err: ValidationError) -> list[str]:
     out = []
     for e in err.errors():
