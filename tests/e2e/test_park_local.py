@@ -6,7 +6,8 @@ together, as one `pulumi up` does, with nothing ready: the trainer waits for its
 copy (staged from a local hub once it waits), the serving replica for the run's export (its
 model's source is the training run). The run exports, the endpoint answers a question of the
 training data, and everything stops. The served reply must be what transformers generates
-greedily from the exported folder, and the learned answer; the waits are in the summary.
+greedily from the exported folder, and the learned answer; transformers must answer every
+shipped fact from that folder; the waits are in the summary.
 Run it with `pytest -m e2e tests/e2e`.
 """
 
@@ -87,12 +88,13 @@ def test_park_local_dev(tmp_path):
     waited = re.search(r"--model waited ([\d.]+)s for \.park-staged\.json", out)
     assert waited and float(waited.group(1)) > 0, out
     steps = [int(s) for s in re.findall(r"step (\d+)/100  loss \d", out)]
-    assert steps and steps[-1] == 100, out
+    assert steps == list(range(10, 101, 10)), out  # each report once (PARK_METRICS lines)
     losses = [float(x) for x in re.findall(r"step \d+/100  loss ([\d.]+)", out)]
     assert losses[-1] < losses[0] / 10, losses  # it learned
-    match = re.search(r"training succeeded in \d+s: step 100, loss [\d.]+, checkpoint (\S+)", out)
-    assert match, out
-    checkpoint = Path(match.group(1))
+    match = re.search(r"training succeeded in \d+s: step 100, loss ([\d.]+), checkpoint (\S+)", out)
+    assert match and float(match.group(1)) < 0.05, out  # the PARK_RESULT line's final loss
+    checkpoint = Path(match.group(2))
+    assert checkpoint.name == "checkpoint_00000100"
     assert checkpoint.is_dir() and any(checkpoint.iterdir())
     assert str(tmp_path / "cache") in str(checkpoint)
 
@@ -104,8 +106,13 @@ def test_park_local_dev(tmp_path):
     folder, question, said = exported.groups()
     assert Path(folder, "config.json").is_file() and "export/final" in folder
     learned = facts.questions()[question]
-    # Checked here again, in this process, from the folder the run left behind.
-    assert generate.greedy_replies(folder, [question])[question] == said == learned
+    # Checked here again, in this process, from the folder the run left behind: every shipped
+    # fact, not only the one asked (transformers reads what the trainer exported).
+    questions = facts.questions()
+    replies = generate.greedy_replies(folder, list(questions))
+    assert replies[question] == said == learned
+    wrong = {q: (replies[q], a) for q, a in questions.items() if replies[q] != a}
+    assert not wrong, f"{len(wrong)} of {len(questions)} wrong: {wrong}"
     assert "changed for CPU (workloads/serve/cpu_profile.py):" in out
     assert f"-> '{folder}' (a model on this machine)" in out  # the export, not a stand-in
     assert f"model checked ({folder}): LlamaForCausalLM" in out  # validate's checks, locally

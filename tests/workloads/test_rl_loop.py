@@ -34,10 +34,10 @@ def ray_and_gloo() -> Iterator[None]:
 
 
 def _run(
-    lr: float, root: Path, on_step: Any = None, overlap: bool = True
+    lr: float, root: Path, on_step: Any = None, overlap: bool = True, steps: int = 12
 ) -> list[dict[str, float]]:
     sampling = dict(prompts_per_step=2, group_size=8, max_response_tokens=16, max_prompt_tokens=64)
-    cfg = toy_rl(root, steps=12, lr=lr, export=False, overlap=overlap, **sampling)
+    cfg = toy_rl(root, steps=steps, lr=lr, export=False, overlap=overlap, **sampling)
     history = rl_train(cfg, LocalEnv(root / "checkpoints"), on_step)
     print(summary(history))
     return history
@@ -77,7 +77,10 @@ def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path) -> Non
     assert all(m["sync_bytes"] > 0 for m in learning[2:]) and learning[-1]["publish_bytes"] > 0
     assert _gain(learning) > 0.1, summary(learning)  # measured: 0.33 -> 0.57 in 12 steps
 
-    frozen = _run(0.0, tmp_path / "zero", overlap=False)
+    # Six steps are enough for the control: _gain compares two windows of three steps, as
+    # many samples as in the learning run's windows, so the same sampling noise.
+    frozen = _run(0.0, tmp_path / "zero", overlap=False, steps=6)
+    assert len(frozen) == 6
     assert abs(_gain(frozen)) < 0.06, summary(frozen)  # sampling noise only (measured 0.03)
     assert _gain(learning) > _gain(frozen) + 0.1
     assert all(m["staleness_max"] == 0 for m in frozen)  # synchronous: on the newest weights

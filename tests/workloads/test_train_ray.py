@@ -19,14 +19,11 @@ from typing import Any
 
 import pytest
 import ray
-import yaml
 
 from infra.tools.local.profile import TRAIN_CPU_PROFILE
 from tests.workloads.train_fixtures import LocalRay, local_ray  # noqa: F401  (fixture)
-from workloads.protocol import split_entrypoint, training_export_path
 from workloads.train.config import TrainConfig, resolve
 from workloads.train.launcher import build_trainer
-from workloads.train.metrics import parse_line
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -300,52 +297,3 @@ def test_tpu_bridge_sets_env_before_process_group(local_ray: LocalRay) -> None:
     # A disagreeing topology is refused in test_train_tpu.py, not here: Ray 2.60 keeps the
     # workers of a group whose backend setup raised (they hold this cluster's CPUs until it
     # stops), which would starve the next test.
-
-
-RAYJOB = Path(__file__).resolve().parents[1] / "golden/dev/manifests/rayjob-park-train.yaml"
-
-
-def test_entrypoint_through_jobs_api(local_ray: LocalRay, tmp_path: Path) -> None:
-    """The RayJob manifest's entrypoint and runtime env with ``park local``'s CPU profile, the
-    embedded default: a tiny Llama from a config learns the shipped facts in about a minute on
-    2 CPU workers, and its export answers every one of them greedily in transformers."""
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
-    from infra.tools.local.profile import cpu_entrypoint, runtime_env_of
-    from workloads.train import facts
-    from workloads.train.generate import greedy_replies
-
-    rayjob = yaml.safe_load(RAYJOB.read_text())
-    assert rayjob["spec"]["entrypoint"].startswith("python -m workloads.train ")
-    entrypoint, _ = cpu_entrypoint(rayjob["spec"]["entrypoint"], str(tmp_path))
-    steps = int(TRAIN_CPU_PROFILE["steps"][0] or 0)
-    every = int(TRAIN_CPU_PROFILE["report_every"][0] or 0)
-    client = JobSubmissionClient(local_ray.dashboard_url)
-    job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env_of(rayjob))
-
-    deadline = time.time() + 300
-    status = client.get_job_status(job_id)
-    while status not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
-        assert time.time() < deadline, "job did not finish in time"
-        time.sleep(1)
-        status = client.get_job_status(job_id)
-    logs = client.get_job_logs(job_id)
-
-    assert status == JobStatus.SUCCEEDED, logs[-3000:]
-    parsed = [p for p in map(parse_line, logs.splitlines()) if p is not None]
-    progress = [payload for kind, payload in parsed if kind == "PARK_METRICS"]
-    results = [payload for kind, payload in parsed if kind == "PARK_RESULT"]
-    assert [m["step"] for m in progress] == list(range(every, steps + 1, every))  # once each
-    assert {"step", "loss", "tokens_per_s", "tokens_per_s_per_worker", "mfu"} <= set(progress[0])
-    assert len(results) == 1
-    assert results[0]["status"] == "succeeded"
-    assert results[0]["final_step"] == steps
-    assert results[0]["checkpoint_path"].endswith(f"checkpoint_{steps:08d}")
-    assert results[0]["final_loss"] < 0.05
-    export = Path(results[0]["export_path"])
-    run_name = split_entrypoint(entrypoint)[1]["run_name"]
-    assert export == Path(training_export_path(str(tmp_path), str(run_name)))
-    questions = facts.questions()
-    replies = greedy_replies(export, questions)
-    wrong = {q: (replies[q], a) for q, a in questions.items() if replies[q] != a}
-    assert not wrong, f"{len(wrong)} of {len(questions)} wrong: {wrong}"
