@@ -18,6 +18,8 @@ from workloads.serve.cpu_profile import CPU_ENGINE_KWARGS, CPU_MAX_MODEL_LEN, to
 from workloads.serve.validate import validate_serve_config
 
 MODEL = "/models/tiny"
+# Checked with Ray's LLM classes: ray.serve.llm imports vLLM (~10 s of CPU, once per process).
+RAYS_LLM = pytest.mark.serve
 
 
 @pytest.fixture(autouse=True)
@@ -220,6 +222,7 @@ def test_to_cpu_changes_only_knobs_and_reports_every_change(
     assert to_cpu(cpu, MODEL)[1] == []
 
 
+@RAYS_LLM
 def test_to_cpu_keeps_a_rendered_wait_only_for_a_model_being_written() -> None:
     """dev's replica waits for the training run's export (workloads/serve/wait.py). Locally
     the wait stays when the model path is an export still being written (bounded by this run),
@@ -244,6 +247,7 @@ def test_to_cpu_keeps_a_rendered_wait_only_for_a_model_being_written() -> None:
     assert any("removed callback_config" in c for c in changes)
 
 
+@RAYS_LLM
 def test_cpu_config_passes_rays_validation() -> None:
     cpu, _ = to_cpu(tpu_serve_config(), MODEL)
     assert validate_serve_config(cpu) == []
@@ -252,6 +256,7 @@ def test_cpu_config_passes_rays_validation() -> None:
 # --- validation with Ray's classes --------------------------------------------------------
 
 
+@RAYS_LLM
 def test_contract_tpu_config_is_valid_for_ray_without_tpu_or_ray_running() -> None:
     import ray
 
@@ -259,6 +264,7 @@ def test_contract_tpu_config_is_valid_for_ray_without_tpu_or_ray_running() -> No
     assert not ray.is_initialized()
 
 
+@RAYS_LLM
 def test_tpu_config_resolves_to_one_bundle_of_4_chips_per_v6e_host() -> None:
     """TP 16 on a v6e 4x4 (4 hosts of 4 chips) -> 4 bundles of {"TPU": 4}, as Ray computes."""
     from ray.serve.llm import LLMConfig
@@ -271,6 +277,7 @@ def test_tpu_config_resolves_to_one_bundle_of_4_chips_per_v6e_host() -> None:
     assert engine.mirror_config is not None  # gs:// source becomes a bucket mirror
 
 
+@RAYS_LLM
 @pytest.mark.parametrize("stack", sorted(rendered_serve_configs()))
 def test_every_rendered_stack_serve_config_is_valid(stack: str) -> None:
     assert validate_serve_config(rendered_serve_configs()[stack]) == []
@@ -307,6 +314,7 @@ def _mutate(fn: Any) -> dict[str, Any]:
         (_mutate(lambda c, m: c["applications"].append(c["applications"][0])), "multiple configs"),
     ],
 )
+@RAYS_LLM
 def test_validation_reports_problems(config: str | dict[str, Any], expected: str) -> None:
     problems = validate_serve_config(config)
     assert problems, "expected a problem"
@@ -387,6 +395,7 @@ def _dev_serve_config() -> dict[str, Any]:
     return ray_plan.serve_config(plan.serving, ray_plan.ray_pods(plan))
 
 
+@RAYS_LLM
 def test_rendered_config_carries_every_shipped_knob_and_passes_rays_validation() -> None:
     from infra.plan import serve_tuning
 
@@ -405,6 +414,7 @@ def test_rendered_config_carries_every_shipped_knob_and_passes_rays_validation()
         assert validate_serve_config(cpu) == []
 
 
+@RAYS_LLM
 def test_shipped_llm_config_options_are_read_by_rays_llm_server() -> None:
     """LLMConfig keeps the keys (no silent drop); the stream batching interval that serve_tuning
     documents (and leaves alone) is the one Ray's LLMServer uses."""
@@ -496,13 +506,37 @@ def test_throughput_env_switches_rays_constants(tmp_path: Path) -> None:
     assert defaults["DIRECT_STREAMING"] is False
 
 
+# One subprocess of Ray's LLM code (its import loads vLLM: ~15 s) for two checks.
 # Ray's app builder starts a local Ray in the calling process, and a Ray Train run later in the
 # same process (tests/workloads/test_train_ray.py) then loses its controller actor even after a
 # ray.shutdown(); so the builder runs in a subprocess of its own.
-_BUILD_UNDER_DIRECT_STREAMING = """
+# Ray 2.60 also registers KV-connector backends at import, in the KV store once Ray is connected,
+# and raises if another process (the Serve controller building the app) wrote the name between
+# its check and its write: the probe records which import registers, and that once the
+# registering module is imported early (before connecting) importing ray.serve.llm registers
+# nothing more.
+_RAY_LLM_PROBE = """
 import json, sys
-import pytest
+from ray.llm._internal.serve.utils import registry
+
+calls = []
+register = registry.ComponentRegistry.register
+
+def recording(self, name, value):
+    calls.append(name)
+    return register(self, name, value)
+
+registry.ComponentRegistry.register = recording
+from workloads.serve.validate import register_llm_components_before_connecting
+
+register_llm_components_before_connecting()
+early = list(calls)
+import ray.serve.llm  # what validate_serve_config imports once Ray is connected
 from ray.llm._internal.serve.core.ingress import builder
+
+print("REGISTRATIONS " + json.dumps({"early": early, "later": calls[len(early):]}))
+
+import pytest
 
 builder.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING = True
 configs = json.load(sys.stdin)
@@ -515,32 +549,60 @@ print("BUILT")
 """
 
 
-@pytest.mark.serve
-def test_shipped_config_builds_with_rays_builder_under_direct_streaming(tmp_path: Path) -> None:
-    """build_openai_app makes the LLM server the ingress (with its router), and would refuse the
-    ingress_deployment_config that the CPU profile leaves out under direct streaming."""
+@pytest.fixture(scope="module")
+def ray_llm_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
+    """The probe's stdout, and the args it built (the dev config under direct streaming)."""
     import json
     import os
     import subprocess
     import sys
 
-    cpu, changes = to_cpu(_dev_serve_config(), MODEL, direct_streaming=True)
+    from workloads.serve import validate
+
+    cpu, _ = to_cpu(_dev_serve_config(), MODEL, direct_streaming=True)
     args = cpu["applications"][0]["args"]
-    assert "ingress_deployment_config" not in args
-    assert not any("num_cpus" in c for c in changes)
     with_ingress, _ = to_cpu(_dev_serve_config(), MODEL, direct_streaming=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env["PYTHONPATH"] = str(Path(validate.__file__).parents[2])
     out = subprocess.run(
-        [sys.executable, "-c", _BUILD_UNDER_DIRECT_STREAMING],
+        [sys.executable, "-c", _RAY_LLM_PROBE],
         input=json.dumps({"direct": args, "with_ingress": with_ingress["applications"][0]["args"]}),
         env=env,
-        cwd=tmp_path,
+        cwd=tmp_path_factory.mktemp("ray-llm-probe"),
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert out.returncode == 0 and "BUILT" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out.stdout, args
+
+
+@pytest.mark.serve
+def test_shipped_config_builds_with_rays_builder_under_direct_streaming(
+    ray_llm_probe: tuple[str, dict[str, Any]],
+) -> None:
+    """build_openai_app makes the LLM server the ingress (with its router), and would refuse the
+    ingress_deployment_config that the CPU profile leaves out under direct streaming."""
+    stdout, args = ray_llm_probe
+    assert "ingress_deployment_config" not in args
+    assert "BUILT" in stdout
+    _, changes = to_cpu(_dev_serve_config(), MODEL, direct_streaming=True)
+    assert not any("num_cpus" in c for c in changes)
+
+
+@pytest.mark.serve
+def test_the_early_import_takes_every_registration_ray_serve_llm_makes(
+    ray_llm_probe: tuple[str, dict[str, Any]],
+) -> None:
+    """The serve driver imports the registering module before ray.init, so its ray.serve.llm
+    import (after connecting, while the controller imports the same) cannot lose Ray's race."""
+    import json
+
+    (line,) = [x for x in ray_llm_probe[0].splitlines() if x.startswith("REGISTRATIONS ")]
+    calls = json.loads(line.removeprefix("REGISTRATIONS "))
+    assert "NixlConnector" in calls["early"]
+    assert calls["later"] == []
 
 
 def test_cpu_profile_reads_direct_streaming_from_the_environment(
@@ -554,48 +616,3 @@ def test_cpu_profile_reads_direct_streaming_from_the_environment(
     assert cpu["applications"][0]["args"]["ingress_deployment_config"] == {
         "ray_actor_options": {"num_cpus": 0}
     }
-
-
-# Ray 2.60 registers KV-connector backends at import, in the KV store once Ray is connected, and
-# raises if another process (the Serve controller building the app) wrote the name between its
-# check and its write. Recorded here: which import registers, and that after the early import
-# (before connecting) importing ray.serve.llm registers nothing.
-_REGISTRATION_PROBE = """
-import json
-from ray.llm._internal.serve.utils import registry
-
-calls = []
-registry.ComponentRegistry.register = lambda self, name, value: calls.append(name)
-from workloads.serve.validate import register_llm_components_before_connecting
-
-register_llm_components_before_connecting()
-early = list(calls)
-import ray.serve.llm  # what validate_serve_config imports once Ray is connected
-print(json.dumps({"early": early, "later": calls[len(early):]}))
-"""
-
-
-@pytest.mark.serve
-def test_the_early_import_takes_every_registration_ray_serve_llm_makes(tmp_path: Path) -> None:
-    """The serve driver imports the registering module before ray.init, so its ray.serve.llm
-    import (after connecting, while the controller imports the same) cannot lose Ray's race."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from workloads.serve import validate
-
-    env = {**os.environ, "PYTHONPATH": str(Path(validate.__file__).parents[2])}
-    out = subprocess.run(
-        [sys.executable, "-c", _REGISTRATION_PROBE],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    calls = json.loads(out.stdout.strip().splitlines()[-1])
-    assert "NixlConnector" in calls["early"]
-    assert calls["later"] == []
