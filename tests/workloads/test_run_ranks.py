@@ -16,8 +16,12 @@ pytestmark = pytest.mark.torch
 def _fail_or_hang(rank: int, pids: str) -> None:
     import os
 
-    Path(pids, str(rank)).write_text(str(os.getpid()))
+    Path(pids, f".{rank}").write_text(str(os.getpid()))
+    Path(pids, f".{rank}").rename(Path(pids, str(rank)))  # whole, or not there
     if rank == 0:
+        deadline = time.monotonic() + 60
+        while not Path(pids, "1").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # rank 1 is up (its pid known) before rank 0 fails
         raise SystemExit(3)
     time.sleep(3600)  # the rank a collective would leave waiting
 
@@ -37,14 +41,14 @@ def test_a_failed_rank_ends_the_run_and_no_rank_survives(tmp_path: Path) -> None
     with pytest.raises(AssertionError, match=r"\[3, None\]"):
         run_ranks(_fail_or_hang, (str(tmp_path),), timeout_s=120)
     assert time.monotonic() - started < 100  # not the 120 s bound: the failure ended it
-    pids = [int(p.read_text()) for p in sorted(tmp_path.iterdir())]
+    pids = [int(p.read_text()) for p in sorted(tmp_path.glob("[0-9]"))]
     assert len(pids) == 2 and not any(_pid_alive(pid) for pid in pids)
 
 
 def test_a_hung_world_is_killed_at_the_bound(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match=r"\[3, None\]|\[None, None\]"):
         run_ranks(_fail_or_hang, (str(tmp_path),), world_size=2, timeout_s=0.5)
-    for pid_file in tmp_path.iterdir():
+    for pid_file in tmp_path.glob("[0-9]"):
         assert not _pid_alive(int(pid_file.read_text()))
 
 
