@@ -180,7 +180,7 @@ class Fit:
     kv_gib_per_sequence: float  # what one max_model_len request reserves, per chip
     usable_gib: float  # runtime HBM x memory utilization
     sequences: int  # max_model_len requests the KV cache holds at once
-    idle_chips: int  # of the slice the replica reserves
+    idle_devices: int  # of the slice the replica reserves
     memory_utilization: float
     runtime_hbm_gib: float = 0.0  # one chip's HBM as the runtime reports it
     activations_gib: float = 0.0  # reserve: one batch of max_num_batched_tokens
@@ -289,7 +289,7 @@ def fit(
         kv_gib_per_sequence=layout.bytes_per_sequence / GIB,
         usable_gib=usable / GIB,
         sequences=layout.sequences(free),
-        idle_chips=tpu.devices - tp,  # devices (= chips but on TPU7x)
+        idle_devices=tpu.devices - tp,
         memory_utilization=settings.memory_utilization,
         runtime_hbm_gib=runtime / GIB,
         activations_gib=activations / GIB,

@@ -233,7 +233,7 @@ def resolve_served_model(
         tensor_parallel=tp,
         min_slices=model.min_replicas,
         max_slices=model.max_replicas,
-        idle_chips_per_replica=max(tpu.devices - tp, 0),  # devices on TPU7x
+        idle_devices_per_replica=max(tpu.devices - tp, 0),
         facts=facts,
         fit=fit,
         memory_utilization=utilization,

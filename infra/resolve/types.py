@@ -122,7 +122,7 @@ class ServedModelPlan:
     tensor_parallel: int  # default: every chip of one slice
     min_slices: int  # one whole slice per replica (module docstring)
     max_slices: int
-    idle_chips_per_replica: int
+    idle_devices_per_replica: int
     facts: FactsLookup  # heads, layers, size... or why they are not known (infra.model_facts)
     fit: engine.Fit | None  # weights and KV cache per chip, when the facts are known
     memory_utilization: float  # what the engine keeps of each chip's HBM

@@ -129,7 +129,7 @@ def fit_table(plan: StackPlan) -> Table | None:
                 model.spec.name,
                 str(model.tensor_parallel),
                 *["?"] * 7,
-                str(model.idle_chips_per_replica),
+                str(model.idle_devices_per_replica),
                 source,
             )
             continue
@@ -150,7 +150,7 @@ def fit_table(plan: StackPlan) -> Table | None:
             f"{fit.kv_bytes_per_token:,}{layers}",
             f"{fit.kv_gib_per_sequence * 1024:.0f} MiB @ {model.spec.max_model_len}",
             str(fit.sequences),
-            str(fit.idle_chips),
+            str(fit.idle_devices),
             source,
         )
     return table

@@ -144,16 +144,22 @@ ADD_ROWS_AND_RENDER = textwrap.dedent(
 )
 
 
-def test_adding_an_engine_and_a_generation_is_data():
+def _run_program(program: str) -> dict:
+    """Run a program that adds records and renders, in a fresh process (the catalog's tables
+    are module state); its last line of output, as JSON."""
     done = subprocess.run(
-        [sys.executable, "-c", ADD_ROWS_AND_RENDER],
+        [sys.executable, "-c", program],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_adding_an_engine_and_a_generation_is_data():
+    out = _run_program(ADD_ROWS_AND_RENDER)
     assert out["problems"] == []
     # Ray's own placement of each added slice is what the added row says.
     assert len(out["ray_hosts"]) == 6  # the rows' (machine type, topology) pairs
@@ -228,15 +234,7 @@ ADD_NEXT_GENERATION_AND_RENDER = textwrap.dedent(
 
 
 def test_a_next_generation_is_a_record_too():
-    done = subprocess.run(
-        [sys.executable, "-c", ADD_NEXT_GENERATION_AND_RENDER],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = _run_program(ADD_NEXT_GENERATION_AND_RENDER)
     assert out["problems"] == []
     pools = {p["pool"]: p for p in out["node_pools"] if p["kind"] == "tpu"}
     train, serve = pools["train-7x"], pools["serve-7x"]

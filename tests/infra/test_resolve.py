@@ -75,7 +75,7 @@ def test_several_models_on_one_pool_agree_everywhere():
     serving = plan.serving
     assert serving is not None
     assert [m.tensor_parallel for m in serving.models] == [4, 8]  # default: every chip
-    assert [m.idle_chips_per_replica for m in serving.models] == [4, 0]
+    assert [m.idle_devices_per_replica for m in serving.models] == [4, 0]
     assert (serving.min_slices, serving.max_slices, serving.slice_budget) == (3, 3, 3)
 
     rendered = run_program(BASE, "dev", [])
