@@ -81,9 +81,12 @@ def test_park_validate_runs_from_the_installed_wheel_alone(wheel: Path, tmp_path
     venv = tmp_path / "clean"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
+    # No checkout in reach, for pip too: with this checkout on PYTHONPATH, pip would find its
+    # park_gke.egg-info there, call the wheel installed already and install nothing.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     install = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
     done = subprocess.run(
-        [*install, "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True
+        [*install, "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True, env=env
     )
     assert done.returncode == 0, done.stdout + done.stderr
     site = Path(
@@ -99,7 +102,6 @@ def test_park_validate_runs_from_the_installed_wheel_alone(wheel: Path, tmp_path
     project = tmp_path / "project"
     (project / "stacks").mkdir(parents=True)
     shutil.copy2(STACKS_DIR / "Pulumi.dev.yaml", project / "stacks")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
 
     where = subprocess.run(
         [str(python), "-c", "import infra, workloads; print(infra.__file__, workloads.__file__)"],
