@@ -7,18 +7,21 @@ real-size model), ``ray`` (a real local Ray cluster), ``serve`` (vLLM imported o
 ``e2e`` (a command end to end in a subprocess). A test gets its kind from its marker, or from
 a fixture known to cost that much (``SLOW_FIXTURES``), so a new test that uses one is tiered
 without a marker. Every test also carries ``fast`` or ``slow``: ``pytest -m fast`` is the inner
-loop. ``pytest`` runs the fast tier first and stops there if it failed; then the slow kinds, in
-``SLOW_KINDS`` order. A fast-tier test whose setup or call takes more than ``fast_test_cpu_s``
+loop. ``pytest`` runs the fast tier first and stops there if it failed; then the tests of a
+fixture started early (``EARLY_FIXTURES``: it came up beside the fast tier), then the slow kinds
+in ``SLOW_KINDS`` order. A fast-tier test whose setup or call takes more than ``fast_test_cpu_s``
 of CPU or ``fast_test_wall_s`` of wall time fails, saying so: it belongs in a slow tier, or
 should be made fast.
 """
 
 from __future__ import annotations
 
+import importlib
 import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,6 +73,18 @@ SLOW_FIXTURES = {
     "local_server": "serve",  # vLLM behind Ray Serve in a subprocess (serve_fixtures.py)
 }
 RAY_HEAD_MODULE = "tests.workloads.train_fixtures"  # holds the shared head, once imported
+# Fixtures started in the background when the session starts, if a selected test uses one: the
+# fast tier runs in this one process and leaves the other core idle, and a subprocess that
+# takes a minute to come up (vLLM's cold start) comes up there. The fixture takes what was
+# started (``take_early``); its tests run right after the fast tier, while it is warm.
+# name -> "module:function" that starts it and returns a handle with ``stop()``.
+EARLY_FIXTURES = {"local_server": "tests.workloads.serve_fixtures:start_local_server"}
+_early: dict[str, Any] = {}
+
+
+def take_early(name: str) -> Any | None:
+    """What the session started early for fixture ``name`` (once), or None."""
+    return _early.pop(name, None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -88,16 +103,23 @@ def slow_kinds(item: pytest.Item) -> set[str]:
 
 
 def _run_order(item: pytest.Item) -> int:
-    """Fast first; then torch, ray (with the serve tests that need a Ray head, so that the
-    session's head serves them all and stops once), serve, e2e."""
+    """Fast first; then the tests of a fixture started early; then torch, ray (with the serve
+    tests that need a Ray head, so that the session's head serves them all and stops once),
+    serve, e2e."""
     kinds = slow_kinds(item)
     if not kinds:
         return 0
     if "e2e" in kinds:
-        return 4
+        return 5
+    if _early_fixtures(item):
+        return 1
     if "ray" in kinds:
-        return 2
-    return 3 if "serve" in kinds else 1
+        return 3
+    return 4 if "serve" in kinds else 2
+
+
+def _early_fixtures(item: pytest.Item) -> set[str]:
+    return set(EARLY_FIXTURES) & set(getattr(item, "fixturenames", ()))
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
@@ -129,6 +151,14 @@ class _TierPlugin:
         for item in items:
             kinds = slow_kinds(item)
             self.kind_of[item.nodeid] = "+".join(k for k in SLOW_KINDS if k in kinds) or "fast"
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Start the early fixtures the selected tests use (none for ``--collect-only``)."""
+        if session.config.option.collectonly:
+            return
+        for name in sorted(set().union(*(_early_fixtures(item) for item in session.items))):
+            module, function = EARLY_FIXTURES[name].split(":")
+            _early[name] = getattr(importlib.import_module(module), function)(session.config)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):
@@ -179,6 +209,8 @@ class _TierPlugin:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         _stop_shared_ray_head()
+        for name in list(_early):  # started, never taken (a failed fast tier stops the run)
+            _early.pop(name).stop()
         _kill_left_children(session)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:

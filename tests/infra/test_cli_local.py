@@ -153,7 +153,12 @@ def test_the_local_heads_settings_are_rays_own():
     root = Path(ray.__file__).parent
     sources = "".join(
         (root / p).read_text()
-        for p in ("_private/ray_constants.py", "serve/_private/constants.py", "_raylet.pyx")
+        for p in (
+            "_private/ray_constants.py",
+            "serve/_private/constants.py",
+            "train/v2/_internal/constants.py",
+            "_raylet.pyx",
+        )
         if (root / p).exists()
     )
     sources += "".join(p.read_text(errors="ignore") for p in (root / "dashboard").glob("*.py"))

@@ -1,10 +1,11 @@
 """Fixtures for the serving tests: one real CPU deployment shared by every ``serve`` test.
 
 The server is the real entrypoint, ``python -m workloads.serve.local --keep``, in its own process
-(and so its own Ray cluster on random ports): a cold start costs ~1.5 min, so it is started
-once per test module. Its output goes to a log file that the fixture reads for the
-``PARK_ENDPOINT`` line;
-teardown sends SIGTERM and expects a clean exit with every process of the tree gone.
+(and so its own Ray cluster on random ports): a cold start costs ~1 min, so it is started once
+per test module, the first one when the session starts (tests/conftest.py EARLY_FIXTURES: it
+comes up beside the fast tier). Its output goes to a log file that the fixture reads for the
+``PARK_ENDPOINT`` line; teardown sends SIGTERM and expects a clean exit with every process of
+the tree gone.
 
 Import a fixture into a test module by assignment (``local_server = fx.local_server``) so that
 pytest registers it there.
@@ -147,10 +148,30 @@ def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 90) -> tuple[int, li
     return code, [p.pid for p in alive]
 
 
-@pytest.fixture(scope="module")
-def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    """The stack's serveConfigV2 deployed on CPU by ``python -m workloads.serve.local --keep``."""
-    work = tmp_path_factory.mktemp("serve")
+@dataclass
+class StartingServer:
+    """The server's process, started, not yet known to answer."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    model_id: str
+    config_label: str
+    memory: TreeMemory
+    started: float
+
+    def stop(self) -> tuple[int, list[int]]:
+        self.memory.stop()
+        return _stop(self.proc)
+
+
+# The server's priority while it starts: below the tests running beside it (tests/conftest.py
+# starts it early, while the fast tier runs on the other core); its processes inherit it.
+STARTING_NICE = 10
+
+
+def start_local_server(config: pytest.Config) -> StartingServer:
+    """``python -m workloads.serve.local --keep`` on the stack's serveConfigV2, started."""
+    work = config._tmp_path_factory.mktemp("serve")  # type: ignore[attr-defined]
     label, text = serve_config_for_local()
     config_file = work / "serveConfigV2.yaml"
     config_file.write_text(text)
@@ -171,32 +192,44 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServ
             start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-    memory = TreeMemory(proc.pid)
+    with contextlib.suppress(OSError):  # before it imports anything: Ray starts later
+        os.setpriority(os.PRIO_PROCESS, proc.pid, STARTING_NICE)
+    return StartingServer(proc, log, model_id, label, TreeMemory(proc.pid), started)
+
+
+@pytest.fixture(scope="module")
+def local_server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
+    """The stack's serveConfigV2 deployed on CPU by ``python -m workloads.serve.local --keep``:
+    the one the session started early (tests/conftest.py EARLY_FIXTURES), else started now."""
+    from tests.conftest import take_early
+
+    starting = take_early("local_server") or start_local_server(request.config)
     try:
-        endpoint = _wait_for_line(proc, log, "PARK_ENDPOINT ", READY_TIMEOUT_S + 120)
-        ray_address = _wait_for_line(proc, log, "PARK_RAY_ADDRESS ", 30)
+        endpoint = _wait_for_line(
+            starting.proc, starting.log, "PARK_ENDPOINT ", READY_TIMEOUT_S + 120
+        )
+        ray_address = _wait_for_line(starting.proc, starting.log, "PARK_RAY_ADDRESS ", 30)
     except BaseException:
-        memory.stop()
-        _stop(proc)
+        starting.stop()
         raise
     server = LocalServer(
         endpoint=endpoint,
         ray_address=ray_address,
-        model_id=model_id,
-        log=log,
-        proc=proc,
-        memory=memory,
-        cold_start_s=time.monotonic() - started,
-        config_label=label,
+        model_id=starting.model_id,
+        log=starting.log,
+        proc=starting.proc,
+        memory=starting.memory,
+        cold_start_s=time.monotonic() - starting.started,
+        config_label=starting.config_label,
     )
     yield server
-    memory.stop()
-    code, leftovers = _stop(proc)
+    code, leftovers = starting.stop()
     print(
-        f"\n[serve] {label}: cold start {server.cold_start_s:.0f}s, "
-        f"peak RSS of the tree {memory.peak_bytes / 2**30:.1f} GiB, exit {code}, {server.notes}"
+        f"\n[serve] {server.config_label}: up {server.cold_start_s:.0f}s after its start, "
+        f"peak RSS of the tree {server.memory.peak_bytes / 2**30:.1f} GiB, exit {code}, "
+        f"{server.notes}"
     )
-    assert code == 0, f"local server exited {code}; log: {log}"
+    assert code == 0, f"local server exited {code}; log: {server.log}"
     assert not leftovers, f"processes left after shutdown: {leftovers}"
 
 
