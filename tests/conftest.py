@@ -78,7 +78,10 @@ RAY_HEAD_MODULE = "tests.workloads.train_fixtures"  # holds the shared head, onc
 # takes a minute to come up (vLLM's cold start) comes up there. The fixture takes what was
 # started (``take_early``); its tests run right after the fast tier, while it is warm.
 # name -> "module:function" that starts it and returns a handle with ``stop()``.
-EARLY_FIXTURES = {"local_server": "tests.workloads.serve_fixtures:start_local_server"}
+EARLY_FIXTURES = {
+    "local_server": "tests.workloads.serve_fixtures:start_local_server",
+    "serve_wait_probes": "tests.workloads.test_serve_wait:start_probes",
+}
 _early: dict[str, Any] = {}
 
 

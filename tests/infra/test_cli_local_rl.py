@@ -15,9 +15,11 @@ from infra.tools.local.rl import (
     toy_prompts,
 )
 from tests.conftest import render_stack
+from workloads import protocol
 from workloads.protocol import flag, split_entrypoint
 from workloads.rl.config import parse_args
 from workloads.rl.toy import prompts
+from workloads.train.export import MARKER_NAME
 
 
 def _rayjob() -> dict:
@@ -62,3 +64,6 @@ def test_reward_line_and_serve_config():
     assert reward_line(0.312, 0.6) == "reward  0.31 → 0.60"
     llm = serve_config("/x/export/final")["applications"][0]["args"]["llm_configs"][0]
     assert llm["model_loading_config"]["model_source"] == "/x/export/final"
+    # its replica waits for the marker the export writes last (the job runs beside it)
+    assert llm["callback_config"]["callback_class"] == protocol.SERVE_WAIT_CALLBACK
+    assert llm["callback_config"]["callback_kwargs"]["marker"] == MARKER_NAME

