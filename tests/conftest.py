@@ -81,6 +81,7 @@ RAY_HEAD_MODULE = "tests.workloads.train_fixtures"  # holds the shared head, onc
 EARLY_FIXTURES = {
     "local_server": "tests.workloads.serve_fixtures:start_local_server",
     "serve_wait_probes": "tests.workloads.test_serve_wait:start_probes",
+    "ray_llm_probe": "tests.workloads.test_serve_config:start_ray_llm_probe",
 }
 _early: dict[str, Any] = {}
 

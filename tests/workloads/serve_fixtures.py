@@ -29,6 +29,8 @@ import psutil
 import pytest
 import yaml
 
+from infra.tools.local.ray_head import LOCAL_RAY_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 
@@ -190,7 +192,8 @@ def start_local_server(config: pytest.Config) -> StartingServer:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # park local's Ray settings (the environment wins): no drain when it stops
+            env={**LOCAL_RAY_ENV, **os.environ, "PYTHONUNBUFFERED": "1"},
         )
     with contextlib.suppress(OSError):  # before it imports anything: Ray starts later
         os.setpriority(os.PRIO_PROCESS, proc.pid, STARTING_NICE)

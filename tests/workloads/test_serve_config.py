@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -549,14 +556,33 @@ print("BUILT")
 """
 
 
-@pytest.fixture(scope="module")
-def ray_llm_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
-    """The probe's stdout, and the args it built (the dev config under direct streaming)."""
-    import json
-    import os
-    import subprocess
-    import sys
+@dataclass
+class RayLlmProbe:
+    """The probe's process, started with its input; ``result`` waits for its stdout."""
 
+    proc: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+    args: dict[str, Any]
+
+    def result(self) -> tuple[str, dict[str, Any]]:
+        try:
+            self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        out, err = self.out.read_text(), self.err.read_text()
+        assert self.proc.returncode == 0, out[-2000:] + err[-3000:]
+        return out, self.args
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_ray_llm_probe(config: pytest.Config) -> RayLlmProbe:
+    """The probe's process on the dev config's CPU args, under direct streaming and without."""
     from workloads.serve import validate
 
     cpu, _ = to_cpu(_dev_serve_config(), MODEL, direct_streaming=True)
@@ -565,17 +591,37 @@ def ray_llm_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[s
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["PYTHONPATH"] = str(Path(validate.__file__).parents[2])
-    out = subprocess.run(
-        [sys.executable, "-c", _RAY_LLM_PROBE],
-        input=json.dumps({"direct": args, "with_ingress": with_ingress["applications"][0]["args"]}),
-        env=env,
-        cwd=tmp_path_factory.mktemp("ray-llm-probe"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    return out.stdout, args
+    work = config._tmp_path_factory.mktemp("ray-llm-probe")  # type: ignore[attr-defined]
+    out, err = work / "stdout", work / "stderr"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _RAY_LLM_PROBE],
+            stdin=subprocess.PIPE,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            cwd=work,
+        )
+    with contextlib.suppress(OSError):  # below the tests beside it (it may start early)
+        os.setpriority(os.PRIO_PROCESS, proc.pid, 10)
+    assert proc.stdin is not None
+    configs = {"direct": args, "with_ingress": with_ingress["applications"][0]["args"]}
+    proc.stdin.write(json.dumps(configs).encode())
+    proc.stdin.close()
+    return RayLlmProbe(proc, out, err, args)
+
+
+@pytest.fixture(scope="module")
+def ray_llm_probe(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The probe's stdout, and the args it built (the dev config under direct streaming); the
+    process the session started early (tests/conftest.py EARLY_FIXTURES), or one started now."""
+    from tests.conftest import take_early
+
+    probe = take_early("ray_llm_probe") or start_ray_llm_probe(request.config)
+    try:
+        yield probe.result()
+    finally:
+        probe.stop()
 
 
 @pytest.mark.serve

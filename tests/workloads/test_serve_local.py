@@ -138,6 +138,7 @@ def test_smoke_helper_answers_a_chat(local_server: fx.LocalServer) -> None:
 FAULT_CLIENTS = 2
 FAULT_GOAL = 0.99
 FAULT_LIMIT_S = 360
+FAULT_AFTER_S = 3  # the clients keep going this long after the first success on the new replica
 
 
 def test_replica_killed_under_load_is_replaced_and_requests_succeed(
@@ -195,9 +196,9 @@ def test_replica_killed_under_load_is_replaced_and_requests_succeed(
         return min(after) if after else None
 
     while time.monotonic() < deadline and (
-        recovered_at() is None or time.monotonic() < (recovered_at() or 0) + 10
+        recovered_at() is None or time.monotonic() < (recovered_at() or 0) + FAULT_AFTER_S
     ):
-        time.sleep(1)
+        time.sleep(0.2)
     stop.set()
     for t in threads:
         t.join(timeout=250)
