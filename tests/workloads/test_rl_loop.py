@@ -65,7 +65,9 @@ def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path) -> Non
         if step == 6:
             killed["after"] = ray.get(pool.engines[0].pid.remote())
 
-    learning = _run(1e-2, tmp_path / "lr", kill_engine)
+    # 2e-2: at 1e-2 the gain over 12 steps was 0.12-0.13 (here and in `park local rl`'s first
+    # 12 steps), too close to the control's noise plus the 0.1 asked of it below
+    learning = _run(2e-2, tmp_path / "lr", kill_engine)
     assert len(learning) == 12 and learning[-1]["version"] == 12
     assert killed["after"] != killed["before"]  # a new engine process from step 6 on
     # No round lost: one-step-off rollouts are one version behind (the first on the start
@@ -75,7 +77,7 @@ def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path) -> Non
     assert all(0 < m["is_weight"] <= 2.0 for m in learning)  # truncated at C = 2
     # steps 1 and 2 sample the start weights; from step 3 every round loaded the newest
     assert all(m["sync_bytes"] > 0 for m in learning[2:]) and learning[-1]["publish_bytes"] > 0
-    assert _gain(learning) > 0.1, summary(learning)  # measured: 0.33 -> 0.57 in 12 steps
+    assert _gain(learning) > 0.1, summary(learning)  # measured: 0.31 (0.39 -> 0.75 in 12 steps)
 
     # Six steps are enough for the control: _gain compares two windows of three steps, as
     # many samples as in the learning run's windows, so the same sampling noise.
