@@ -16,10 +16,14 @@ should be made fast.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import resource
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +93,61 @@ _early: dict[str, Any] = {}
 def take_early(name: str) -> Any | None:
     """What the session started early for fixture ``name`` (once), or None."""
     return _early.pop(name, None)
+
+
+EARLY_NICE = 10  # an early subprocess's priority: below the tests running beside it
+
+
+def lower_priority(pid: int) -> None:
+    """Start ``pid`` at EARLY_NICE (what it starts later inherits it); where that cannot be
+    set, at the session's own."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, pid, EARLY_NICE)
+
+
+@dataclass
+class Background:
+    """A subprocess started at EARLY_NICE, its stdout and stderr in files; ``output`` waits."""
+
+    proc: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+
+    @classmethod
+    def start(
+        cls, command: list[str], folder: Path, *, env: dict[str, str], cwd: Path, stdin: bytes = b""
+    ) -> Background:
+        out, err = folder / "stdout", folder / "stderr"
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=env, cwd=cwd
+            )
+        lower_priority(proc.pid)
+        assert proc.stdin is not None
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+        return cls(proc, out, err)
+
+    def output(self, timeout_s: float) -> str:
+        """Its stdout once it ended (killed at the bound); it must have exited 0."""
+        try:
+            self.proc.wait(timeout=max(timeout_s, 1))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        out = self.out.read_text(errors="replace")
+        err = self.err.read_text(errors="replace")
+        assert self.proc.returncode == 0, f"exit {self.proc.returncode}\n{out[-2000:]}{err[-4000:]}"
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:  # never asked for (a failed fast tier ended the run)
+            self.proc.terminate()  # a Ray driver shuts down the Ray it started
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -102,6 +102,7 @@ def test_a_staged_hub_model_is_waited_for_as_long_as_its_staging() -> None:
     assert llm["model_loading_config"]["model_source"] == staged.path
 
 
+@pytest.mark.serve  # ray.serve.llm imports vLLM (~9 s when it is the first)
 def test_rays_loader_resolves_the_rendered_callback_and_its_engine_timeout() -> None:
     """The rendered LLMConfig as Ray 2.60 reads it: the callback class Ray's own loader
     imports is ours, built with the rendered kwargs; Ray's engine-start default is the one the

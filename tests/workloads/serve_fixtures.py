@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from infra.tools.local.ray_head import LOCAL_RAY_ENV
+from tests.conftest import lower_priority
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -166,11 +167,6 @@ class StartingServer:
         return _stop(self.proc)
 
 
-# The server's priority while it starts: below the tests running beside it (tests/conftest.py
-# starts it early, while the fast tier runs on the other core); its processes inherit it.
-STARTING_NICE = 10
-
-
 def start_local_server(config: pytest.Config) -> StartingServer:
     """``python -m workloads.serve.local --keep`` on the stack's serveConfigV2, started."""
     work = config._tmp_path_factory.mktemp("serve")  # type: ignore[attr-defined]
@@ -195,8 +191,7 @@ def start_local_server(config: pytest.Config) -> StartingServer:
             # park local's Ray settings (the environment wins): no drain when it stops
             env={**LOCAL_RAY_ENV, **os.environ, "PYTHONUNBUFFERED": "1"},
         )
-    with contextlib.suppress(OSError):  # before it imports anything: Ray starts later
-        os.setpriority(os.PRIO_PROCESS, proc.pid, STARTING_NICE)
+    lower_priority(proc.pid)  # it may start early, beside the fast tier: below it
     return StartingServer(proc, log, model_id, label, TreeMemory(proc.pid), started)
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import Background
 from tests.workloads.serve_fixtures import rendered_serve_configs, tpu_serve_config
 from workloads.serve.cpu_profile import CPU_ENGINE_KWARGS, CPU_MAX_MODEL_LEN, to_cpu
 from workloads.serve.validate import validate_serve_config
@@ -560,25 +559,14 @@ print("BUILT")
 class RayLlmProbe:
     """The probe's process, started with its input; ``result`` waits for its stdout."""
 
-    proc: subprocess.Popen[bytes]
-    out: Path
-    err: Path
+    proc: Background
     args: dict[str, Any]
 
     def result(self) -> tuple[str, dict[str, Any]]:
-        try:
-            self.proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        out, err = self.out.read_text(), self.err.read_text()
-        assert self.proc.returncode == 0, out[-2000:] + err[-3000:]
-        return out, self.args
+        return self.proc.output(300), self.args
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        self.proc.stop()
 
 
 def start_ray_llm_probe(config: pytest.Config) -> RayLlmProbe:
@@ -592,23 +580,10 @@ def start_ray_llm_probe(config: pytest.Config) -> RayLlmProbe:
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["PYTHONPATH"] = str(Path(validate.__file__).parents[2])
     work = config._tmp_path_factory.mktemp("ray-llm-probe")  # type: ignore[attr-defined]
-    out, err = work / "stdout", work / "stderr"
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _RAY_LLM_PROBE],
-            stdin=subprocess.PIPE,
-            stdout=stdout,
-            stderr=stderr,
-            env=env,
-            cwd=work,
-        )
-    with contextlib.suppress(OSError):  # below the tests beside it (it may start early)
-        os.setpriority(os.PRIO_PROCESS, proc.pid, 10)
-    assert proc.stdin is not None
     configs = {"direct": args, "with_ingress": with_ingress["applications"][0]["args"]}
-    proc.stdin.write(json.dumps(configs).encode())
-    proc.stdin.close()
-    return RayLlmProbe(proc, out, err, args)
+    command = [sys.executable, "-c", _RAY_LLM_PROBE]
+    probe = Background.start(command, work, env=env, cwd=work, stdin=json.dumps(configs).encode())
+    return RayLlmProbe(probe, args)
 
 
 @pytest.fixture(scope="module")

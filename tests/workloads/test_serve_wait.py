@@ -20,10 +20,8 @@ session starts both when it starts (tests/conftest.py EARLY_FIXTURES), beside th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -35,6 +33,7 @@ import pytest
 
 from infra import ray_serve
 from infra.plan import serve_tuning
+from tests.conftest import Background
 
 pytestmark = pytest.mark.ray
 
@@ -53,41 +52,24 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "expand": {"TPU_WORKER_ID": "3"},
 }
 PROBE_TIMEOUT_S = 900
-# Below the tests beside them: the session starts the probes early (tests/conftest.py).
-PROBE_NICE = 10
 
 
 @dataclass
 class Probes:
     """Every scenario's process, started; ``result`` waits for one's RESULT line."""
 
-    procs: dict[str, subprocess.Popen[bytes]]
-    workdir: Path
+    procs: dict[str, Background]
     started: float
 
     def result(self, scenario: str) -> dict[str, Any]:
-        proc = self.procs[scenario]
         left = PROBE_TIMEOUT_S - (time.monotonic() - self.started)
-        try:
-            proc.wait(timeout=max(left, 1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        out = (self.workdir / f"{scenario}.out").read_text(errors="replace")
-        err = (self.workdir / f"{scenario}.err").read_text(errors="replace")
-        assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-4000:]}"
+        out = self.procs[scenario].output(left)
         (line,) = [x for x in out.splitlines() if x.startswith("RESULT ")]
         return dict(json.loads(line.removeprefix("RESULT ")))
 
     def stop(self) -> None:
         for proc in self.procs.values():
-            if proc.poll() is None:  # never asked for (a failed fast tier ended the run)
-                proc.terminate()  # its driver shuts down the Ray it started
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            proc.stop()
 
 
 def start_probes(config: pytest.Config) -> Probes:
@@ -96,19 +78,12 @@ def start_probes(config: pytest.Config) -> Probes:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RAYLLM_"))}
     procs = {}
     for scenario, extra_env in SCENARIOS.items():
-        (workdir / scenario).mkdir()
+        folder = workdir / scenario
+        folder.mkdir()
         env = {**base, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **extra_env}
         command = [sys.executable, "-m", "tests.workloads.serve_wait_probe", scenario]
-        with (
-            open(workdir / f"{scenario}.out", "wb") as out,
-            open(workdir / f"{scenario}.err", "wb") as err,
-        ):
-            procs[scenario] = subprocess.Popen(
-                [*command, str(workdir / scenario)], env=env, cwd=ROOT, stdout=out, stderr=err
-            )
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, procs[scenario].pid, PROBE_NICE)
-    return Probes(procs, workdir, time.monotonic())
+        procs[scenario] = Background.start([*command, str(folder)], folder, env=env, cwd=ROOT)
+    return Probes(procs, time.monotonic())
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from infra.names import EXPOSE_SERVE_ANNOTATION, OPENAI_SERVICE_NAME, SERVE_PORT
 from infra.plan import serve_tuning
 from infra.plan.ray.pods import RayPods, app_labels, head_group, label_pods, tpu_worker_group
 from infra.resolve import ServedModelPlan, ServingPlan, disk
+from infra.resolve.types import ModelWait
 from infra.versions import IMAGE_TAG, RAY_VERSION
 from workloads import protocol
 
@@ -90,17 +91,18 @@ def _waits(model: ServedModelPlan) -> dict[str, Any]:
     """A model whose folder another job writes: Serve LLM's callback that waits for the
     folder's marker inside the replica's start (workloads/serve/wait.py), its bound, and the
     engine start's timeout raised by that bound."""
-    if model.wait is None:
-        return {}
+    return {} if model.wait is None else {"callback_config": wait_callback(model.wait)}
+
+
+def wait_callback(wait: ModelWait) -> dict[str, Any]:
+    """An LLMConfig's callback_config: wait for ``wait.marker`` inside the replica's start."""
     return {
-        "callback_config": {
-            "callback_class": protocol.SERVE_WAIT_CALLBACK,
-            "callback_kwargs": {
-                "timeout_s": model.wait.timeout_s,
-                "marker": model.wait.marker,
-                "writer": model.wait.writer,
-            },
-        }
+        "callback_class": protocol.SERVE_WAIT_CALLBACK,
+        "callback_kwargs": {
+            "timeout_s": wait.timeout_s,
+            "marker": wait.marker,
+            "writer": wait.writer,
+        },
     }
 
 

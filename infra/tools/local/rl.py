@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from infra.plan.ray.service import wait_callback
+from infra.resolve.types import ModelWait
 from infra.tools.local import console as console_out
 from infra.tools.local.profile import LOCAL_RUN, NO_TPU_SLICE, ON_CPU, ProfileTable, cpu_entrypoint
 from infra.tools.local.ray_head import LocalRay, LocalRunError
@@ -229,14 +231,9 @@ def serve_config(export: str) -> dict[str, Any]:
         "deployment_config": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}},
         # the job writes the export while the replica starts: it waits for the marker the
         # export writes last (workloads/serve/wait.py), as a served training run's does
-        "callback_config": {
-            "callback_class": protocol.SERVE_WAIT_CALLBACK,
-            "callback_kwargs": {
-                "timeout_s": int(RL_TIMEOUT_S),
-                "marker": protocol.EXPORT_MARKER,
-                "writer": "the RL job (its final policy)",
-            },
-        },
+        "callback_config": wait_callback(
+            ModelWait(int(RL_TIMEOUT_S), protocol.EXPORT_MARKER, "the RL job (its final policy)")
+        ),
     }
     app = {
         "name": "llm",
