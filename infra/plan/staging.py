@@ -8,9 +8,10 @@ Job that failed is replaced on the next `pulumi up` (`pulumi.com/replaceUnready`
 of a complete copy of the same revision does nothing (the stage module's marker), so `up` is
 idempotent. `park stage-model STACK | kubectl apply -f -` prints the same Jobs for manual use.
 
-It runs on the CPU pool as the workloads' service account (the bucket's objectUser through
-Workload Identity) and streams each file from the hub into the bucket
-(workloads/train/stage.py): its scratch holds nothing but Python's.
+It runs on the CPU pool as the workloads' service account (the bucket roles of
+infra/plan/storage.py, through Workload Identity) and streams each file from the hub into the
+bucket (workloads/train/stage.py): its scratch holds nothing but Python's. A copy cut short
+resumes file by file, and calls refused while the new IAM binding propagates are retried.
 """
 
 from __future__ import annotations
@@ -92,9 +93,13 @@ def job_name(repo: str) -> str:
     return f"{head}-{suffix}"
 
 
-def staging_job(pods: ray.RayPods, model: disk.StagedModel, image: str) -> dict[str, Any]:
+def staging_job(
+    pods: ray.RayPods, model: disk.StagedModel, image: str, deadline_s: int
+) -> dict[str, Any]:
     """The Job that stages `model`: no ttlSecondsAfterFinished, as Pulumi owns the Job (a Job
-    the cluster deleted would be re-created by the next refresh, for nothing)."""
+    the cluster deleted would be re-created by the next refresh, for nothing). It ends by
+    `deadline_s`, the bound `up` awaits it for (activeDeadlineSeconds): a Job is never still
+    running when the next `up` replaces it, and the replacement resumes the copy."""
     budget = STAGE_SCRATCH
     return {
         "apiVersion": "batch/v1",
@@ -107,6 +112,7 @@ def staging_job(pods: ray.RayPods, model: disk.StagedModel, image: str) -> dict[
         },
         "spec": {
             "backoffLimit": STAGE_RETRIES,
+            "activeDeadlineSeconds": deadline_s,
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
@@ -176,10 +182,13 @@ def stage_jobs(plan: StackPlan) -> tuple[StageJob, ...]:
     if plan.disk is None or not plan.disk.staged:
         return ()
     pods, image = ray.ray_pods(plan), stage_image(plan)
-    return tuple(
-        StageJob(model, staging_job(pods, model, image), stage_timeout_s(model))
-        for model in plan.disk.staged
-    )
+    return tuple(stage_job(pods, model, image) for model in plan.disk.staged)
+
+
+def stage_job(pods: ray.RayPods, model: disk.StagedModel, image: str) -> StageJob:
+    """`model`'s Job, bounded by `stage_timeout_s`: what `up` awaits is what the Job may take."""
+    timeout_s = stage_timeout_s(model)
+    return StageJob(model, staging_job(pods, model, image, timeout_s), timeout_s)
 
 
 def staging_jobs(plan: StackPlan) -> list[dict[str, Any]]:

@@ -9,7 +9,13 @@ from typing import Any
 
 from infra.resolve import StackPlan
 
-BUCKET_ROLES = ("roles/storage.objectUser",)  # read, write, list, delete objects of the bucket
+# The workload identity's roles on the bucket, and nothing beyond it. objectUser: read, write,
+# list, delete objects. legacyBucketReader adds the one call objectUser lacks: the bucket's
+# metadata (storage.buckets.get), which pyarrow's create_dir reads on a bucket with no folder
+# marker yet and Ray Train's storage calls create_dir on its storage path: without it the first
+# run on a fresh bucket fails with 403 (GKE's Ray-on-TPU sample grants the same role for it).
+# Which calls each workload makes is recorded in infra/data/bucket_ledger.yaml (infra.storage_iam).
+BUCKET_ROLES = ("roles/storage.objectUser", "roles/storage.legacyBucketReader")
 REGISTRY_READER_ROLE = "roles/artifactregistry.reader"
 WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
 

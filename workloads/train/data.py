@@ -93,7 +93,9 @@ def _cache_gcs(uri: str) -> list[Path]:
     """Copy ``gs://`` files to the node-local cache once (a lock keeps one copier per node)."""
     import pyarrow.fs as pafs
 
-    fs, root = pafs.FileSystem.from_uri(uri)
+    from workloads.train import storage
+
+    fs, root = storage.filesystem(uri)
     info = fs.get_file_info(root)
     if info.type == pafs.FileType.File:
         remote = [root]

@@ -14,7 +14,9 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig
 from ray.train.torch import TorchTrainer
 
 from workloads import ready
-from workloads.train.config import TrainConfig, resolve
+from workloads.train import storage
+from workloads.train.config import TrainConfig
+from workloads.train.config_check import resolve
 from workloads.train.loop import train_loop_per_worker
 from workloads.train.metrics import RESULT_PREFIX, emit
 from workloads.train.scaling import build_scaling_config, build_torch_config
@@ -29,9 +31,11 @@ WORKER_ENV = {"RAY_worker_niceness": "0"}
 
 def build_run_config(cfg: TrainConfig, **overrides: Any) -> RunConfig:
     """Checkpoints in storage_path, restarts on failure, workers at normal priority."""
+    storage_path, storage_filesystem = storage.ray_storage(cfg.storage_path)
     values: dict[str, Any] = dict(
         name=cfg.run_name,
-        storage_path=cfg.storage_path,
+        storage_path=storage_path,
+        storage_filesystem=storage_filesystem,
         failure_config=FailureConfig(max_failures=cfg.max_failures),
         checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
         worker_runtime_env={"env_vars": dict(WORKER_ENV)},

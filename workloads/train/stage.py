@@ -7,8 +7,14 @@ gcsfuse file cache) instead of every host downloading it from the hub into its s
 (infra/resolve/disk.py). Each file streams from the hub straight into the bucket through pyarrow's
 output stream: nothing is written to the pod's disk, so the Job that runs this needs only a
 small scratch. A marker written last names the hub revision: a rerun of a complete copy of
-the same revision does nothing, and a half-done copy (no marker) is redone. The token is read
-as the hub client reads it (HF_TOKEN, or the file at HF_TOKEN_PATH).
+the same revision does nothing, and a half-done copy (no marker) resumes: a file already in
+the bucket with the listed size is not copied again, so a Job replaced by the next `up`, or a
+pod retried by the Job, goes on where the last one stopped. The token is read as the hub
+client reads it (HF_TOKEN, or the file at HF_TOKEN_PATH).
+
+A new IAM binding takes 2 to 7 minutes to reach Cloud Storage, and the Job may start inside
+that window (`up` creates the binding just before): a 401 or 403 is retried until
+``--iam-wait-s`` has passed, then the run fails naming what was refused.
 
 Torch-free: it runs in any of the workload images.
 """
@@ -21,6 +27,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -54,7 +61,8 @@ Opener = Callable[[str], AbstractContextManager[IO[bytes]]]
 
 def stage(repo: str, dest: str, listing: Listing, open_file: Opener) -> dict[str, Any]:
     """Copy `listing`'s wanted files to `dest` (a gs:// or local folder); returns the marker.
-    Skips the copy when `dest` already holds this revision complete."""
+    Skips the copy when `dest` already holds this revision complete, and each file already
+    there with its listed size (a copy cut short resumes)."""
     marker_uri = storage.join(dest, MARKER)
     if storage.exists(marker_uri):
         fs, path = storage.filesystem(marker_uri)
@@ -64,22 +72,80 @@ def stage(repo: str, dest: str, listing: Listing, open_file: Opener) -> dict[str
             print(f"{repo}@{listing.revision}: already staged at {dest}")
             return dict(found)
         storage.remove_folder(dest)  # another revision: start clean
+    present = _present(dest)
     copied: list[str] = []
     total = 0
     for name, size in listing.files:
         if not wanted(name):
             continue
-        fs, path = storage.filesystem(storage.join(dest, name))
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with open_file(name) as source, fs.open_output_stream(path) as out:
-            shutil.copyfileobj(source, out, CHUNK)
         copied.append(name)
         total += size
+        if present.get(name) == size:
+            print(f"{repo}: {name} already there ({size / 2**20:.0f} MiB)", flush=True)
+            continue
+        fs, path = storage.filesystem(storage.join(dest, name))
+        storage.make_parent(fs, path)
+        with open_file(name) as source, fs.open_output_stream(path) as out:
+            shutil.copyfileobj(source, out, CHUNK)
         print(f"{repo}: {name} ({size / 2**20:.0f} MiB)", flush=True)
     marker = {"repo": repo, "revision": listing.revision, "files": copied, "bytes": total}
     storage.write_bytes(marker_uri, json.dumps(marker, indent=2).encode())
     print(f"{repo}@{listing.revision}: {len(copied)} files, {total / 2**30:.1f} GiB at {dest}")
     return marker
+
+
+def _present(dest: str) -> dict[str, int]:
+    """The files already under `dest` (name relative to it -> size); none when it is absent."""
+    try:
+        found = storage.list_files(dest)
+    except FileNotFoundError:
+        return {}
+    _, root = storage.filesystem(dest)
+    return {path[len(root) :].lstrip("/"): size for path, size in found}
+
+
+# How long a refused call (401/403) is retried: a new IAM binding reaches Cloud Storage within
+# 2 to 7 minutes (Google's IAM docs: "Access change propagation").
+IAM_WAIT_S = 420.0
+IAM_RETRY_S = 15.0
+
+
+def refused(err: OSError) -> bool:
+    """Whether pyarrow's error is Cloud Storage refusing the caller (401 or 403)."""
+    text = str(err)
+    return isinstance(err, PermissionError) or any(
+        word in text for word in ("PERMISSION_DENIED", "UNAUTHENTICATED", "403", "401")
+    )
+
+
+def stage_retrying(
+    repo: str,
+    dest: str,
+    listing: Listing,
+    open_file: Opener,
+    *,
+    iam_wait_s: float = IAM_WAIT_S,
+    retry_s: float = IAM_RETRY_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """`stage`, retried while Cloud Storage refuses the caller, for at most `iam_wait_s` (the
+    binding may still be propagating); each retry resumes. Raises PermissionError after."""
+    deadline = clock() + iam_wait_s
+    while True:
+        try:
+            return stage(repo, dest, listing, open_file)
+        except OSError as err:
+            if not refused(err):
+                raise
+            if clock() + retry_s > deadline:
+                raise PermissionError(
+                    f"Cloud Storage still refuses the workload identity after {iam_wait_s:.0f}s "
+                    f"(an IAM binding propagates in 2-7 min; check the bucket's roles with "
+                    f"`park validate`): {err}"
+                ) from None
+            print(f"refused, retrying in {retry_s:.0f}s (IAM may be propagating): {err}")
+            sleep(retry_s)
 
 
 def hub_listing(repo: str, revision: str | None = None) -> Listing:
@@ -153,13 +219,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--from-folder", default=None, help="a local folder instead of the hub (park local)"
     )
+    parser.add_argument(
+        "--iam-wait-s",
+        type=float,
+        default=IAM_WAIT_S,
+        help="how long a refused call (401/403) is retried while IAM propagates",
+    )
     args = parser.parse_args(argv)
     if args.from_folder:
         listing = folder_listing(args.from_folder)
-        stage(args.repo, args.dest, listing, folder_opener(args.from_folder))
-        return 0
-    listing = hub_listing(args.repo, args.revision)
-    stage(args.repo, args.dest, listing, hub_opener(args.repo, listing.revision))
+        opener = folder_opener(args.from_folder)
+    else:
+        listing = hub_listing(args.repo, args.revision)
+        opener = hub_opener(args.repo, listing.revision)
+    try:
+        stage_retrying(args.repo, args.dest, listing, opener, iam_wait_s=args.iam_wait_s)
+    except PermissionError as err:
+        print(f"staging {args.repo} into {args.dest} failed: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -2,9 +2,14 @@
 
 pyarrow comes with Ray, reads ``gs://`` (and ``file://``, ``s3://``) with the pod's credentials
 (Workload Identity on GKE), and gives random access, so a worker can read just its byte range
-of a large file. Things a worker needs as local files (a model's safetensors, which are
-memory-mapped) are mirrored once per node into the cache, under a lock, so that the 4-16 workers
-of a host neither download the same bytes 16 times nor see a half-written file.
+of a large file. With ``STORAGE_EMULATOR_HOST`` set (the variable Google's own storage clients
+honour), every ``gs://`` call goes to that emulator instead, anonymously over http, and no
+credential or metadata server is looked for: `park local` runs the workloads against an
+emulated Cloud Storage that grants only what the stack's roles grant.
+
+Things a worker needs as local files (a model's safetensors, which are memory-mapped) are
+mirrored once per node into the cache, under a lock, so that the 4-16 workers of a host
+neither download the same bytes 16 times nor see a half-written file.
 """
 
 from __future__ import annotations
@@ -26,11 +31,57 @@ def cache_dir() -> Path:
     return local_models.cache_root() / "train"
 
 
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # Google's clients' name: http://HOST:PORT or HOST:PORT
+# How long a call to the emulator is retried (transient errors only: a 403 is never retried).
+EMULATOR_RETRY_S = 15.0
+
+
+def emulator_endpoint() -> str | None:
+    """``HOST:PORT`` of the Cloud Storage emulator named by ``STORAGE_EMULATOR_HOST``, or None."""
+    value = os.environ.get(EMULATOR_ENV, "").strip()
+    if not value:
+        return None
+    endpoint = value.split("://", 1)[-1].rstrip("/")
+    if not endpoint or "/" in endpoint:
+        raise ValueError(f"{EMULATOR_ENV}={value!r}: expected http://HOST:PORT or HOST:PORT")
+    return endpoint
+
+
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and the path inside it, for ``gs://...``, ``file://...`` or a local path."""
+    """The filesystem and the path inside it, for ``gs://...``, ``file://...`` or a local path.
+    A ``gs://`` URI goes to the emulator when ``STORAGE_EMULATOR_HOST`` names one."""
+    endpoint = emulator_endpoint() if uri.startswith("gs://") else None
+    if endpoint is not None:
+        import datetime
+
+        gcs = pafs.GcsFileSystem(
+            anonymous=True,
+            scheme="http",
+            endpoint_override=endpoint,
+            retry_time_limit=datetime.timedelta(seconds=EMULATOR_RETRY_S),
+        )
+        return gcs, uri.removeprefix("gs://").rstrip("/")
     if "://" in uri:
         return pafs.FileSystem.from_uri(uri)
     return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
+
+
+def ray_storage(storage_path: str) -> tuple[str, pafs.FileSystem | None]:
+    """Ray Train's ``storage_path`` and ``storage_filesystem`` for a run's storage: Ray's own
+    resolution of the URI, except that a ``gs://`` path goes to the emulator when one is named
+    (Ray would look for cloud credentials)."""
+    if storage_path.startswith("gs://") and emulator_endpoint() is not None:
+        fs, path = filesystem(storage_path)
+        return path, fs
+    return storage_path, None
+
+
+def make_parent(fs: pafs.FileSystem, path: str) -> None:
+    """Create ``path``'s parent folder where the filesystem has folders. A bucket has none and
+    needs none before a write: pyarrow's ``create_dir`` there reads the bucket's metadata
+    (``storage.buckets.get``) when no parent marker exists, a call the write does not need."""
+    if fs.type_name != "gcs":
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
 
 
 def join(uri: str, *parts: str) -> str:
@@ -131,7 +182,7 @@ def local_path(uri: str) -> Path | None:
 def write_bytes(uri: str, data: bytes) -> None:
     """Write a whole file (parents are created; on a bucket there are none to create)."""
     fs, path = filesystem(uri)
-    fs.create_dir(os.path.dirname(path), recursive=True)
+    make_parent(fs, path)
     with fs.open_output_stream(path) as out:
         out.write(data)
 

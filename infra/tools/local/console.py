@@ -13,6 +13,7 @@ from rich.table import Table
 from workloads.protocol import SMOKE_MARKER
 
 if TYPE_CHECKING:
+    from infra.tools.local.bucket import EmulatedBucket
     from infra.tools.local.outcome import Outcome
     from infra.tools.local.ray_head import LocalRay
 
@@ -100,3 +101,14 @@ def summary(
     table.add_row("logs", str(run_dir))
     table.add_row("next", "Ctrl-C stops serving and Ray" if keep else "stopping everything")
     console.print(table)
+
+
+def bucket_calls(console: Console, bucket: EmulatedBucket) -> None:
+    """Each workload's bucket permissions, as the IAM gate saw its calls (all granted)."""
+    for workload in sorted({r.workload for r in bucket.log.records}):
+        used = sorted(bucket.log.permissions(workload))
+        console.print(
+            f"bucket calls of {workload}: {', '.join(used)} (granted by {', '.join(bucket.roles)})",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.tools.local.bucket import EmulatedBucket
 from infra.tools.local.staging import LocalStaging
 
 
@@ -28,4 +29,5 @@ class Outcome:
     changes: list[str] = field(default_factory=list)
     waits: list[dict[str, Any]] = field(default_factory=list)  # PARK_WAITED records
     staging: LocalStaging | None = None  # the trainer's model, staged here
+    bucket: EmulatedBucket | None = None  # the stack's bucket, emulated behind its IAM gate
     started: float = field(default_factory=time.monotonic)

@@ -23,10 +23,10 @@ NO_TPU_SLICE: ProfileTable = {
     "torch_tpu_topology": (None, "no TPU slice"),
     "chips_per_host": (None, "no TPU slice"),
 }
-# ... and what both do to run once, here: no retries, checkpoints in this run's folder.
+# ... and what both do to run once, here: no retries. The storage path stays the rendered
+# gs:// one: the job writes to the emulated bucket (bucket.py), as the pods do to the real one.
 LOCAL_RUN: ProfileTable = {
     "max_failures": ("0", "fail fast instead of retrying"),
-    "storage_path": ("{storage}", "a local folder instead of the bucket"),
 }
 # The loop the stack runs on TPU, small enough for two CPU cores: a tiny Llama built on the
 # worker (random weights from a config, a tokenizer trained there), supervised fine-tuning on

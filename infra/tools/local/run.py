@@ -13,9 +13,14 @@ needs made in two visible places and printed:
 
 When the stack serves its training run (`source: training`), both start at once, as one
 `pulumi up` starts them on GKE, and nothing is ready: the trainer's model is staged from a
-local hub folder into the run's bucket folder only once the trainer waits for it
-(staging.py), and the serving replica waits for the run's export inside its start
-(workloads/serve/wait.py). The summary says what waited on what, and for how long.
+local hub folder into the bucket only once the trainer waits for it (staging.py), and the
+serving replica waits for the run's export inside its start (workloads/serve/wait.py). The
+summary says what waited on what, and for how long.
+
+The bucket is the stack's, emulated (bucket.py): every ``gs://`` call of the staging, the
+trainer, Ray Train's storage and the RL job goes through an IAM gate that grants what the
+stack binds to its workload identity, and nothing else; the pods' FUSE mount is the emulated
+bucket's folder. A call the grant lacks fails the run, naming the permission.
 
 Training is an entrypoint string run by Ray, serving a module run as a subprocess; what passes
 between them and us is workloads/protocol.py. The Ray head (ray_head.py) runs in a private
@@ -47,6 +52,7 @@ from rich.markup import escape
 
 from infra.schema.safe import one_line
 from infra.tools.local import console as console_out
+from infra.tools.local.bucket import EmulatedBucket, EmulatorError, stack_bucket
 from infra.tools.local.outcome import Outcome
 from infra.tools.local.profile import (
     FACT_QUESTION_INDEX,
@@ -63,7 +69,7 @@ from infra.tools.local.ray_head import (
 )
 from infra.tools.local.rl import run_rl, runs_rl
 from infra.tools.local.staging import LocalStaging, staged_model
-from infra.tools.local.submit import LocalJob, run_job
+from infra.tools.local.submit import LocalJob, export_of, run_job
 from infra.tools.outdir import make_folder, open_new, write_new
 from workloads import protocol
 
@@ -86,8 +92,17 @@ def _manifest(rendered: Any, kind: str) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) -> Outcome:
-    """Train and/or serve the rendered stack on a local Ray; raise LocalRunError on failure."""
+def run_local(
+    rendered: Any,
+    *,
+    only: str | None,
+    keep: bool,
+    console: Console,
+    bucket_roles: tuple[str, ...] | None = None,
+) -> Outcome:
+    """Train and/or serve the rendered stack on a local Ray against its emulated bucket (which
+    grants the stack's roles, or `bucket_roles` to try another grant); raise LocalRunError on
+    failure, naming any permission the grant lacks."""
     stack = rendered.config.stack
     rayjob = _manifest(rendered, "RayJob") if only != "serve" else None
     rayservice = _manifest(rendered, "RayService") if only != "train" else None
@@ -108,9 +123,52 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
         + f" on a local Ray (CPU); run folder {escape(one_line(str(run_dir)))}",
         highlight=False,
     )
+    bucket = stack_bucket(rendered, run_dir, bucket_roles)
+    try:
+        bucket.start()
+    except EmulatorError as err:
+        raise LocalRunError(str(err)) from None
+    outcome.bucket = bucket
+    console.print(
+        f"bucket gs://{bucket.bucket}: emulated (fake-gcs-server) behind an IAM gate granting "
+        f"{', '.join(bucket.roles) or 'no role'}; its folder {bucket.folder} stands in for "
+        "the pods' FUSE mount",
+        highlight=False,
+        soft_wrap=True,
+    )
+    try:
+        _run_on_ray(rendered, rayjob, rayservice, run_dir, console, outcome, keep=keep)
+        bucket.check()
+    except (LocalRunError, EmulatorError) as err:
+        try:
+            bucket.check()
+        except EmulatorError as refused:
+            raise LocalRunError(f"{err}; {refused}") from None
+        if isinstance(err, EmulatorError):
+            raise LocalRunError(str(err)) from None
+        raise
+    finally:
+        bucket.stop()
+    console_out.bucket_calls(console, bucket)
+    return outcome
+
+
+def _run_on_ray(
+    rendered: Any,
+    rayjob: dict[str, Any] | None,
+    rayservice: dict[str, Any] | None,
+    run_dir: Path,
+    console: Console,
+    outcome: Outcome,
+    *,
+    keep: bool,
+) -> None:
+    stack = rendered.config.stack
+    bucket = outcome.bucket
+    assert bucket is not None
     rl = rayjob is not None and runs_rl(rayjob)
     if rayjob is not None and not rl:
-        outcome.staging = _staging(rendered, rayjob, run_dir)
+        outcome.staging = _staging(rendered, rayjob, bucket, run_dir)
         if outcome.staging is not None:
             outcome.staging.build_hub()  # the hub has the model before anything starts
     trained = _trained_models(rendered) if rayjob is not None and not rl else []
@@ -121,7 +179,7 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
             try:
                 if rayjob is not None and rl:  # GRPO, then serve its policy
                     run_rl(rayjob, ray, run_dir, console, outcome, start_serving=_start_serving)
-                    return outcome
+                    return
                 if rayjob is not None and rayservice is not None and trained:
                     _train_and_serve(
                         rayjob,
@@ -133,7 +191,7 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
                         keep=keep,
                         trained=trained,
                     )
-                    return outcome
+                    return
                 if rayjob is not None:
                     _train(rayjob, ray, run_dir, console, outcome)
                     _reference(outcome, run_dir, console)
@@ -158,21 +216,20 @@ def run_local(rendered: Any, *, only: str | None, keep: bool, console: Console) 
                     outcome.staging.stop()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return outcome
 
 
-def _staging(rendered: Any, rayjob: dict[str, Any], run_dir: Path) -> LocalStaging | None:
+def _staging(
+    rendered: Any, rayjob: dict[str, Any], bucket: EmulatedBucket, run_dir: Path
+) -> LocalStaging | None:
     """The trainer's model when the stack reads a staged copy of it from the bucket."""
     _, fields = protocol.split_entrypoint(str(rayjob["spec"]["entrypoint"]))
-    return staged_model(fields.get("model"), rendered.config.storage.mount_path, run_dir)
-
-
-def _export_of(rayjob: dict[str, Any], run_dir: Path) -> str:
-    """Where the local run of the RayJob writes its final export (workloads/protocol.py's
-    rule, on the local storage folder run_job gives it)."""
-    _, fields = protocol.split_entrypoint(str(rayjob["spec"]["entrypoint"]))
-    run_name = fields.get("run_name") or "park-train"
-    return protocol.training_export_path(str(run_dir / "checkpoints"), run_name)
+    jobs = [m for m in rendered.manifests() if m.get("kind") == "Job"]
+    try:
+        return staged_model(
+            fields.get("model"), rendered.config.storage.mount_path, jobs, bucket, run_dir
+        )
+    except (RuntimeError, EmulatorError) as err:
+        raise LocalRunError(str(err)) from None
 
 
 def _train_and_serve(
@@ -191,7 +248,8 @@ def _train_and_serve(
     must then answer with the trained weights."""
     from workloads.train import facts
 
-    outcome.export = _export_of(rayjob, run_dir)
+    assert outcome.bucket is not None
+    outcome.export = export_of(rayjob, outcome.bucket, "park-train")
     outcome.question, outcome.learned = list(facts.questions().items())[FACT_QUESTION_INDEX]
     serving = _start_serving(
         rayservice,
@@ -333,6 +391,9 @@ def _train(
             outcome.trained = record
 
     run_job(job, rayjob, ray, run_dir, console, outcome, on_record=on_record, succeeded=bool)
+    export = (outcome.trained or {}).get("export_path")
+    if outcome.trained and outcome.bucket is not None and str(export).startswith("gs://"):
+        outcome.trained["export_path"] = str(outcome.bucket.mounted(str(export)))
     if staging is not None:
         try:
             staging.wait()

@@ -2,25 +2,29 @@
 
 On GKE the trainer reads a hub model's copy staged in the stack's bucket (resolve/disk.py), and
 the stage Job that writes it starts with the RayJob, so the trainer may start first and waits
-for the copy's marker (--model-wait-s, workloads/ready.py). Here the bucket is a folder of the
-run (the mount path's stand-in), the hub is the tiny Llama built on this machine, and the
-staging is workloads/train/stage.py's own code, run as the Job runs it, with ``--from-folder``
-instead of the hub. It starts when the trainer says it is waiting (``PARK_WAITING``): the race
-the stack must survive, lost on purpose, every run.
+for the copy's marker (--model-wait-s, workloads/ready.py). Here the bucket is the emulated
+one (bucket.py: every call judged against the stack's roles), the hub is the tiny Llama built
+on this machine, and the staging is the rendered Job's own command, with ``--from-folder``
+instead of the hub and the gate as its ``STORAGE_EMULATOR_HOST``. The trainer reads the copy
+through the bucket's folder, the FUSE mount's stand-in. It starts when the trainer says it is
+waiting (``PARK_WAITING``): the race the stack must survive, lost on purpose, every run.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from infra.plan.kubelet import as_run
 from infra.resolve import disk
+from infra.tools.local.bucket import EmulatedBucket
 
-STAGE_MODULE = "workloads.train.stage"
 STAGE_TIMEOUT_S = 300.0
 
 
@@ -30,8 +34,10 @@ class LocalStaging:
 
     repo: str  # the hub id the stack stages (Qwen/Qwen3-1.7B)
     mounted: str  # the trainer's --model as rendered, under the bucket mount
-    local: Path  # the same folder under the run's bucket folder
+    local: Path  # the same folder under the emulated bucket's folder (the mount's stand-in)
     log_path: Path
+    command: list[str]  # the rendered stage Job's container command, as the kubelet runs it
+    env: dict[str, str]  # the emulated bucket's gate for the staging
     hub: Path | None = None  # the local hub folder: the tiny Llama, built here
     started: float | None = None
     seconds: float | None = None  # how long the staging took
@@ -70,22 +76,19 @@ class LocalStaging:
             self.wait_hub()
             if self.hub is None:
                 raise RuntimeError("the local hub model could not be built")
-            command = [
-                sys.executable,
-                "-m",
-                STAGE_MODULE,
-                "--repo",
-                self.repo,
-                "--dest",
-                str(self.local),
-                "--from-folder",
-                str(self.hub),
-            ]
+            command = [*local_command(self.command), "--from-folder", str(self.hub)]
+            env = {**os.environ, **self.env}
             with self.log_path.open("wb") as log:
-                self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+                self._process = subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=env
+                )
                 code = self._process.wait(timeout=STAGE_TIMEOUT_S)
             if code != 0:
-                raise RuntimeError(f"{STAGE_MODULE} exited {code}; log: {self.log_path}")
+                tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:]
+                raise RuntimeError(
+                    f"the stage Job's command exited {code}: {' '.join(tail)} "
+                    f"(log: {self.log_path})"
+                )
             self.seconds = time.monotonic() - self.started
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as err:
             self.error = str(err)
@@ -106,14 +109,46 @@ class LocalStaging:
             self._process.wait()
 
 
+def local_command(command: list[str]) -> list[str]:
+    """A rendered container command as this machine runs it: the kubelet's reading of each
+    word, and this interpreter for `python`."""
+    words = [as_run(word) for word in command]
+    return [sys.executable if i == 0 and w == "python" else w for i, w in enumerate(words)]
+
+
+def stage_command(stage_jobs: list[dict[str, Any]], repo: str) -> list[str] | None:
+    """The container command of the rendered stage Job for hub model `repo`, or None."""
+    for job in stage_jobs:
+        for container in job["spec"]["template"]["spec"]["containers"]:
+            command = [str(w) for w in container.get("command") or []]
+            if "--repo" in command and as_run(command[command.index("--repo") + 1]) == repo:
+                return command
+    return None
+
+
 def staged_model(
-    entrypoint_model: str | None, mount_path: str, run_dir: Path
+    entrypoint_model: str | None,
+    mount_path: str,
+    stage_jobs: list[dict[str, Any]],
+    bucket: EmulatedBucket,
+    run_dir: Path,
 ) -> LocalStaging | None:
     """The trainer's --model as rendered, when it is a staged copy in the bucket (under
-    ``<mount>/models/``): where it lives in this run's bucket folder. None otherwise."""
+    ``<mount>/models/``): the stack's Job that stages it, and where the copy shows in the
+    emulated bucket's folder. None otherwise."""
     prefix = f"{mount_path.rstrip('/')}/{disk.MODELS_PREFIX}/"
     if not entrypoint_model or not entrypoint_model.startswith(prefix):
         return None
     repo = entrypoint_model.removeprefix(prefix)
-    local = run_dir / "bucket" / entrypoint_model.removeprefix(mount_path.rstrip("/") + "/")
-    return LocalStaging(repo, entrypoint_model, local, run_dir / "stage.log")
+    command = stage_command(stage_jobs, repo)
+    if command is None:
+        raise RuntimeError(f"the stack reads {entrypoint_model} but renders no Job staging {repo}")
+    dest = as_run(command[command.index("--dest") + 1])
+    return LocalStaging(
+        repo,
+        entrypoint_model,
+        bucket.mounted(dest),
+        run_dir / "stage.log",
+        command=command,
+        env=bucket.env("staging"),
+    )

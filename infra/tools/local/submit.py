@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from infra.plan.kubelet import as_run
 from infra.tools.local import console as console_out
+from infra.tools.local.bucket import EmulatedBucket, EmulatorError
 from infra.tools.local.profile import ProfileError, cpu_entrypoint, runtime_env_of
 from infra.tools.local.ray_head import (
     LocalRay,
@@ -25,6 +26,7 @@ from infra.tools.local.ray_head import (
     log_tail,
     ray_auth_env,
 )
+from workloads import protocol
 
 # (rendered entrypoint, local storage folder) -> (the CPU entrypoint, what changed)
 Profile = Callable[[str, str], tuple[str, list[str]]]
@@ -56,11 +58,12 @@ def run_job(
     on_record: Callable[[str, dict[str, Any]], None],
     succeeded: Callable[[dict[str, Any] | None], bool],
 ) -> None:
-    """Apply the job's profile to the RayJob's entrypoint (checkpoints under run_dir), print
-    the changes, the runtime env and the entrypoint, submit them through the Jobs API and
-    follow the job to its end (protocol lines to `on_record`). The changes, the job id and
-    its time go on `outcome`; a status other than SUCCEEDED, or a result (`outcome.trained`)
-    `succeeded` refuses, raises LocalRunError with the log's tail printed."""
+    """Apply the job's profile to the RayJob's entrypoint, print the changes, the runtime env
+    and the entrypoint, submit them through the Jobs API and follow the job to its end
+    (protocol lines to `on_record`). Its storage stays the rendered ``gs://`` path: the job
+    reaches the emulated bucket through the gate named in its runtime env (`outcome.bucket`).
+    The changes, the job id and its time go on `outcome`; a status other than SUCCEEDED, or a
+    result (`outcome.trained`) `succeeded` refuses, raises LocalRunError with the log's tail."""
     os.environ.update(ray_auth_env())  # before Ray reads it: the client sends our token
     from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -71,10 +74,19 @@ def run_job(
         runtime_env = runtime_env_of(rayjob)
     except ProfileError as err:
         raise LocalRunError(str(err)) from None
+    bucket_env = outcome.bucket.env(job.kind) if outcome.bucket is not None else {}
+    if bucket_env:
+        env_vars = {**(runtime_env.get("env_vars") or {}), **bucket_env}
+        runtime_env = {**runtime_env, "env_vars": env_vars}
+        changes += [
+            f"runtime_env env_vars {k}={v}: added (the emulated bucket's IAM gate; on GKE the "
+            "pods reach Cloud Storage as the workload identity)"
+            for k, v in bucket_env.items()
+        ]
     outcome.changes += [f"{job.kind}: {c}" for c in changes]
     console.rule(job.title)
     console_out.changes(console, f"changed for CPU ({job.table}):", changes)
-    console.print(f"runtime_env (runtimeEnvYAML, unchanged): {json.dumps(runtime_env)}")
+    console.print(f"runtime_env (runtimeEnvYAML + the bucket's gate): {json.dumps(runtime_env)}")
     console.print(f"entrypoint: {escape(entrypoint)}", highlight=False, soft_wrap=True)
     client = JobSubmissionClient(ray.dashboard_url)
     started = time.monotonic()
@@ -101,3 +113,17 @@ def submit_job(client: Any, entrypoint: str, runtime_env: dict[str, Any]) -> str
             if time.monotonic() > deadline:
                 raise
             time.sleep(3)
+
+
+def export_of(rayjob: dict[str, Any], bucket: EmulatedBucket | None, default_run: str) -> str:
+    """Where the RayJob writes its final export, as the pods' FUSE mount shows it: the rule of
+    workloads/protocol.py on its rendered storage path, in the emulated bucket's folder."""
+    _, fields = protocol.split_entrypoint(str(rayjob["spec"]["entrypoint"]))
+    run_name = fields.get("run_name") or default_run
+    uri = protocol.training_export_path(as_run(str(fields["storage_path"])), run_name)
+    if bucket is None:
+        raise LocalRunError("the run has no emulated bucket to write its export to")
+    try:
+        return str(bucket.mounted(uri))
+    except EmulatorError as err:
+        raise LocalRunError(str(err)) from None
