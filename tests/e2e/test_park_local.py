@@ -13,6 +13,7 @@ Run it with `pytest -m e2e tests/e2e`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -78,7 +79,7 @@ def test_park_local_dev(tmp_path):
     # the stack's hub model is read from its copy staged in the bucket (infra/resolve/disk.py): here
     # the run's bucket folder, staged from a local hub once the trainer waits for it
     staged = re.search(
-        r"--model /data/models/Qwen/Qwen3-1\.7B -> (\S+bucket/models/Qwen/Qwen3-1\.7B) ", out
+        r"--model /data/models/Qwen/Qwen3-1\.7B -> (\S+/gcs/[^/]+/models/Qwen/Qwen3-1\.7B) ", out
     )
     assert staged and str(tmp_path / "cache") in staged.group(1), out
     assert Path(staged.group(1), ".park-staged.json").is_file()
@@ -129,7 +130,24 @@ def test_park_local_dev(tmp_path):
     assert replica and replica.group(2) == folder, out
     assert "callback_config timeout_s" in out  # the rendered wait, bounded by this run
 
-    # 3. summary, then everything stopped: neither the endpoint nor the dashboard answers
+    # 3. the bucket: every gs:// call of the staging and the trainer went through the IAM gate
+    # granting the stack's rendered roles; none was refused, each is in the ledger `park validate`
+    # prints, and the trainer's include the bucket metadata read that objectUser alone refuses
+    from infra import storage_iam
+
+    run_dir = Path(str(checkpoint).split("/gcs/", 1)[0])  # the checkpoint is in the bucket
+    calls = [json.loads(line) for line in (run_dir / "bucket-calls.jsonl").read_text().splitlines()]
+    assert calls and not [c for c in calls if c["denied"]], calls
+    used: dict[str, set[str]] = {}
+    for call in calls:
+        used.setdefault(call["workload"], set()).update(call["permissions"])
+    assert set(used) == {"staging", "training"}, used
+    for workload, permissions in used.items():
+        assert permissions <= storage_iam.ledger_of(workload).permissions, workload
+    assert "storage.buckets.get" in used["training"]
+    assert "bucket calls of training: storage.buckets.get" in out
+
+    # 4. summary, then everything stopped: neither the endpoint nor the dashboard answers
     assert "3. summary" in out and "checkpoint" in out
     assert "Ray stopped." in out
     dashboard = re.search(r"dashboard (http://127\.0\.0\.1:\d+)", out)

@@ -211,3 +211,36 @@ def test_workloads_use_the_emulator_and_no_credentials(tmp_path, monkeyenv):
     with pytest.raises(ValueError, match="STORAGE_EMULATOR_HOST"):
         storage.filesystem("gs://b/x")
     assert os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") is None
+
+
+def test_validate_names_the_prerequisites_and_prints_the_ledger():
+    """`park validate`'s tables: Cloud Resource Manager with Service Usage, the one command
+    that enables both, and each permission beside the role that grants it."""
+    from rich.console import Console
+
+    from infra.tools import report_bucket
+
+    plan = render_stack("dev").plan
+    out = Console(record=True, width=200)
+    report_bucket.prerequisites(plan, out)
+    assert report_bucket.bucket_ledger(plan, out) == 0
+    text = out.export_text()
+    assert "cloudresourcemanager.googleapis.com" in text
+    assert (
+        "gcloud services enable serviceusage.googleapis.com cloudresourcemanager.googleapis.com "
+        f"--project {plan.spec.project}" in text
+    )
+    assert "storage.buckets.get" in text and "roles/storage.legacyBucketReader" in text
+    assert {"staging", "training", "serving-fuse"} <= set(report_bucket.ledger_workloads(plan))
+
+
+def test_validate_counts_a_permission_no_role_grants(monkeypatch):
+    from rich.console import Console
+
+    from infra.plan import storage as storage_plan
+    from infra.tools import report_bucket
+
+    monkeypatch.setattr(storage_plan, "BUCKET_ROLES", ("roles/storage.objectUser",))
+    out = Console(record=True, width=200)
+    assert report_bucket.bucket_ledger(render_stack("dev").plan, out) == 1
+    assert "NOT GRANTED" in out.export_text()

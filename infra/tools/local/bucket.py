@@ -84,7 +84,10 @@ class EmulatedBucket:
         return self.root / self.bucket
 
     def mounted(self, uri: str) -> Path:
-        """``gs://BUCKET/x`` as a path under the FUSE mount's stand-in."""
+        """``gs://BUCKET/x`` (or ``BUCKET/x``, as pyarrow names it) as a path under the FUSE
+        mount's stand-in."""
+        if uri.startswith(f"{self.bucket}/"):
+            uri = f"gs://{uri}"
         prefix = f"gs://{self.bucket}"
         if not (uri == prefix or uri.startswith(prefix + "/")):
             raise EmulatorError(f"{uri} is not in the stack's bucket gs://{self.bucket}")
