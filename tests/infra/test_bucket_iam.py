@@ -244,3 +244,26 @@ def test_validate_counts_a_permission_no_role_grants(monkeypatch):
     out = Console(record=True, width=200)
     assert report_bucket.bucket_ledger(render_stack("dev").plan, out) == 1
     assert "NOT GRANTED" in out.export_text()
+
+
+@pytest.mark.ray  # imports Ray Train (no cluster is started)
+def test_ray_trains_own_storage_needs_the_bucket_metadata(tmp_path, monkeyenv):
+    """Ray Train's own StorageContext (what every RayJob's trainer builds on its storage path)
+    on a fresh bucket: refused with objectUser alone, naming storage.buckets.get; it works
+    under the stack's roles. The storage path and filesystem are the launcher's."""
+    from ray.train.v2._internal.execution.storage import StorageContext
+
+    from workloads.train import storage
+
+    for roles, refused in ((("roles/storage.objectUser",), True), (BUCKET_ROLES, False)):
+        with _bucket(tmp_path / str(len(roles)), roles) as bucket:
+            monkeyenv.setenv("STORAGE_EMULATOR_HOST", bucket.endpoint("training"))
+            path, fs = storage.ray_storage(f"gs://{BUCKET}/checkpoints")
+            if refused:
+                with pytest.raises(OSError, match="storage.buckets.get"):
+                    StorageContext(path, "run", storage_filesystem=fs)
+            else:
+                StorageContext(path, "run", storage_filesystem=fs)
+                assert bucket.log.permissions("training") <= storage_iam.ledger_of(
+                    "training"
+                ).permissions
