@@ -101,6 +101,17 @@ CLUSTER_FIELDS = (
 CLUSTER_NETWORK_FIELDS = ("master_cidr", "pods_range_name", "services_range_name")
 
 
+# The cluster's arguments GKE answers with something else than what was sent, ignored after
+# create. `nodeConfig` shapes only the default pool, which lives between create and its
+# removal (remove_default_node_pool); it is sent so that pool runs as the nodes' own service
+# account, not the Compute Engine default one (which an org policy may have disabled). Once it
+# is gone GKE reports the *first node pool's* config as the cluster's nodeConfig (container.v1
+# Cluster.nodeConfig: "For responses, ... the node configuration of the first node pool"):
+# the CPU pool's machine type, labels, disk, ... against our two fields, a diff at every `up`
+# that the provider may plan as a replacement of the cluster.
+READ_BACK_ONLY = ("nodeConfig",)
+
+
 class Cluster(ClusterComponent):
     """A GKE Standard cluster ready for TPU slice pools and KubeRay."""
 
@@ -238,7 +249,9 @@ class Cluster(ClusterComponent):
             network=network,
             subnetwork=subnetwork,
             **cluster_args,
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(ignore_changes=list(READ_BACK_ONLY))
+            ),
         )
 
         self._ready: list[pulumi.Resource] = [resource]

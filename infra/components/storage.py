@@ -122,11 +122,14 @@ class Storage(Component):
 
         bucket = Bucket(f"{name}-bucket", project=project, **plan.bucket, opts=child)
         repository: pulumi.Input[str] = plan.registry["repository_id"]
+        # What an image push needs and nothing more (not the bucket's Workload Identity
+        # binding, which waits for the cluster): the build starts with the cluster.
+        self.registry_ready: list[pulumi.Resource] = []
         if plan.create_registry:
-            repository = Repository(
-                f"{name}-registry", project=project, **plan.registry, opts=child
-            ).name
-        RepositoryIamMember(
+            created = Repository(f"{name}-registry", project=project, **plan.registry, opts=child)
+            repository = created.name
+            self.registry_ready.append(created)
+        nodes_read = RepositoryIamMember(
             f"{name}-registry-nodes-read",
             project=project,
             repository=repository,
@@ -137,6 +140,7 @@ class Storage(Component):
             ),
             opts=child,
         )
+        self.registry_ready.append(nodes_read)
         gsa = Account(f"{name}-workload", project=project, **plan.workload_account, opts=child)
         member = gsa.email.apply(lambda e: f"serviceAccount:{e}")
         for role in plan.bucket_roles:

@@ -27,6 +27,36 @@ NODE_ROLES = (
 )
 
 
+# A training stack's cluster: GKE upgrades neither the nodes nor the minor version on its own
+# until the cluster's minor version reaches its end of support (exclusion scope
+# NO_MINOR_OR_NODE_UPGRADES: only control-plane patches, which evict no pod), so a node upgrade
+# never drains the CPU pool under a Ray head nor a TPU slice mid-run. Declarative, so a second
+# `up` plans nothing: a fixed start (never now()) and `end_time_behavior` instead of an end
+# time, which GKE computes and moves with each minor upgrade; the provider (pulumi-gcp 10.2.0,
+# terraform-provider-google 7.x flattenMaintenancePolicy) reads no end_time back for such an
+# exclusion. It reads a policy back only when it has a window (else nothing, a diff at every
+# `up`), hence the recurring window: weekends, when what the exclusion lets through (control-
+# plane patches) may run. Times in UTC "Z" form, as GKE returns them (any other form diffs).
+MAINTENANCE_EXCLUSION = "park-gke-training-runs"
+MAINTENANCE_POLICY: dict[str, Any] = {
+    "recurring_window": {
+        "start_time": "2026-01-03T00:00:00Z",
+        "end_time": "2026-01-05T00:00:00Z",
+        "recurrence": "FREQ=WEEKLY;BYDAY=SA",
+    },
+    "maintenance_exclusions": [
+        {
+            "exclusion_name": MAINTENANCE_EXCLUSION,
+            "start_time": "2026-01-01T00:00:00Z",
+            "exclusion_options": {
+                "scope": "NO_MINOR_OR_NODE_UPGRADES",
+                "end_time_behavior": "UNTIL_END_OF_SUPPORT",
+            },
+        }
+    ],
+}
+
+
 @dataclass(frozen=True)
 class ClusterPlan:
     name: str  # the GKE cluster's name
@@ -94,6 +124,8 @@ def cluster(plan: StackPlan) -> ClusterPlan:
         # is no longer supported", container.v1 discovery rev 20261027), so it is not sent.
         "security_posture_config": {"mode": "BASIC"},
     }
+    if plan.training is not None or plan.rl is not None:
+        args["maintenance_policy"] = MAINTENANCE_POLICY
     if cfg.dns_endpoint:
         # A DNS name for the control plane that IAM guards (container.clusters.connect), reachable
         # from outside the VPC without opening masterAuthorizedNetworks: how CI runners and

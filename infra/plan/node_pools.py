@@ -55,6 +55,12 @@ def _taint(key: str, value: str) -> dict[str, str]:
     return {"key": key, "value": value, "effect": "NO_SCHEDULE"}
 
 
+# TPU capacity that must never take a reservation's chips: left unset, GKE's affinity is
+# ANY_RESERVATION, so a spot or on-demand slice would consume a matching reservation meant for
+# another pool (GKE's TPU samples state NO_RESERVATION). flex-start and queued set it already.
+UNRESERVED_CAPACITY = ("spot", "on-demand")
+
+
 def _capacity_args(capacity: str, reservation: str | None) -> dict[str, Any]:
     """node_config fields for a capacity type (GKE's preconditions, see FACTS.md). Queued
     provisioning is flex-start capacity handed out through ProvisioningRequests: GKE's docs
@@ -134,6 +140,8 @@ def tpu_slice_pools(plan: PoolPlan, zone: str, disk_gb: int | None = None) -> li
             ),
             **_capacity_args(pool.capacity, pool.reservation),
         }
+        if pool.capacity in UNRESERVED_CAPACITY:
+            node_config["reservation_affinity"] = {"consume_reservation_type": "NO_RESERVATION"}
         if pool.max_run_duration:
             node_config["max_run_duration"] = pool.max_run_duration
         args: dict[str, Any] = {

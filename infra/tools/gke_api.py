@@ -121,6 +121,8 @@ def cluster_body(inputs: Mapping[str, Any]) -> dict[str, Any]:
             if "managedPrometheus" in config:
                 config["managedPrometheusConfig"] = config.pop("managedPrometheus")
             body[section] = config
+    if isinstance(body.get("maintenancePolicy"), Mapping):
+        body["maintenancePolicy"] = _maintenance_policy(body["maintenancePolicy"])
     if "masterAuthorizedNetworksConfig" in body:
         # terraform sends it as the IP endpoint's authorized networks (the top-level field is
         # deprecated, and the API refuses both at once)
@@ -131,6 +133,35 @@ def cluster_body(inputs: Mapping[str, Any]) -> dict[str, Any]:
         endpoints["ipEndpointsConfig"] = ip
         body["controlPlaneEndpointsConfig"] = endpoints
     return body
+
+
+def _maintenance_policy(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """pulumi's maintenancePolicy → the API's MaintenancePolicy, as expandMaintenancePolicy
+    does: the windows and exclusions go into `window`; a recurring window's times into its
+    `window`; the exclusions become a map by name, their options `maintenanceExclusionOptions`."""
+    window: dict[str, Any] = {}
+    if "dailyMaintenanceWindow" in policy:
+        window["dailyMaintenanceWindow"] = policy["dailyMaintenanceWindow"]
+    recurring = policy.get("recurringWindow")
+    if isinstance(recurring, Mapping):
+        times = {k: v for k, v in recurring.items() if k != "recurrence"}
+        window["recurringWindow"] = {"window": times, "recurrence": recurring.get("recurrence")}
+    exclusions = {}
+    for exclusion in policy.get("maintenanceExclusions") or []:
+        item = {
+            k: v for k, v in exclusion.items() if k not in ("exclusionName", "exclusionOptions")
+        }
+        if "exclusionOptions" in exclusion:
+            item["maintenanceExclusionOptions"] = exclusion["exclusionOptions"]
+        exclusions[exclusion.get("exclusionName", "")] = item
+    if exclusions:
+        window["maintenanceExclusions"] = exclusions
+    rest = {
+        k: v
+        for k, v in policy.items()
+        if k not in ("dailyMaintenanceWindow", "recurringWindow", "maintenanceExclusions")
+    }
+    return {**rest, **({"window": window} if window else {})}
 
 
 def node_pool_body(inputs: Mapping[str, Any]) -> dict[str, Any]:

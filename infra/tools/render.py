@@ -42,10 +42,12 @@ class Resource:
     # (type, name) of each resource it waits for, the provider included: logical names alone
     # repeat across types (the GKE cluster, its component and the Kubernetes provider).
     waits: list[tuple[str, str]] = field(default_factory=list)
+    ignore_changes: list[str] = field(default_factory=list)  # inputs a second `up` ignores
 
     def as_json(self) -> dict[str, Any]:
         """Its record in resources.json: what it is, its inputs, and what waits for what
-        (`dependsOn`: explicit and from inputs; `provider`; `parent`), by logical name."""
+        (`dependsOn`: explicit and from inputs; `provider`; `parent`), by logical name, and the
+        inputs a later `up` leaves as they are (`ignoreChanges`, only where there are some)."""
         record: dict[str, Any] = {
             "type": self.type,
             "name": self.name,
@@ -54,6 +56,8 @@ class Resource:
         }
         if self.provider:
             record["provider"] = self.provider
+        if self.ignore_changes:
+            record["ignoreChanges"] = sorted(self.ignore_changes)
         record["inputs"] = self.inputs
         return record
 
@@ -282,6 +286,7 @@ def run_under_mocks(
                         custom=request.custom,
                         dependencies=[urn.split("::")[-1] for urn in request.dependencies],
                         provider=_provider_name(request.provider),
+                        ignore_changes=list(request.ignoreChanges),
                         waits=[
                             _typed(u)
                             for u in [*request.dependencies, request.provider.rsplit("::", 1)[0]]

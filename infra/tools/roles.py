@@ -23,6 +23,9 @@ DEPLOY_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # firewall rules and SSL certificates are outside compute.networkAdmin
     ("gcp:compute/firewall:", ("roles/compute.securityAdmin",)),
     ("gcp:compute/managedSslCertificate:", ("roles/compute.loadBalancerAdmin",)),
+    # TPU7x workload policies: compute.resourcePolicies.* is in instanceAdmin.v1, not in
+    # networkAdmin (infra/data/compute_roles.yaml)
+    ("gcp:compute/resourcePolicy:", ("roles/compute.instanceAdmin.v1",)),
     ("gcp:compute/", ("roles/compute.networkAdmin",)),
     # a cluster and node pools that run as a service account need actAs on it
     ("gcp:container/", ("roles/container.admin", "roles/iam.serviceAccountUser")),

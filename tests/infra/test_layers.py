@@ -1,5 +1,6 @@
 """The deploy pipeline's layers, read from its imports: no cycle among infra's modules and no
-import from a layer into one above it (issue 28); `workloads/` never imports `infra`.
+import from a layer into one above it (issue 28); `workloads/` never imports `infra`, has no
+import cycle either, and its contract, flags and training config go one way (issue 37).
 
 Every import counts: at the top of a module, inside a function, under ``TYPE_CHECKING``. An
 import names what the module takes: ``from infra.plan import ray`` takes the module
@@ -47,9 +48,11 @@ LAYERS: tuple[Layer, ...] = (
             "infra.model_facts",
             "infra.model_lookup",
             "infra.ray_serve",
+            "infra.storage_iam",
         ),
         "what a stack is checked against: TPU catalog, pinned versions, engines, names, "
-        "GKE / KubeRay / webhook data, model facts, images, Ray Serve settings",
+        "GKE / KubeRay / webhook data, model facts, images, Ray Serve settings, Cloud "
+        "Storage's roles and the workloads' bucket ledger",
     ),
     Layer("schema", ("infra.schema",), "the stack's typed keys, and how a stack file is read"),
     Layer(
@@ -197,6 +200,30 @@ def test_every_infra_module_has_a_layer() -> None:
 
 def test_no_import_into_a_higher_layer() -> None:
     assert upward_imports(INFRA, LAYERS) == []
+
+
+# ---- the checks, on workloads --------------------------------------------------------------------
+
+WORKLOADS = import_graph(ROOT, "workloads")
+
+# The contract with infra, the flag plumbing both entrypoints share, and the training config,
+# lowest first: each imports only those below it (the modules not named here are not judged).
+WORKLOAD_LAYERS: tuple[Layer, ...] = (
+    Layer("contract", ("workloads.protocol",), "entrypoint flags, progress lines, markers"),
+    Layer("flags", ("workloads.flags",), "the config file's reader, the CLI plumbing"),
+    Layer("values", ("workloads.train.config_rules",), "allowed values, parsers"),
+    Layer("config", ("workloads.train.config",), "TrainConfig, its CLI and rendering"),
+    Layer("checked", ("workloads.train.config_check",), "validate, parse_args, resolve"),
+)
+
+
+def test_no_import_cycle_in_workloads() -> None:
+    found = cycles(WORKLOADS)
+    assert [sorted(c) for c in found] == []
+
+
+def test_workloads_contract_flags_and_config_go_one_way() -> None:
+    assert upward_imports(WORKLOADS, WORKLOAD_LAYERS) == []
 
 
 def test_workloads_never_import_infra() -> None:

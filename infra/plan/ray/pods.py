@@ -28,6 +28,8 @@ from infra.names import (
     POOL_LABEL,
     QUEUED_TAINT_KEY,
     RAY_GID,
+    RAY_NODE_LABEL,
+    RAY_NODE_TYPE_LABEL,
     RAY_UID,
     ROLE_LABEL,
     TPU_DEVICE_PLUGIN_METRICS_PORT,
@@ -209,6 +211,11 @@ def container_resources(
 DISK_BUDGET_ANNOTATION = "park-gke/disk-budget"
 
 
+# The cluster autoscaler never drains a node to remove it while such a pod runs there: a Ray
+# head's node stays while its run does (KubeRay fails a RayJob whose head is gone for 300 s).
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+
+
 def pod_metadata(role: str, budget: disk.PodDisk) -> dict[str, Any]:
     """The GCS FUSE sidecar is injected only when asked for; CPU and memory 0: no limits. Its
     disk (its write buffer and logs) is the plan's, request = limit, and counted in the node's
@@ -240,6 +247,8 @@ def head_group(
     budget = pods.budget(role)
     ports = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()]
     ports.append({"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT})
+    metadata = pod_metadata(role, budget)
+    metadata["annotations"][SAFE_TO_EVICT_ANNOTATION] = "false"
     return {
         "serviceType": "ClusterIP",
         "rayStartParams": {
@@ -248,7 +257,7 @@ def head_group(
             "metrics-export-port": str(METRICS_PORT),
         },
         "template": {
-            "metadata": pod_metadata(role, budget),
+            "metadata": metadata,
             "spec": {
                 "serviceAccountName": pods.service_account,
                 "automountServiceAccountToken": autoscaler,
@@ -291,6 +300,43 @@ def label_pods(cluster_spec: dict[str, Any], workload: str) -> dict[str, Any]:
     for group in (cluster_spec["headGroupSpec"], *cluster_spec["workerGroupSpecs"]):
         group["template"]["metadata"].setdefault("labels", {})[WORKLOAD_LABEL] = workload
     return cluster_spec
+
+
+RAY_KINDS = ("RayJob", "RayService", "RayCluster")
+
+
+def head_disruption_budget(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The PodDisruptionBudget (policy/v1) of a Ray object's head: no voluntary eviction
+    (maxUnavailable 0), so neither a node drain (GKE's node upgrades, the autoscaler) nor
+    `kubectl drain` takes the head of a running job or service. It selects the head pods of
+    this workload: KubeRay's labels on every head pod (`ray.io/is-ray-node`, `ray.io/node-type:
+    head`) and the workload label the head template carries, which KubeRay keeps on the pod
+    (its RayCluster, and so `ray.io/cluster`, has a random suffix for a RayJob or RayService).
+    Named `<workload>-head`, in the object's namespace."""
+    kind = manifest["kind"]
+    spec = manifest["spec"]
+    cluster = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}.get(kind)
+    head = (spec[cluster] if cluster else spec)["headGroupSpec"]["template"]["metadata"]
+    workload = head["labels"][WORKLOAD_LABEL]
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": f"{workload}-head",
+            "namespace": manifest["metadata"]["namespace"],
+            "labels": {**(manifest["metadata"].get("labels") or {})},
+        },
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {
+                "matchLabels": {
+                    RAY_NODE_LABEL: "yes",
+                    RAY_NODE_TYPE_LABEL: "head",
+                    WORKLOAD_LABEL: workload,
+                }
+            },
+        },
+    }
 
 
 def tpu_tolerations(pool: PoolPlan) -> list[dict[str, str]]:

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from infra.names import RAY_GROUP_LABEL, RAY_NODE_LABEL, RAY_NODE_TYPE_LABEL
-
-RAY_KINDS = ("RayJob", "RayService", "RayCluster")
+from infra.plan.ray.pods import RAY_KINDS as RAY_KINDS
 
 
 @dataclass(frozen=True)
