@@ -5,7 +5,7 @@ from typing import TypedDict
 import pulumi
 
 from infra.components._base import Component, bad_value
-from infra.plan.project import Api
+from infra.plan.project import API_SETTLE_S, Api
 
 
 class ProjectApisArgs(TypedDict):
@@ -61,5 +61,18 @@ class ProjectApis(Component):
             )
             for api in apis
         ]
+        # Enabling propagates for a while: every component that waits for this one waits for
+        # the settling too (a child), once, and again when the list of APIs changes.
+        from pulumiverse_time import Sleep
+
+        services = sorted(api.service for api in apis)
+        Sleep(
+            f"{self._component_name}-settle",
+            create_duration=f"{API_SETTLE_S}s",
+            triggers={"services": ",".join(services)},
+            opts=pulumi.ResourceOptions.merge(
+                self.child_options(), pulumi.ResourceOptions(depends_on=self.enabled)
+            ),
+        )
         self.services = pulumi.Output.from_input([api.service for api in apis])
         self.register()

@@ -6,8 +6,14 @@ it needs (`gcp.projects.Service`, infra/components/project.py) first, and every 
 component waits for them. `disable_on_destroy` stays off: a `pulumi destroy` of one stack must
 not switch off an API another stack or team in the project relies on.
 
-One API cannot be enabled this way: Service Usage, which enables the others. It is on in
-every new project; README's deploy section names it as the one prerequisite.
+Two APIs cannot be enabled this way: Service Usage, which enables the others, and Cloud
+Resource Manager, through which pulumi-gcp reads the project right after enabling each API
+(terraform-provider-google #6101, #11435). README's deploy section and `park validate` name
+both as the prerequisite, with the one command that enables them.
+
+An API just enabled answers SERVICE_DISABLED for a while (the Terraform FAQ: "wait a few
+minutes"; Google's own configurations sleep 60-120 s): the program waits `API_SETTLE_S` once
+after enabling, and again only when the list of APIs changes, before anything uses them.
 """
 
 from __future__ import annotations
@@ -15,6 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.resolve import StackPlan
+
+
+# How long `up` waits after enabling the APIs, before their first use (a pulumiverse-time
+# Sleep, on create only: a second `up` with the same APIs does not wait).
+API_SETTLE_S = 90
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ DEPLOY_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kubernetes:", ("roles/container.admin",)),
 )
 # Types that create nothing in the cloud: the program's components and its providers.
-NO_ROLE = ("park-gke:", "pulumi:providers:")
+NO_ROLE = ("park-gke:", "pulumi:providers:", "time:")  # time: a wait, on the deployer
 PREVIEW_ROLES = ("roles/viewer", "roles/container.viewer")
 
 

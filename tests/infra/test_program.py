@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from infra import catalog
+from infra.plan.storage import BUCKET_ROLES
 from infra.schema.errors import ConfigError
 from infra.schema.read import read_stack_file
 from infra.tools.render import ProgramError, run_program
@@ -94,9 +95,11 @@ def test_workload_identity_and_bucket_scoped_iam(rendered):
     # the workload GSA holds roles on the bucket only
     for member in rendered.of_type("gcp:projects/iAMMember:IAMMember"):
         assert member.inputs["member"] != f"serviceAccount:{email}"
-    (bucket_role,) = rendered.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
-    assert bucket_role.inputs["bucket"] == rendered.plan.names.bucket
-    assert bucket_role.inputs["member"] == f"serviceAccount:{email}"
+    bucket_roles = rendered.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert sorted(r.inputs["role"] for r in bucket_roles) == sorted(BUCKET_ROLES)
+    for bucket_role in bucket_roles:
+        assert bucket_role.inputs["bucket"] == rendered.plan.names.bucket
+        assert bucket_role.inputs["member"] == f"serviceAccount:{email}"
     (ksa,) = [m for m in rendered.manifests() if m["kind"] == "ServiceAccount"]
     assert ksa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"] == email
     (bucket,) = rendered.of_type("gcp:storage/bucket:Bucket")
