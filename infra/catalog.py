@@ -58,6 +58,9 @@ class TpuGeneration:
     # TPU_SINGLE_HOST_TOPOLOGIES); any other topology Ray takes as hosts of
     # RAY_DEFAULT_CHIPS_PER_HOST chips. Serve LLM sizes a slice's placement group so.
     ray_single_vm_topologies: tuple[str, ...] = ()
+    # HBM bandwidth per device, bytes/s (0: not known; the serving drain then takes the slowest
+    # known generation's, infra.engine.decode_step_ceiling_s).
+    hbm_bytes_per_s_per_device: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ GENERATIONS: dict[str, TpuGeneration] = {
             zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
             torch_tpu_world_topologies=((1, "1,1,1"), (4, "2,2,1"), (8, "2,4,1")),
             ray_single_vm_topologies=("1x1", "2x2", "2x4"),
+            hbm_bytes_per_s_per_device=1_638_000_000_000,  # 1,638 GB/s per chip (FACTS.md)
         ),
         # TPU7x (Ironwood). Sources: /work/shared/reference/FACTS.md (TPU7x); GKE's tpu-ironwood
         # page (GKE floor, workload policy); TPU docs' tpu7x page (2,307 TFLOP/s bf16 and 192 GiB

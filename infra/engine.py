@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from infra import catalog, engines, kv_cache
@@ -159,6 +159,12 @@ class EngineSettings:
             block_size=int(kwargs["block_size"]) if kwargs.get("block_size") else None,
             async_scheduling=kwargs.get("async_scheduling", True) is not False,
         )
+
+    def pinned(self, max_model_len: int) -> EngineSettings:
+        """These settings with max_num_batched_tokens settled to the number the engine would
+        take: the one number the fit costs and the rendered engine_kwargs pin (with
+        max_num_seqs), so the engine cannot settle on another (infra.plan.ray.service)."""
+        return replace(self, max_num_batched_tokens=self.batched_tokens(max_model_len))
 
     def batched_tokens(self, max_model_len: int) -> int:
         """max_num_batched_tokens as EngineArgs settles it (without chunked prefill, -1 here:
@@ -319,6 +325,31 @@ def fit_served(
     """The fit of a served model as its stack configures the engine."""
     settings = EngineSettings.from_engine_kwargs(engine_kwargs, expert_parallel=expert_parallel)
     return fit(facts, tpu, tp, max_model_len, settings=settings)
+
+
+# How long one max-length stream may take on a loaded engine: the serving drain windows
+# (infra.plan.ray.service) are read from it. No decode rate is measured on a TPU here, so it is
+# bounded: decode is memory-bound (a step's FLOPs at max_num_seqs rows are a fraction of a ms on
+# a v6e chip), and one step reads at most every byte of a device's usable HBM, the weights and a
+# full KV cache, once. STEP_OVERHEAD covers what shares a step beside that read (a chunked
+# prefill's compute, sampling, the host's scheduling): a stated allowance, not a measurement.
+STEP_OVERHEAD = 1.5
+DRAIN_FLOOR_S = 120  # never shorter: Serve's own default is 20 s (ray/serve/_private/constants.py)
+
+
+def decode_step_ceiling_s(tpu: catalog.TpuSlice, memory_utilization: float) -> float:
+    """The longest a decode step takes on this slice's devices (the bound above)."""
+    known = [g.hbm_bytes_per_s_per_device for g in catalog.GENERATIONS.values()]
+    bandwidth = tpu.generation.hbm_bytes_per_s_per_device or min(b for b in known if b)
+    usable = tpu.generation.runtime_hbm_bytes_per_device * memory_utilization
+    return usable / bandwidth * STEP_OVERHEAD
+
+
+def max_stream_s(tpu: catalog.TpuSlice, max_model_len: int, memory_utilization: float) -> int:
+    """Seconds one stream of max_model_len tokens may take, decoded one token per step, at
+    least DRAIN_FLOOR_S: what a drain must wait before it cuts a stream."""
+    step = decode_step_ceiling_s(tpu, memory_utilization)
+    return max(DRAIN_FLOOR_S, math.ceil(max_model_len * step))
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     and deployed stacks keep their resources' URNs (the components' aliases)."""
     # Imported here: the render benchmark and `park validate` never pay for provider modules.
     from infra.components.cluster import Cluster
+    from infra.components.gates import GateRun
     from infra.components.images import WorkloadImage
     from infra.components.kubernetes import KubeRayOperator, Workspace, kubernetes_provider
     from infra.components.kueue import Kueue
@@ -84,6 +85,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     from infra.plan import cluster as cluster_plan
     from infra.plan import (
         dashboard_access,
+        gates,
         kueue,
         network_policy,
         node_pools,
@@ -129,7 +131,9 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     # the pushed digest, an Output of the build.
     built = {
         build.ref: WorkloadImage.of_plan(
-            f"image-{build.name}", build, pulumi.ResourceOptions(depends_on=[apis, storage])
+            f"image-{build.name}",
+            build,
+            pulumi.ResourceOptions(depends_on=[apis, *storage.registry_ready]),
         ).ref
         for build in plan.images
     }
@@ -165,14 +169,30 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     in_cluster = pulumi.ResourceOptions(
         providers={"kubernetes": provider}, depends_on=[cluster.resource, cpu.node_pool]
     )
-    releases = operator.helm_releases(spec.kuberay, plan.multi_host)
-    kuberay = KubeRayOperator.of_plan("kuberay", releases, spec.kuberay.install, in_cluster)
     hf_token = secrets.hf_token
     space = Workspace.of_plan(
         "workspace",
         workspace.workspace(plan.names, network_policy.exposure(plan)),
         hf_token,
         in_cluster,
+    )
+    # Readiness gates (infra/plan/gates.py): awaited Jobs in the namespace, on the CPU pool, in
+    # a workload's image, before the objects the API server cannot take yet.
+    gated = gates.stack_gates(plan)
+
+    def gate(planned: gates.GatePlan | None) -> GateRun | None:
+        if planned is None:
+            return None
+        return GateRun(planned, image(staging.stage_image(plan)), cpu.selector, space.ready)
+
+    releases = operator.helm_releases(spec.kuberay, plan.multi_host)
+    kuberay = KubeRayOperator.of_plan(
+        "kuberay",
+        releases,
+        spec.kuberay.install,
+        in_cluster,
+        gate(gated.kuberay),
+        gate(gated.cert_manager),
     )
     ready = [*in_cluster.depends_on, *kuberay.ready, *space.ready]  # type: ignore[misc]
     if plan.queued_pools:
@@ -183,6 +203,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
             kueue.helm_release(plan),
             kueue.manifests(plan),
             in_cluster.merge(after_namespace),
+            gate(gated.kueue),
         )
         ready += queues.ready
 
@@ -204,7 +225,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     def on_pool(pool: str, models: Sequence[str | None]) -> pulumi.ResourceOptions:
         """A workload waits for the namespace, the operator, its queue, its pool's nodes and
         the staging of the models it reads."""
-        waits = [*ready, *tpu_pools[pool].node_pools]
+        waits = [*ready, *kuberay.crds_ready, *tpu_pools[pool].node_pools]
         waits += staged.jobs_for(models) if staged is not None else []
         return pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=waits)
 
@@ -240,7 +261,13 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     on_namespace = pulumi.ResourceOptions(
         providers={"kubernetes": provider}, depends_on=[apis, *space.ready]
     )
-    RayMetrics.of_plan("metrics", observability.metrics(plan), plan.names.namespace, on_namespace)
+    RayMetrics.of_plan(
+        "metrics",
+        observability.metrics(plan),
+        plan.names.namespace,
+        on_namespace,
+        gate(gated.metrics),
+    )
     access = dashboard_access.dashboard_access(plan)
     if access is not None:
         cfg = spec.observability
@@ -254,6 +281,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
             cfg.iap_oauth_secret,
             secrets.iap_oauth_client_secret,
             on_namespace,
+            gate(gated.dashboard),
         )
         pulumi.export("dashboard_url", dashboard.url)
         pulumi.export("dashboard_ip", dashboard.ip_address)

@@ -35,11 +35,14 @@ SA_KEY = "gcp:serviceaccount/key:Key"
 GCP_PROVIDER = "pulumi:providers:gcp"
 WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
 PUBLIC_MEMBERS = ("allUsers", "allAuthenticatedUsers")
-# What a workload may do in its own bucket: read, create, or both. Not admin, not IAM.
+# What a workload may do in its own bucket: read, create, or both, and read the bucket's own
+# metadata (legacyBucketReader: storage.buckets.get and objects.list, which pyarrow's create_dir
+# and so Ray Train's storage need on a fresh bucket). Not admin, not IAM.
 BUCKET_OBJECT_ROLES = (
     "roles/storage.objectViewer",
     "roles/storage.objectCreator",
     "roles/storage.objectUser",
+    "roles/storage.legacyBucketReader",
 )
 _DEFAULT_COMPUTE_SA = re.compile(r"^\d+-compute@developer\.gserviceaccount\.com$")
 _INTERNAL_LB = "networking.gke.io/load-balancer-type"

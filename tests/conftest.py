@@ -95,6 +95,19 @@ def take_early(name: str) -> Any | None:
     return _early.pop(name, None)
 
 
+@pytest.fixture(scope="session")
+def ray_llm_probe(request: pytest.FixtureRequest):
+    """The Ray LLM probe's stdout and the args it built (tests/workloads/test_serve_config.py),
+    one process for the session: the one started early (EARLY_FIXTURES), or one started now."""
+    from tests.workloads.test_serve_config import start_ray_llm_probe
+
+    probe = take_early("ray_llm_probe") or start_ray_llm_probe(request.config)
+    try:
+        yield probe.result()
+    finally:
+        probe.stop()
+
+
 EARLY_NICE = 10  # an early subprocess's priority: below the tests running beside it
 
 

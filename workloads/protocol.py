@@ -63,15 +63,6 @@ def render_entrypoint(fields: Mapping[str, Any], command: tuple[str, ...] = TRAI
     return shlex.join(words)
 
 
-def training_entrypoint(fields: Mapping[str, Any]) -> str:
-    """Render, after checking that the fields form a valid TrainConfig (the job's own rules):
-    a flag the workload does not know fails here, at preview, not in the pod."""
-    from workloads.train.config import TrainConfig, validate
-
-    validate(TrainConfig.from_dict(fields))
-    return render_entrypoint(fields)
-
-
 # Where a run's Hugging Face exports go, unless --export-path says otherwise: beside Ray's run
 # folder, ``<storage_path>/<run_name>/export/final`` at the end of the run and
 # ``.../export/step_NNNNNNNN`` for --export-every. Serving points at the final one; on GKE the

@@ -19,6 +19,7 @@ from typing import Any, NoReturn, Self, TypeVar
 
 import pulumi
 
+from infra.names import StackNames, stack_names
 from infra.resolve import StackPlan
 from infra.schema.errors import ConfigError
 from infra.schema.safe import shown
@@ -94,6 +95,21 @@ def stack_of(args: Mapping[str, Any]) -> str:
     """The stack names derive from: the argument, else the Pulumi stack being deployed (what
     every other component of the program defaults to as well)."""
     return str(args.get("stack") or pulumi.get_stack())
+
+
+def namespace_names(args: Mapping[str, Any]) -> StackNames:
+    """The names of a component whose objects live in the workloads' namespace: from its
+    `project`, `stack` (stack_of), `namespace` (default park) and `bucket` (default the
+    stack's); no region, cluster or registry."""
+    return stack_names(
+        project=args["project"],
+        region="-",
+        stack=stack_of(args),
+        cluster=None,
+        namespace=args.get("namespace") or "park",
+        bucket=args.get("bucket"),
+        registry_repository=None,
+    )
 
 
 def checked_args(component: str, name: str, args: Any, typed: Any) -> dict[str, Any]:
@@ -324,6 +340,18 @@ class Component(pulumi.ComponentResource):
 
     def refuse(self, problems: list[str]) -> NoReturn:
         raise ComponentArgsError(self._component, self._component_name, problems)
+
+    def kuberay_install(self, args: Mapping[str, Any]) -> str:
+        """`kuberay_install` (default addon), refused unless the stack key allows it (its one
+        declaration: KubeRayConfig.install)."""
+        from infra.components._types import literal_values
+        from infra.schema.models import KubeRayConfig
+
+        install: str = args.get("kuberay_install", "addon")
+        allowed = literal_values(KubeRayConfig, "install")
+        if install not in allowed:
+            self.refuse([bad_value("kuberay_install", install, f"allowed: {', '.join(allowed)}")])
+        return install
 
     def refuse_taken(self, field: str, value: Any, taken: Iterable[str | None]) -> None:
         """Refuse, naming `field` = `value`, the objects another component already holds

@@ -6,12 +6,11 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import ClusterComponent, bad_value
+from infra.components._base import ClusterComponent
 from infra.components._naming import cluster_pool_problems
-from infra.components._types import KubeRayInstallArg, literal_values
+from infra.components._types import KubeRayInstallArg
 from infra.plan import existing_cluster
 from infra.plan.cluster import kubeconfig as kubeconfig_for
-from infra.schema.models import KubeRayConfig
 
 
 class ExistingClusterArgs(TypedDict):
@@ -62,10 +61,7 @@ class ExistingCluster(ClusterComponent):
     ):
         super().__init__(name, opts)
         args = self.checked(args, ExistingClusterArgs)
-        install = args.get("kuberay_install", "addon")
-        allowed = literal_values(KubeRayConfig, "install")  # the stack key's one declaration
-        if install not in allowed:
-            self.refuse([bad_value("kuberay_install", install, f"allowed: {', '.join(allowed)}")])
+        install = self.kuberay_install(args)
         from pulumi_gcp.container import get_cluster_output
 
         given_sa = args.get("node_service_account")

@@ -13,6 +13,7 @@ from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.core.v1 import Namespace, Secret, ServiceAccount
 from pulumi_kubernetes.helm.v3 import Release
 from pulumi_kubernetes.networking.v1 import NetworkPolicy
+from pulumi_kubernetes.policy.v1 import PodDisruptionBudget
 
 from infra.components._args import KubeconfigArgs
 from infra.components._base import (
@@ -21,13 +22,16 @@ from infra.components._base import (
     checked_model,
     child_options,
     name_problems,
+    namespace_names,
     stack_of,
 )
 from infra.components._naming import child_name, claim, cluster_key, renamed
-from infra.components._types import KubeRayInstallArg, literal_values
-from infra.names import HF_SECRET_KEY, stack_names
+from infra.components._types import KubeRayInstallArg
+from infra.components.gates import GateRun, gated
+from infra.names import HF_SECRET_KEY
 from infra.plan.network_policy import Exposure
 from infra.plan.operator import HelmReleasePlan, helm_releases
+from infra.plan.ray.pods import RAY_KINDS, head_disruption_budget
 from infra.plan.workspace import WorkspacePlan, workspace
 from infra.rules import grammar
 from infra.schema.models import KubeRayConfig, NetworkConfig
@@ -88,10 +92,21 @@ def custom_resource(
 ) -> CustomResource:
     """A planned custom-resource manifest as a Pulumi resource (`spec` and `metadata` as is),
     named `<component>-<kind>-<name>`, or `resource_name`; with `keep_name` (the stack
-    program's components), the old `<kind>-<name>` is kept as an alias."""
+    program's components), the old `<kind>-<name>` is kept as an alias. A Ray object (RayJob,
+    RayService, RayCluster) comes with its head's PodDisruptionBudget
+    (infra.plan.ray.pods.head_disruption_budget), `<resource_name>-head`, beside it under the
+    same parent: whichever component creates a Ray object keeps its head from eviction."""
     legacy = object_name(manifest)
     if resource_name is None:
         resource_name = child_name(component, legacy) if component else legacy
+    if manifest["kind"] in RAY_KINDS:
+        budget = head_disruption_budget(manifest)
+        PodDisruptionBudget(
+            f"{resource_name}-head",
+            metadata=budget["metadata"],
+            spec=budget["spec"],
+            opts=opts,
+        )
     return CustomResource(
         resource_name,
         api_version=manifest["apiVersion"],
@@ -144,13 +159,23 @@ class KubeRayOperator(KubernetesComponent):
         releases: list[HelmReleasePlan],
         install: str,
         opts: pulumi.ResourceOptions | None = None,
+        crds_gate: GateRun | None = None,
+        cert_manager_gate: GateRun | None = None,
     ) -> "KubeRayOperator":
-        """The stack program's: its plan's KubeRay releases (infra.plan.operator)."""
+        """The stack program's: its plan's KubeRay releases (infra.plan.operator), and its
+        readiness gates (infra.plan.gates): the ray.io CRDs Established (`crds_ready`), and
+        cert-manager's webhook answering before the TPU webhook's release."""
         self = cls.planned(name, opts)
-        self._build(releases, install)
+        self._build(releases, install, crds_gate, cert_manager_gate)
         return self
 
-    def _build(self, planned: list[HelmReleasePlan], install: str) -> None:
+    def _build(
+        self,
+        planned: list[HelmReleasePlan],
+        install: str,
+        crds_gate: GateRun | None = None,
+        cert_manager_gate: GateRun | None = None,
+    ) -> None:
         name = self._component_name
         self.ready: list[pulumi.Resource] = []
         releases: dict[str, Release] = {}
@@ -160,7 +185,9 @@ class KubeRayOperator(KubernetesComponent):
         ]
         self.refuse_taken("install", install, taken)
         for release in planned:
-            after = [releases[d] for d in release.depends_on]
+            after: list[pulumi.Resource] = [releases[d] for d in release.depends_on]
+            if "cert-manager" in release.depends_on:  # its Certificates and Issuers
+                after = gated(self, cert_manager_gate, "cert-manager-ready", after)
             releases[release.name] = helm_release(
                 release,
                 self.child_options(depends_on=after),
@@ -168,6 +195,8 @@ class KubeRayOperator(KubernetesComponent):
                 keep_name=self._of_plan,
             )
         self.ready += list(releases.values())
+        # What a RayJob or RayService waits for: the releases, and the CRDs Established.
+        self.crds_ready: list[pulumi.Resource] = gated(self, crds_gate, depends_on=self.ready)
         self.mode = install
         self.releases = pulumi.Output.from_input(list(releases))
         self.register(mode=self.mode)
@@ -206,22 +235,11 @@ class Workspace(KubernetesComponent):
     def __init__(self, name: str, args: WorkspaceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
         args = self.checked(args, WorkspaceArgs)
-        install = args.get("kuberay_install", "addon")
-        allowed = literal_values(KubeRayConfig, "install")  # the stack key's one declaration
-        if install not in allowed:
-            self.refuse([bad_value("kuberay_install", install, f"allowed: {', '.join(allowed)}")])
+        install = self.kuberay_install(args)
         wrong = name_problems(args, {"namespace": grammar.namespace_problem})
         if wrong:
             self.refuse(wrong)
-        names = stack_names(
-            project=args["project"],
-            region="-",
-            stack=stack_of(args),
-            cluster=None,
-            namespace=args.get("namespace") or "park",
-            bucket=None,
-            registry_repository=None,
-        )
+        names = namespace_names(args)
         exposed = Exposure(
             namespace=names.namespace,
             kuberay_install=install,

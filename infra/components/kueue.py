@@ -7,6 +7,7 @@ import pulumi
 from infra.components._args import KubeconfigArgs, TpuPoolRefArgs
 from infra.components._base import PART_STACK, KubernetesComponent
 from infra.components._naming import pool_ref_problems
+from infra.components.gates import GateRun, gated
 from infra.components.kubernetes import custom_resource, helm_release
 from infra.plan import kueue
 from infra.plan.operator import HelmReleasePlan
@@ -77,13 +78,20 @@ class Kueue(KubernetesComponent):
         release: HelmReleasePlan | None,
         manifests: list[dict[str, Any]],
         opts: pulumi.ResourceOptions | None = None,
+        gate: GateRun | None = None,
     ) -> "Kueue":
-        """The stack program's: its plan's Kueue release and queues (infra.plan.kueue)."""
+        """The stack program's: its plan's Kueue release and queues (infra.plan.kueue), the
+        queues after `gate` (Kueue's webhook answering: infra.plan.gates)."""
         self = cls.planned(name, opts)
-        self._build(release, manifests)
+        self._build(release, manifests, gate)
         return self
 
-    def _build(self, release_plan: HelmReleasePlan | None, manifests: list[dict[str, Any]]) -> None:
+    def _build(
+        self,
+        release_plan: HelmReleasePlan | None,
+        manifests: list[dict[str, Any]],
+        gate: GateRun | None = None,
+    ) -> None:
         name = self._component_name
         self.ready: list[pulumi.Resource] = []
         release_object = (
@@ -99,8 +107,9 @@ class Kueue(KubernetesComponent):
             keep = self._of_plan
             release = helm_release(release_plan, self.child_options(), name, keep_name=keep)
             self.ready.append(release)
+            # Helm waited for the pods; their webhook answers 10-30 s later (the gate).
+            after = self.child_options(depends_on=gated(self, gate, depends_on=[release]))
             for manifest in manifests:
-                after = self.child_options(depends_on=[release])
                 self.ready.append(custom_resource(manifest, after, component=name, keep_name=keep))
         self.local_queues = pulumi.Output.from_input(
             [m["metadata"]["name"] for m in manifests if m["kind"] == "LocalQueue"]

@@ -4,7 +4,7 @@ pool per slice, parented to their config pool) and GPU pools."""
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NotRequired, TypedDict, TypeVar
+from typing import Any, NotRequired, Self, TypedDict, TypeVar
 
 import pulumi
 from pulumi_gcp.compute import ResourcePolicy
@@ -215,13 +215,41 @@ class GpuPoolArgs(_PoolArgs):
     """Scale between 0 and `nodes`. Default: true."""
 
 
-class CpuPool(_Pool):
+class _OnePool(_Pool):
+    """A pool of one GKE node pool (CpuPool, GpuPool)."""
+
+    # of_plan's GKE name: the component's (True), else its plan's
+    _NAMED_BY_COMPONENT = False
+
+    @classmethod
+    def of_plan(
+        cls,
+        name: str,
+        pool: NodePoolPlan,
+        joins: PoolCluster,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> Self:
+        """The stack program's: a pool of its plan (infra.plan.node_pools.cpu_pool,
+        gpu_pool)."""
+        self = cls.planned(name, opts)
+        self._build(pool, joins, name if cls._NAMED_BY_COMPONENT else None)
+        return self
+
+    def _build(self, pool: NodePoolPlan, joins: PoolCluster, gke_name: str | None = None) -> None:
+        self.node_pool = self.gke_node_pool(self._component_name, pool, joins, gke_name)
+        self.node_pool_name = self.node_pool.name
+        self.register()
+
+
+class CpuPool(_OnePool):
     """The pool Ray heads, submitters and system pods run on."""
 
     node_pool_name: pulumi.Output[str]
     """The GKE node pool (what in-cluster resources wait for)."""
     node_selector: pulumi.Output[dict[str, str]]
     """The label its nodes carry: a workload's head_node_selector, to run the Ray head here."""
+
+    _NAMED_BY_COMPONENT = True
 
     def __init__(self, name: str, args: CpuPoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
@@ -232,25 +260,10 @@ class CpuPool(_Pool):
         pool = node_pools.cpu_pool(plan.spec.cpu_pool, args["location"], args.get("disk_size_gb"))
         self._build(pool, PoolCluster.of_args(args), args["name"])
 
-    @classmethod
-    def of_plan(
-        cls,
-        name: str,
-        pool: NodePoolPlan,
-        joins: PoolCluster,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> "CpuPool":
-        """The stack program's: its plan's CPU pool (infra.plan.node_pools.cpu_pool)."""
-        self = cls.planned(name, opts)
-        self._build(pool, joins, name)
-        return self
-
-    def _build(self, pool: NodePoolPlan, joins: PoolCluster, gke_name: str) -> None:
-        self.node_pool = self.gke_node_pool(self._component_name, pool, joins, gke_name)
+    def _build(self, pool: NodePoolPlan, joins: PoolCluster, gke_name: str | None = None) -> None:
         self.selector = {ROLE_LABEL: pool.args["node_config"]["labels"][ROLE_LABEL]}
-        self.node_pool_name = self.node_pool.name
         self.node_selector = pulumi.Output.from_input(self.selector)
-        self.register()
+        super()._build(pool, joins, gke_name)
 
     def as_argument(self, field: str) -> dict[str, str] | None:
         """Given as a workload's head_node_selector: the label its nodes carry."""
@@ -348,7 +361,7 @@ class TpuSlicePool(_Pool):
         return dict(self.ref) if field == "pool" else None
 
 
-class GpuPool(_Pool):
+class GpuPool(_OnePool):
     """A GPU pool beside the TPU pools."""
 
     node_pool_name: pulumi.Output[str]
@@ -361,21 +374,3 @@ class GpuPool(_Pool):
         plan = self.pool_plan(args, [("park:gpuPools[0].", "")], **{"park:gpuPools": [spec]})
         (gpu,) = plan.gpu_pools
         self._build(node_pools.gpu_pool(gpu.spec, args["location"]), PoolCluster.of_args(args))
-
-    @classmethod
-    def of_plan(
-        cls,
-        name: str,
-        pool: NodePoolPlan,
-        joins: PoolCluster,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> "GpuPool":
-        """The stack program's: a GPU pool of its plan (infra.plan.node_pools.gpu_pool)."""
-        self = cls.planned(name, opts)
-        self._build(pool, joins)
-        return self
-
-    def _build(self, pool: NodePoolPlan, joins: PoolCluster) -> None:
-        self.node_pool = self.gke_node_pool(self._component_name, pool, joins)
-        self.node_pool_name = self.node_pool.name
-        self.register()

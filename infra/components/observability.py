@@ -15,7 +15,8 @@ from infra.components._base import (
     stack_of,
     stack_values,
 )
-from infra.components._naming import child_name, claim, kubernetes_claims, renamed
+from infra.components._naming import child_name, claim, renamed
+from infra.components.gates import GateRun, gated
 from infra.components.kubernetes import custom_resource
 from infra.names import PART_OF, RFC1035_NAME, SERVICE_NAME
 from infra.plan.dashboard_access import IAP_ROLE, dashboard_access
@@ -24,7 +25,7 @@ from infra.plan.metrics import STACK_PROGRAM, Watched, value_extractor
 from infra.plan.observability import MetricsPlan, metrics
 from infra.rules import grammar
 from infra.rules.platform import check_observability
-from infra.rules.security import check_values
+from infra.rules.values import check_values
 from infra.schema.safe import shown
 
 
@@ -159,6 +160,28 @@ def _child(
     return kind(resource_name, **inputs, opts=renamed(opts, resource_name, legacy))
 
 
+def _object(
+    owner: KubernetesComponent,
+    kind: Any,
+    role: str,
+    opts: pulumi.ResourceOptions,
+    manifest: dict[str, Any],
+    body: str,
+) -> Any:
+    """A manifest's object as `owner`'s typed child (`kind`): its metadata and its `body` field
+    (`data`, `spec`); the old logical name kept is the object's name."""
+    meta = manifest["metadata"]
+    return _child(
+        kind,
+        owner._component_name,
+        role,
+        owner.legacy(meta["name"]),
+        opts,
+        metadata=meta,
+        **{body: manifest[body]},
+    )
+
+
 class RayMetrics(KubernetesComponent):
     """Managed Prometheus scrapes of the Ray pods, training loss and tokens/s from the logs, and
     the Grafana dashboard ConfigMap when asked for."""
@@ -192,27 +215,27 @@ class RayMetrics(KubernetesComponent):
         plan: MetricsPlan,
         namespace: str,
         opts: pulumi.ResourceOptions | None = None,
+        gate: GateRun | None = None,
     ) -> "RayMetrics":
-        """The stack program's: its plan's metrics (infra.plan.observability.metrics)."""
+        """The stack program's: its plan's metrics (infra.plan.observability.metrics), the
+        PodMonitorings after `gate` (their CRD Established: infra.plan.gates)."""
         self = cls.planned(name, opts)
-        self._build(plan, namespace)
+        self._build(plan, namespace, gate)
         return self
 
-    def _build(self, plan: MetricsPlan, namespace: str) -> None:
-        name, opts = self._component_name, self._component_opts
+    def _build(self, plan: MetricsPlan, namespace: str, gate: GateRun | None = None) -> None:
+        name = self._component_name
         objects = [*plan.pod_monitorings, plan.grafana_configmap]
-        self.check_objects([o for o in objects if o is not None])
-        taken: list[str | None] = [
-            *kubernetes_claims(self.owner, self, opts, [o for o in objects if o is not None])
-        ]
+        taken: list[str | None] = [*self.claim_objects([o for o in objects if o is not None])]
         taken += [
             claim(self.owner, f"log-based metric {m.name}", (plan.project,))
             for m in plan.log_metrics
         ]
         self.refuse_taken("namespace", namespace, taken)
         in_cluster = self.child_options()
+        scraped = self.child_options(depends_on=gated(self, gate) if plan.pod_monitorings else [])
         for manifest in plan.pod_monitorings:
-            custom_resource(manifest, in_cluster, component=name, keep_name=self._of_plan)
+            custom_resource(manifest, scraped, component=name, keep_name=self._of_plan)
         if plan.log_metrics:
             from pulumi_gcp.logging import Metric
 
@@ -246,16 +269,7 @@ class RayMetrics(KubernetesComponent):
         if configmap is not None:
             from pulumi_kubernetes.core.v1 import ConfigMap
 
-            meta = configmap["metadata"]
-            _child(
-                ConfigMap,
-                name,
-                "grafana",
-                self.legacy(meta["name"]),
-                in_cluster,
-                metadata=meta,
-                data=configmap["data"],
-            )
+            _object(self, ConfigMap, "grafana", in_cluster, configmap, "data")
         self.pod_monitorings = pulumi.Output.from_input(
             [m["metadata"]["name"] for m in plan.pod_monitorings]
         )
@@ -331,11 +345,13 @@ class DashboardAccess(KubernetesComponent):
         oauth_secret: str,
         oauth_client_secret: pulumi.Input[str] | None,
         opts: pulumi.ResourceOptions | None = None,
+        gate: GateRun | None = None,
     ) -> "DashboardAccess":
         """The stack program's: its plan's dashboard access (infra.plan.dashboard_access),
-        with the OAuth client's secret when the stack holds it."""
+        with the OAuth client's secret when the stack holds it; the Gateway kinds after `gate`
+        (their CRDs Established: infra.plan.gates)."""
         self = cls.planned(name, opts)
-        self._build(access, project, stack, namespace, oauth_secret, oauth_client_secret)
+        self._build(access, project, stack, namespace, oauth_secret, oauth_client_secret, gate)
         return self
 
     def _build(
@@ -346,12 +362,10 @@ class DashboardAccess(KubernetesComponent):
         namespace: str,
         oauth_secret: str,
         oauth_client_secret: pulumi.Input[str] | None,
+        gate: GateRun | None = None,
     ) -> None:
-        name, opts = self._component_name, self._component_opts
-        self.check_objects(list(access.manifests))
-        taken: list[str | None] = [
-            *kubernetes_claims(self.owner, self, opts, list(access.manifests))
-        ]
+        name = self._component_name
+        taken: list[str | None] = [*self.claim_objects(list(access.manifests))]
         taken += [
             claim(self.owner, f"global address {access.address_name}", (project,)),
             claim(self.owner, f"certificate {access.certificate_name}", (project,)),
@@ -396,6 +410,7 @@ class DashboardAccess(KubernetesComponent):
                 condition=access.iap_condition,
             )
         in_cluster = self.child_options(depends_on=[address, certificate])
+        custom = self.child_options(depends_on=gated(self, gate, depends_on=[address, certificate]))
         if oauth_client_secret is not None:
             from pulumi_kubernetes.core.v1 import Secret
 
@@ -417,18 +432,9 @@ class DashboardAccess(KubernetesComponent):
             if manifest["kind"] == "Service":
                 from pulumi_kubernetes.core.v1 import Service
 
-                meta = manifest["metadata"]
-                _child(
-                    Service,
-                    name,
-                    "service",
-                    self.legacy(meta["name"]),
-                    in_cluster,
-                    metadata=meta,
-                    spec=manifest["spec"],
-                )
+                _object(self, Service, "service", in_cluster, manifest, "spec")
             else:
-                custom_resource(manifest, in_cluster, component=name, keep_name=self._of_plan)
+                custom_resource(manifest, custom, component=name, keep_name=self._of_plan)
         self.url = pulumi.Output.from_input(f"https://{access.domain}")
         self.ip_address = address.address
         self.register()

@@ -14,9 +14,8 @@ import pulumi
 
 from infra import model_facts, model_lookup
 from infra.components._args import KubeconfigArgs
-from infra.components._base import KubernetesComponent, bad_value, stack_of
+from infra.components._base import KubernetesComponent, bad_value, namespace_names
 from infra.components._naming import child_name
-from infra.names import stack_names
 from infra.plan import staging
 from infra.plan.ray.pods import RayPods
 from infra.resolve import disk
@@ -60,15 +59,7 @@ class ModelStaging(KubernetesComponent):
         bad = [m for m in args["models"] if not model_facts.is_hub_id(m)]
         if bad:
             self.refuse([bad_value("models", bad, "hub ids, org/name")])
-        names = stack_names(
-            project=args["project"],
-            region="-",
-            stack=stack_of(args),
-            cluster=None,
-            namespace=args.get("namespace") or "park",
-            bucket=args.get("bucket"),
-            registry_repository=None,
-        )
+        names = namespace_names(args)
         mount = StorageConfig().mount_path
         pods = RayPods(names.namespace, names.bucket, mount, names.workload_ksa)
         models = [
@@ -82,8 +73,7 @@ class ModelStaging(KubernetesComponent):
             for i, repo in enumerate(args["models"])
         ]
         jobs = [  # planned with a stand-in image: the image may be an Output
-            staging.StageJob(m, staging.staging_job(pods, m, ""), staging.stage_timeout_s(m))
-            for m in models
+            staging.stage_job(pods, m, "") for m in models
         ]
         self._build(jobs, args["image"], args.get("node_selector"))
 

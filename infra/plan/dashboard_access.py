@@ -133,7 +133,7 @@ def dashboard_access(plan: StackPlan, service: str = SERVICE_NAME) -> DashboardA
             "title": f"{base} only",
             "description": f"IAP access to the Ray dashboard of stack {plan.stack}",
             # Built as a CEL string literal (JSON's escapes are CEL's), never pasted: the
-            # domain is also checked as a DNS name (infra/rules/security.py).
+            # domain is also checked as a DNS name (infra/rules/values.py).
             "expression": f"request.host == {json.dumps(obs.dashboard_domain)}",
         },
         manifests=(head, policy, gateway, route),

@@ -21,7 +21,8 @@ from infra.plan.kubelet import literal
 from infra.resolve.types import RL_JOB_NAME, RlPlan, RolloutPlan
 from infra.versions import RAY_VERSION
 from workloads import flags
-from workloads.rl.config import RLRunConfig, rl_entrypoint
+from workloads.rl.config import RLRunConfig
+from workloads.rl.config_check import rl_entrypoint
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # A Ray custom resource only the rollout group's pods advertise, one per chip (or GPU): the

@@ -86,7 +86,7 @@ def training_memory(training: TrainingPlan) -> HostMemory:
         ),
     ]
     if training.export_path:
-        from workloads.train.config import parse_size
+        from workloads.train.config_rules import parse_size
 
         shard = parse_size(spec.export_max_shard_size)
         weights = model_facts.weights_bytes(training.facts.facts) or shard * ranks

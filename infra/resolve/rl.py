@@ -4,7 +4,7 @@ The learner is a training run in all but its data: one Ray Train worker per chip
 of its TPU pool, its batch the step's completions (promptsPerStep x groupSize), its sequences a
 prompt and its completion (maxPromptTokens + maxResponseTokens). Its fit is the training fit
 (infra.resolve.training.fit_training) of exactly that run, plus, with klCoef > 0, the frozen
-reference policy the learner holds beside it (workloads/rl/loop.py builds it like the policy: fp32
+reference policy the learner holds beside it (workloads/rl/parts.py builds it like the policy: fp32
 weights, sharded over the slice under FSDP2, whole under DDP); its forward runs without
 gradients, below the step's peak. The micro-batch is then the largest that fits with it.
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from infra import catalog, engine, engines, gke, images, model_facts, model_lookup, names
 from infra.model_facts import FactsLookup
 from infra.ray_serve import SERVE_START_ATTEMPTS_PER_REPLICA
-from infra.resolve import disk
+from infra.resolve import disk, disk_plan
 from infra.resolve.disk import DiskPlan
 from infra.resolve.rl import resolve_rl
 from infra.resolve.training import (
@@ -214,17 +214,14 @@ def resolve_served_model(
     else:
         facts = model_lookup.lookup(model.source)
     kwargs = model.engine_kwargs
-    utilization = float(kwargs.get("gpu_memory_utilization", engine.DEFAULT_MEMORY_UTILIZATION))
+    # Settled once: the fit costs this batch and the rendered engine_kwargs pin it.
+    settings = engine.EngineSettings.from_engine_kwargs(
+        kwargs, expert_parallel=model.enable_expert_parallel
+    ).pinned(model.max_model_len)
+    utilization = settings.memory_utilization
     fit = None
     if facts.facts is not None and tp > 0:
-        fit = engine.fit_served(
-            facts.facts,
-            tpu,
-            tp,
-            model.max_model_len,
-            kwargs,
-            expert_parallel=model.enable_expert_parallel,
-        )
+        fit = engine.fit(facts.facts, tpu, tp, model.max_model_len, settings=settings)
     return ServedModelPlan(
         index=index,
         spec=model,
@@ -242,6 +239,8 @@ def resolve_served_model(
         # pods set to the same per-replica count (serve_tuning.ray_env): so the threshold is
         # that count for every replica Serve wants, whatever the autoscaler's target.
         start_attempts=SERVE_START_ATTEMPTS_PER_REPLICA * max(model.max_replicas, 1),
+        settings=settings,
+        drain_s=engine.max_stream_s(tpu, model.max_model_len, utilization),
     )
 
 
@@ -351,6 +350,9 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
     gpu_by_name = {g.spec.name: g for g in gpus}
     rl = resolve_rl(spec, by_name, gpu_by_name, stack_names, partial=partial)
 
+    cluster = spec.cluster
+    pinned = cluster.version if gke.parse(cluster.version or "") else None  # rules say why not
+    cluster_version = gke.cluster_version(cluster.release_channel, pinned)
     serving = None
     if spec.serving.enabled and (spec.serving.pool in by_name or not partial):
         pool = by_name[spec.serving.pool]
@@ -368,10 +370,13 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             max_slices=sum(m.max_slices for m in models),
             slice_budget=pool.slices // clusters,
             upgrade_clusters=clusters,
+            kuberay=(
+                spec.kuberay.version
+                if spec.kuberay.install == "helm"
+                else gke.addon_kuberay(cluster_version).version
+            ),
         )
 
-    cluster = spec.cluster
-    pinned = cluster.version if gke.parse(cluster.version or "") else None  # rules say why not
     plan = StackPlan(
         spec=spec,
         names=stack_names,
@@ -379,9 +384,9 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
         gpu_pools=gpus,
         training=training,
         serving=serving,
-        cluster_version=gke.cluster_version(cluster.release_channel, pinned),
+        cluster_version=cluster_version,
         rl=rl,
         images=image_builds(spec, stack_names.registry_url, rl),
     )
-    built = disk.build(spec, stack_names, tuple(pools), training, serving, rl)
+    built = disk_plan.build(spec, stack_names, tuple(pools), training, serving, rl)
     return replace(plan, disk=built)

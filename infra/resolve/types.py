@@ -132,10 +132,25 @@ class ServedModelPlan:
     # Failed starts Serve allows before DEPLOY_FAILED (deployment_config
     # max_constructor_retry_count): SERVE_START_ATTEMPTS_PER_REPLICA per replica it may want.
     start_attempts: int = SERVE_START_ATTEMPTS_PER_REPLICA
+    # The engine's batch as the fit costs it and the render pins it (EngineSettings.pinned):
+    # max_num_seqs and max_num_batched_tokens, each one number read by both.
+    settings: engine.EngineSettings = engine.EngineSettings()
+    # Seconds one max-length stream may take on its slice (engine.max_stream_s): how long a
+    # replica, a reloaded HAProxy or an upgrade's old cluster drains before it cuts streams.
+    drain_s: int = engine.DRAIN_FLOOR_S
 
     @property
     def key(self) -> str:
         return f"park:serving.models[{self.index}]"
+
+    @property
+    def target_ongoing_requests(self) -> int:
+        """Serve's autoscaling target per replica: the requests its engine batches at once,
+        max_num_seqs, or fewer when the KV cache holds fewer max-length ones. Below it another
+        replica adds nothing; above it requests queue in vLLM's scheduler. (Ray LLM merges
+        1e9 in otherwise, and the deployment never scales: L/core/server/builder.py:27-34.)"""
+        batch = self.settings.max_num_seqs
+        return max(1, min(batch, self.fit.sequences) if self.fit else batch)
 
     @property
     def from_training(self) -> bool:
@@ -156,6 +171,9 @@ class ServingPlan:
     max_slices: int  # held at maxReplicas: the worker group's maximum
     slice_budget: int  # slices one RayService cluster may hold (halved for blue/green)
     upgrade_clusters: int  # Ray clusters during an upgrade: 2 for NewCluster*, else 1
+    # The KubeRay release that runs it: the chart's (install: helm), or the one GKE's add-on is
+    # taken to run (infra.gke.addon_kuberay); "" when not known (a partial plan).
+    kuberay: str = ""
 
 
 RL_JOB_NAME = "park-rl"

@@ -4,7 +4,7 @@ resolved numbers. `check(spec)` returns the StackPlan or raises ConfigError with
 - `pools`: zone, GKE version, TPU and GPU pools (catalog entries, capacity preconditions);
 - `workloads`: the training RayJob and the serving RayService (workers, TP, slices);
 - `platform`: names, network ranges, lifecycle, Kueue, observability;
-- `security`: values as what they are, exposure (posture), counts GKE can hold;
+- `values`: values as what they are, counts GKE can hold; `security`: exposure (posture);
 - `operator`: every RayJob/RayService field is one the KubeRay that runs declares (checked
   once the rest holds: it builds the manifests from the whole plan).
 """
@@ -14,8 +14,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from infra import catalog
-from infra.resolve import StackPlan, disk, resolve
-from infra.rules import operator, platform, pools, rl, security, training_memory, workloads
+from infra.resolve import StackPlan, disk_plan, resolve
+from infra.rules import (
+    operator,
+    platform,
+    pools,
+    rl,
+    security,
+    training_memory,
+    values,
+    workloads,
+)
 from infra.schema.errors import ConfigError, ConfigProblem
 from infra.schema.models import StackConfig
 
@@ -27,8 +36,8 @@ _SPEC_RULES = (
     platform.check_lifecycle,
     platform.check_kueue,
     platform.check_observability,
-    security.check_values,
-    security.check_counts,
+    values.check_values,
+    values.check_counts,
 )
 
 
@@ -40,7 +49,7 @@ def problems(spec: StackConfig, plan: StackPlan | None = None) -> list[ConfigPro
     found += platform.check_names(spec, plan.names)
     found += [p for check in _SPEC_RULES for p in check(spec)]
     found += [
-        ConfigProblem(key, value, message) for key, value, message in disk.problems(plan.disk)
+        ConfigProblem(key, value, message) for key, value, message in disk_plan.problems(plan.disk)
     ]
     return found
 

@@ -271,7 +271,7 @@ def check_observability(config: StackConfig) -> list[ConfigProblem]:
     """The dashboard leaves the cluster only behind IAP, and only with all that IAP needs."""
     obs = config.observability
     problems: list[ConfigProblem] = []
-    # Each member's syntax: infra/rules/security.py (check_values).
+    # Each member's syntax: infra/rules/values.py (check_values).
     if not obs.expose_dashboard:
         return problems
     why = "needed when park:observability.exposeDashboard is true"

@@ -136,8 +136,9 @@ def _same_slice_shape(plan: StackPlan) -> list[ConfigProblem]:
 def _workload_problems(rl: RlPlan) -> list[ConfigProblem]:
     """The entrypoint's flags through the workload's own rules, named by their stack key."""
     from infra.plan.rl import rl_flags
-    from workloads.rl.config import ConfigError as RlError
-    from workloads.rl.config import RLRunConfig, validate
+    from workloads.flags import ConfigError as RlError
+    from workloads.rl.config import RLRunConfig
+    from workloads.rl.config_check import validate
 
     fields = rl_flags(rl)
     try:

@@ -49,8 +49,9 @@ def trainer_problems(plan: StackPlan) -> list[ConfigProblem]:
     """The entrypoint's flags through the trainer's own config rules (workloads/train/
     config.py, torch-free): a combination it refuses fails here, named by its stack key."""
     from infra.plan.ray import trainer_flags
-    from workloads.train.config import ConfigError as TrainerError
-    from workloads.train.config import TrainConfig, validate
+    from workloads.flags import ConfigError as TrainerError
+    from workloads.train.config import TrainConfig
+    from workloads.train.config_check import validate
 
     assert plan.training is not None
     fields = trainer_flags(plan.training)

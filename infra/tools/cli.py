@@ -24,7 +24,7 @@ from infra.schema.errors import ConfigError
 from infra.schema.read import StackFileError
 from infra.schema.safe import one_line
 from infra.schema.secrets import scrub
-from infra.tools import report
+from infra.tools import report, report_bucket, report_cost
 
 if TYPE_CHECKING:
     from infra.resolve import StackPlan
@@ -250,8 +250,9 @@ def validate(
         except ManifestReadError as err:
             err_console.print(f"[red]error:[/] {escape(one_line(scrub(str(err))))}")
             raise typer.Exit(1) from None
-    count = 0
     report.fit_tables(plan, console)
+    report_bucket.prerequisites(plan, console)
+    count = report_bucket.bucket_ledger(plan, console)  # a permission no role grants: a 403
     report.warnings(plan, console)
     sections = manifest_sections(
         docs, plan, where=where, resources=resources, serve_check=serve_check, status=console.status
@@ -284,7 +285,7 @@ def cost(
     if as_json:
         print(json.dumps(result.as_json(), indent=2))
         return
-    report.cost(result, console)
+    report_cost.cost(result, console)
     report.fit_tables(plan, console)
 
 
@@ -327,6 +328,13 @@ def local(
     keep: Annotated[
         bool, typer.Option(help="Keep serving (and Ray up) until Ctrl-C instead of stopping.")
     ] = False,
+    bucket_role: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Grant the workload identity these bucket roles instead of the stack's "
+            "(repeat it; try a narrower grant before changing the stack)."
+        ),
+    ] = None,
     config_file: ConfigFileOpt = None,
     esc_config: EscConfigOpt = None,
 ) -> None:
@@ -344,10 +352,33 @@ def local(
 
     rendered = _rendered(resolve_stack_file(stack, config_file), stack, esc_config)
     try:
-        run_local(rendered, only=only.value if only else None, keep=keep, console=console)
+        run_local(
+            rendered,
+            only=only.value if only else None,
+            keep=keep,
+            console=console,
+            bucket_roles=_bucket_roles(bucket_role),
+        )
     except LocalRunError as err:
         console.print(f"[red]park local failed:[/] {_shown(err)}", soft_wrap=True)
         raise typer.Exit(1) from None
+
+
+def _bucket_roles(roles: list[str] | None) -> tuple[str, ...] | None:
+    """--bucket-role's roles, each a vendored Cloud Storage role (exit 2 naming the known)."""
+    if not roles:
+        return None
+    from infra import storage_iam
+
+    unknown = [r for r in roles if r not in storage_iam.known_roles()]
+    if unknown:
+        console.print(
+            f"[red]--bucket-role {_shown(unknown[0])}:[/] not a Cloud Storage role park knows; "
+            f"known: {', '.join(storage_iam.known_roles())}",
+            soft_wrap=True,
+        )
+        raise typer.Exit(2)
+    return tuple(roles)
 
 
 def main() -> None:

@@ -127,9 +127,12 @@ def test_other_buckets_and_unknown_calls_are_refused(tmp_path):
         ("GET", f"/storage/v1/b/{BUCKET}", "buckets.get", ("storage.buckets.get",)),
         ("GET", f"/storage/v1/b/{BUCKET}/o?prefix=a/", "objects.list", ("storage.objects.list",)),
         ("GET", f"/storage/v1/b/{BUCKET}/o/a%2Fb", "objects.get", ("storage.objects.get",)),
-        ("GET", f"/download/storage/v1/b/{BUCKET}/o/a?alt=media", "objects.get", (
-            "storage.objects.get",
-        )),
+        (
+            "GET",
+            f"/download/storage/v1/b/{BUCKET}/o/a?alt=media",
+            "objects.get",
+            ("storage.objects.get",),
+        ),
         ("DELETE", f"/storage/v1/b/{BUCKET}/o/a", "objects.delete", ("storage.objects.delete",)),
         ("PATCH", f"/storage/v1/b/{BUCKET}/o/a", "objects.patch", ("storage.objects.update",)),
         ("POST", "/storage/v1/b?project=p", "buckets.insert", ("storage.buckets.create",)),
@@ -264,6 +267,32 @@ def test_ray_trains_own_storage_needs_the_bucket_metadata(tmp_path, monkeyenv):
                     StorageContext(path, "run", storage_filesystem=fs)
             else:
                 StorageContext(path, "run", storage_filesystem=fs)
-                assert bucket.log.permissions("training") <= storage_iam.ledger_of(
-                    "training"
-                ).permissions
+                assert (
+                    bucket.log.permissions("training")
+                    <= storage_iam.ledger_of("training").permissions
+                )
+
+
+def test_a_mirror_is_never_a_stale_or_partial_selection(tmp_path, monkeyenv):
+    """storage.mirror names its copy by the folder's files: the same URI written again by a
+    later run (another policy version at the same path) is copied again, and a selection of
+    some files (an engine's weights) is not what a whole-folder mirror returns."""
+    from workloads.train import storage
+
+    monkeyenv.setenv("PARK_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "bucket" / "policy" / "v0"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"1")
+    weights = storage.mirror(f"file://{folder}", keep=lambda name: name.endswith(".safetensors"))
+    whole = storage.mirror(f"file://{folder}")
+    assert sorted(p.name for p in weights.iterdir()) == [".complete", "model.safetensors"]
+    assert sorted(p.name for p in whole.iterdir()) == [
+        ".complete",
+        "config.json",
+        "model.safetensors",
+    ]
+    (folder / "model.safetensors").write_bytes(b"22")  # a later run, the same path
+    again = storage.mirror(f"file://{folder}")
+    assert again != whole and (again / "model.safetensors").read_bytes() == b"22"
+    assert storage.mirror(f"file://{folder}") == again  # and once per node

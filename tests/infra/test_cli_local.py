@@ -19,7 +19,7 @@ from infra.tools.local.profile import (
 )
 from tests.conftest import SHIPPED_STACKS, render_stack
 from workloads.protocol import flag, parse_line, split_entrypoint
-from workloads.train.config import parse_args
+from workloads.train.config_check import parse_args
 
 
 def _rayjob(stack: str) -> dict:
@@ -37,7 +37,7 @@ def test_cpu_profile_applies_to_every_shipped_rayjob(stack):
     rendered = _rayjob(stack)["spec"]["entrypoint"]
     if rendered.startswith("python -m workloads.rl "):
         pytest.skip("an RL job: its CPU profile is tests/infra/test_cli_local_rl.py's")
-    entrypoint, changes = cpu_entrypoint(rendered, "/tmp/run/checkpoints")
+    entrypoint, changes = cpu_entrypoint(rendered)
     assert entrypoint.startswith("python -m workloads.train ")
     flags = _flags(entrypoint)
     for field, (value, _why) in TRAIN_CPU_PROFILE.items():
@@ -65,9 +65,7 @@ def test_a_staged_model_is_the_local_bucket_folder_and_the_trainer_waits_for_it(
     folder (staged from a local hub), and the rendered wait stays (the trainer waits)."""
     rendered = _rayjob("dev")["spec"]["entrypoint"]
     local = "/tmp/run/bucket/models/Qwen/Qwen3-1.7B"
-    entrypoint, changes = cpu_entrypoint(
-        rendered, "/tmp/run/checkpoints", staged_profile(local, "Qwen/Qwen3-1.7B")
-    )
+    entrypoint, changes = cpu_entrypoint(rendered, staged_profile(local, "Qwen/Qwen3-1.7B"))
     flags, before = _flags(entrypoint), _flags(rendered)
     assert before["--model"] == "/data/models/Qwen/Qwen3-1.7B"
     assert flags["--model"] == local
@@ -79,16 +77,16 @@ def test_a_staged_model_is_the_local_bucket_folder_and_the_trainer_waits_for_it(
 
 def test_values_with_spaces_survive():
     entrypoint, _ = cpu_entrypoint(
-        "python -m workloads.train --text-field 'the text' --steps 9", "/tmp/a b"
+        "python -m workloads.train --text-field 'the text' --storage-path 'gs://b/a b' --steps 9"
     )
     flags = _flags(entrypoint)
     assert flags["--text-field"] == "the text"
-    assert flags["--storage-path"] == "/tmp/a b"
+    assert flags["--storage-path"] == "gs://b/a b"  # kept: the run writes to the emulated bucket
 
 
 def test_other_entrypoints_are_refused():
     with pytest.raises(ProfileError, match=r"does not run workloads\.train"):
-        cpu_entrypoint("python train.py --steps 3", "/tmp")
+        cpu_entrypoint("python train.py --steps 3")
 
 
 def test_runtime_env_passes_unchanged():

@@ -17,7 +17,7 @@ from infra.tools.local.rl import (
 from tests.conftest import render_stack
 from workloads import protocol
 from workloads.protocol import flag, split_entrypoint
-from workloads.rl.config import parse_args
+from workloads.rl.config_check import parse_args
 from workloads.rl.toy import prompts
 from workloads.train.export import MARKER_NAME
 
@@ -30,7 +30,7 @@ def test_rl_profile_gives_a_cpu_run_the_workload_accepts():
     rayjob = _rayjob()
     assert runs_rl(rayjob)
     rendered = rayjob["spec"]["entrypoint"]
-    entrypoint, changes = cpu_rl_entrypoint(rendered, "/tmp/run/checkpoints")
+    entrypoint, changes = cpu_rl_entrypoint(rendered)
     words = shlex.split(entrypoint)
     assert words[:3] == ["python", "-m", "workloads.rl"]
     cfg = parse_args(words[3:])  # the workload's own parser and rules
@@ -38,7 +38,9 @@ def test_rl_profile_gives_a_cpu_run_the_workload_accepts():
     assert cfg.model == "park:tiny-llama" and cfg.init == "config"
     assert cfg.tpu_topology is None and cfg.rollout_torch_tpu_topology is None
     assert cfg.rollout_resource is None  # one local node: no rollout pods to pin engines to
-    assert cfg.storage_path == "/tmp/run/checkpoints" and cfg.export
+    # the rendered bucket path: the job writes to the emulated bucket (infra/tools/local/bucket.py)
+    assert cfg.storage_path == split_entrypoint(rendered)[1]["storage_path"] and cfg.export
+    assert cfg.storage_path.startswith("gs://")
     assert cfg.data == str(toy_prompts()) and cfg.rewards == "workloads.rl.toy:vowel_share"
     # what the profile does not name is kept as rendered (the run name, the temperature, ...)
     _, before = split_entrypoint(rendered)

@@ -20,6 +20,7 @@ from infra.plan.staging import job_name
 from infra.schema.read import read_stack_file
 from infra.tools.render import Rendered, Resource, run_program
 from tests.conftest import ROOT, STACKS_DIR
+from tests.infra.nested import mappings
 
 RAYJOB = "kubernetes:ray.io/v1:RayJob"
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -72,22 +73,13 @@ def _containers(inputs: Any) -> Iterator[dict[str, Any]]:
 def _selected_pools(inputs: Any) -> set[str]:
     """The node pools a workload's pods select: by park's pool label, or the CPU pool's role."""
     found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            selector = node.get("nodeSelector")
-            if isinstance(selector, dict):
-                if POOL_LABEL in selector:
-                    found.add(selector[POOL_LABEL])
-                elif selector.get(ROLE_LABEL) == "system":
-                    found.add("cpu")
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(inputs)
+    for node in mappings(inputs):
+        selector = node.get("nodeSelector")
+        if isinstance(selector, dict):
+            if POOL_LABEL in selector:
+                found.add(selector[POOL_LABEL])
+            elif selector.get(ROLE_LABEL) == "system":
+                found.add("cpu")
     return found
 
 

@@ -132,7 +132,8 @@ def test_the_stack_keys_are_the_flags_that_declare_them():
 def test_a_model_runs_key_reaches_a_preset_run_only_when_set():
     """`runs="model"`: a Hugging Face run's flag; on a preset run the trainer judges it only
     when the stack sets it (it refuses an init without a model)."""
-    from workloads.train.config import ConfigError, validate
+    from workloads.flags import ConfigError
+    from workloads.train.config_check import validate
 
     plan = from_file(STACKS_DIR / "Pulumi.queued.yaml")  # a GPT preset run
     assert plan.training is not None and plan.training.spec.model is None

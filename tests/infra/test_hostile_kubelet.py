@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from infra.plan import ray
 from infra.plan.kubelet import as_run, literal
 from infra.plan.rl import rl_flags
+from infra.plan.gates import GATE_MODULE
 from infra.plan.staging import STAGE_MODULE, staging_jobs
 from infra.schema.errors import ConfigError
 from infra.stack import from_values
@@ -27,7 +28,8 @@ from infra.tools.render import run_program
 from tests.conftest import STACKS_DIR
 from tests.infra import kubelet_rule
 from workloads import protocol
-from workloads.rl.config import rl_entrypoint
+from workloads.rl.config_check import rl_entrypoint
+from workloads.train.config_check import training_entrypoint
 
 NASTY = "$(HOME)$$(PYTHONUNBUFFERED)$(RAY_DASHBOARD_ADDRESS)$x$'\";`id`$"
 STACKS = ["dev", "prod", "queued", "rl"]
@@ -105,7 +107,7 @@ def test_hostile_values_run_as_written_on_every_shipped_stack(stack):
             meant = rl_entrypoint(rl_flags(plan.rl))
         else:
             assert plan.training is not None
-            meant = protocol.training_entrypoint(ray.trainer_flags(plan.training))
+            meant = training_entrypoint(ray.trainer_flags(plan.training))
         # what `ray job submit` receives is the plan's own command line, word for word
         assert words == shlex.split(meant)
         for key, value in planted.items():
@@ -121,9 +123,12 @@ def test_hostile_values_run_as_written_on_every_shipped_stack(stack):
         if "PARK_BUCKET_MOUNT" in env:
             assert env["PARK_BUCKET_MOUNT"] == mount
             assert env["PARK_BUCKET_URI"] == f"gs://{plan.names.bucket}"
-        if container.get("command"):  # the stage Jobs
+        if container.get("command"):  # the stage Jobs and the readiness gates' Jobs
             run = kubelet_rule.runs(container)
-            assert run[:3] == ["python", "-m", STAGE_MODULE]
+            assert run[:3] in (["python", "-m", STAGE_MODULE], ["python", "-m", GATE_MODULE])
+            if run[2] == GATE_MODULE:  # its arguments are the plan's, no stack value
+                assert not any(value in " ".join(run) for value in planted.values()), run
+                continue
             repo = run[run.index("--repo") + 1]
             assert run[run.index("--dest") + 1] == next(
                 s.uri

@@ -12,6 +12,7 @@ import yaml
 import park_gke
 from park_gke import testing
 from park_gke.testing import ProgramError
+from tests.infra.nested import mappings
 
 ZONE = "us-east5-b"
 TRAIN_POOL = {"name": "train", "machine_type": "ct6e-standard-8t", "topology": "2x4"}
@@ -21,21 +22,12 @@ JOB = "kubernetes:batch/v1:Job"
 
 
 def _images(inputs: Any) -> set[str]:
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "image" and isinstance(value, str):
-                    found.add(value)
-                else:
-                    walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(inputs)
-    return found
+    return {
+        value
+        for node in mappings(inputs)
+        for key, value in node.items()
+        if key == "image" and isinstance(value, str)
+    }
 
 
 def _program(source: Any = None) -> None:

@@ -100,7 +100,12 @@ def test_workload_identity_and_bucket_scoped_iam(rendered):
     for bucket_role in bucket_roles:
         assert bucket_role.inputs["bucket"] == rendered.plan.names.bucket
         assert bucket_role.inputs["member"] == f"serviceAccount:{email}"
-    (ksa,) = [m for m in rendered.manifests() if m["kind"] == "ServiceAccount"]
+    (ksa,) = [
+        m
+        for m in rendered.manifests()
+        if m["kind"] == "ServiceAccount"
+        and m["metadata"]["name"] == rendered.plan.names.workload_ksa
+    ]
     assert ksa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"] == email
     (bucket,) = rendered.of_type("gcp:storage/bucket:Bucket")
     assert bucket.inputs["uniformBucketLevelAccess"] is True

@@ -28,7 +28,8 @@ from infra.tools.cost import estimate, load_prices
 from infra.tools.manifests import tpu_groups
 from infra.tools.schemas import validate_manifests
 from tests.conftest import STACKS_DIR
-from workloads.rl.config import RL_COMMAND, parse_args
+from workloads.rl.config import RL_COMMAND
+from workloads.rl.config_check import parse_args
 from workloads.train.config import LOSS_CHUNK_TOKENS
 
 KUBERNETES = "1.35.0"
@@ -169,7 +170,7 @@ def test_engines_are_pinned_to_the_rollout_pods(plan):
     from pathlib import Path
 
     from infra.plan.rl import ROLLOUT_RESOURCE
-    from workloads.rl.loop import engine_options
+    from workloads.rl.parts import engine_options
 
     # KubeRay's own sample (../shared/reference beside the checkout, where there is one)
     reference = Path(__file__).resolve().parents[3] / "shared" / "reference" / "kuberay-v1.7.0"

@@ -23,7 +23,7 @@ from infra.tools.checks import check_manifests
 from tests.conftest import STACKS_DIR, render_stack
 from tests.infra.stack_problems import problems_of
 from workloads import protocol
-from workloads.train.config import parse_args
+from workloads.train.config_check import parse_args
 
 
 def _dev(**training) -> dict:

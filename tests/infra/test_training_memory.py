@@ -30,7 +30,8 @@ from infra.tools import report
 from infra.tools.cli import app
 from tests.conftest import STACKS_DIR
 from tests.infra.stack_problems import problems_of
-from workloads.train.config import LOSS_CHUNK_TOKENS, parse_args
+from workloads.train.config import LOSS_CHUNK_TOKENS
+from workloads.train.config_check import parse_args
 
 FIT_KEYS = (
     "park:training.model",

@@ -379,13 +379,23 @@ CASES = [
     Case(
         "workload-roles-bucket-scoped",
         "dev",
-        _set("role", "roles/storage.admin", "gcp:storage/bucketIAMMember:BucketIAMMember"),
+        _set(
+            "role",
+            "roles/storage.admin",
+            "gcp:storage/bucketIAMMember:BucketIAMMember",
+            "storage-workload-objectUser",
+        ),
         "allowed: roles/storage.objectViewer",
     ),
     Case(
         "workload-roles-bucket-scoped",
         "dev",
-        _set("bucket", "someone-elses-bucket", "gcp:storage/bucketIAMMember:BucketIAMMember"),
+        _set(
+            "bucket",
+            "someone-elses-bucket",
+            "gcp:storage/bucketIAMMember:BucketIAMMember",
+            "storage-workload-objectUser",
+        ),
         "which this stack does not create",
     ),
     Case(

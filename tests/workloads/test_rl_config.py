@@ -7,14 +7,9 @@ import shlex
 
 import pytest
 
-from workloads.rl.config import (
-    RL_COMMAND,
-    ConfigError,
-    RLRunConfig,
-    parse_args,
-    reward_problem,
-    to_entrypoint,
-)
+from workloads.flags import ConfigError
+from workloads.rl.config import RL_COMMAND, RLRunConfig
+from workloads.rl.config_check import parse_args, reward_problem, to_entrypoint
 from workloads.rl.rewards import BUILTINS
 
 BASE = {"model": "park:tiny-llama", "data": "/tmp/prompts.jsonl"}

@@ -8,7 +8,6 @@ not vLLM (tests/workloads/test_rl_loop.py runs vLLM)."""
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Iterator
 from dataclasses import replace
@@ -20,8 +19,8 @@ import pytest
 
 from tests.workloads.train_fixtures import ray_head, rendezvous, run_ranks, toy_rl
 from workloads.protocol import training_export_path
-from workloads.rl import loop
-from workloads.rl.rollout import Rollout, Sampling
+from workloads.rl import loop, parts
+from workloads.rl.rollout import Rollout, RolloutEngine, Sampling
 from workloads.rl.sync import PolicyVersion, Staged, version_folder
 from workloads.rl.toy import write_prompts
 from workloads.train.checkpointing import DATA_STATE_DIR
@@ -31,9 +30,9 @@ from workloads.train.testing import process_group
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 
-class FakeEngine:
-    """RolloutEngine's interface; completions of random tokens, each at log-prob -4. Like vLLM,
-    it cannot start (or restart) without the model folder it is given."""
+class FakeEngine(RolloutEngine):
+    """RolloutEngine with its engine replaced; completions of random tokens, each at log-prob
+    -4. Like vLLM, it cannot start (or restart) without the model folder it is given."""
 
     def __init__(
         self, model: str, engine_kwargs: Any = None, cpu: bool = True, version: int = 0
@@ -41,18 +40,8 @@ class FakeEngine:
         if not Path(model, "config.json").is_file():
             raise FileNotFoundError(f"no model at {model}: the engine cannot start")
         self.version = version
+        self.last_sync_s = 0.0
         self.rng = random.Random(0)
-
-    def get_version(self) -> int:
-        return self.version
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def node_id(self) -> str:
-        import ray
-
-        return str(ray.get_runtime_context().get_node_id())
 
     def load(self, policy: PolicyVersion | Staged) -> float:
         assert policy.path is not None and any(Path(policy.path).glob("*.safetensors"))
@@ -90,7 +79,7 @@ def _data_state(folder: Path) -> dict[str, Any]:
 def test_a_resumed_run_continues_learner_prompts_and_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loop, "RolloutEngine", FakeEngine)
+    monkeypatch.setattr(parts, "RolloutEngine", FakeEngine)
     cfg = toy_rl(tmp_path, steps=2, prompts_per_step=5, **SMALL)
     env = LocalEnv(tmp_path / "ckpt")
     first = loop.rl_train(cfg, env)
@@ -126,7 +115,7 @@ def test_after_a_resume_a_restarted_engine_finds_its_start_folder(
     deleted two publishes after a resume), and the engine is caught up from it."""
     import ray
 
-    monkeypatch.setattr(loop, "RolloutEngine", FakeEngine)
+    monkeypatch.setattr(parts, "RolloutEngine", FakeEngine)
     cfg = toy_rl(tmp_path, steps=2, prompts_per_step=2, weight_sync=weight_sync, **SMALL)
     loop.rl_train(cfg, LocalEnv(tmp_path / "ckpt"))
     seen: dict[str, int] = {}
@@ -152,7 +141,7 @@ def test_a_step_larger_than_a_thousand_completions_runs(
 ) -> None:
     """130 prompts x 8 = 1,040 completions: the store is sized from the batch (it refused the
     rest at its fixed 1,024 and the loop sampled again forever)."""
-    monkeypatch.setattr(loop, "RolloutEngine", FakeEngine)
+    monkeypatch.setattr(parts, "RolloutEngine", FakeEngine)
     run = SMALL | {"group_size": 8, "max_response_tokens": 2}
     cfg = toy_rl(tmp_path, steps=1, prompts_per_step=130, export=False, **run)
     assert cfg.batch == 1040 > 1024
@@ -165,7 +154,7 @@ def _rank(rank: int, meet: str, root: str, queue: Any) -> None:
     import ray
     import torch.distributed as dist
 
-    loop.RolloutEngine = FakeEngine  # type: ignore[assignment,misc]
+    parts.RolloutEngine = FakeEngine  # type: ignore[assignment,misc]
     dist.init_process_group(
         "gloo", init_method=meet, rank=rank, world_size=2, timeout=timedelta(seconds=300)
     )

@@ -214,11 +214,11 @@ def _restarted_pid(actor: Any, before: int, *, deadline: float) -> int:
 
 
 def _engines(cls: type, count: int) -> list[Any]:
-    """Engine actors with the options the run gives them (workloads/rl/loop.py)."""
+    """Engine actors with the options the run gives them (workloads/rl/parts.py)."""
     import ray
 
     from tests.workloads.train_fixtures import toy_rl
-    from workloads.rl.loop import engine_options
+    from workloads.rl.parts import engine_options
 
     options = engine_options(toy_rl("/tmp/unused", data="/tmp/p.jsonl"), "cpu") | {"num_cpus": 0}
     return [ray.remote(cls).options(**options).remote() for _ in range(count)]

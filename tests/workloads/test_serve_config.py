@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -552,6 +551,39 @@ assert "LLMServer" in app._bound_deployment.name, app._bound_deployment.name
 with pytest.raises(ValueError, match="ingress_deployment_config"):
     builder.build_openai_app(configs["with_ingress"])
 print("BUILT")
+
+# Every rendered app (tests/infra/test_serve_render.py), from its own import_path, under its
+# pods' env: the two variables the build path reads, set as Ray computes them at import
+# (L/constants.py:65-67 into the builder; S/constants.py:752 into S/build_app.py).
+from ray._common.utils import import_attr
+from ray.serve._private import build_app as serve_build
+
+for item in configs["apps"]:
+    env, app = item["env"], item["app"]
+    direct = env.get("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", "0") == "1"
+    builder.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING = direct
+    serve_build.RAY_SERVE_ENABLE_HA_PROXY = env.get("RAY_SERVE_ENABLE_HA_PROXY", "0") == "1"
+    row = {"stack": item["stack"], "app": app["name"], "direct_streaming": direct,
+           "error": None, "deployments": []}
+    try:
+        application = import_attr(app["import_path"])(app["args"])
+        built = serve_build.build_app(application, name=app["name"])
+        for d in built.deployments:
+            config = d._deployment_config
+            scaling = config.autoscaling_config
+            row["deployments"].append({
+                "name": d.name,
+                "health_check_timeout_s": config.health_check_timeout_s,
+                "graceful_shutdown_timeout_s": config.graceful_shutdown_timeout_s,
+                "autoscaling": scaling and {
+                    "min_replicas": scaling.min_replicas,
+                    "max_replicas": scaling.max_replicas,
+                    "target_ongoing_requests": scaling.target_ongoing_requests,
+                },
+            })
+    except Exception as err:
+        row["error"] = f"{type(err).__name__}: {err}"
+    print("BUILT_APP " + json.dumps(row), flush=True)
 """
 
 
@@ -580,23 +612,16 @@ def start_ray_llm_probe(config: pytest.Config) -> RayLlmProbe:
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["PYTHONPATH"] = str(Path(validate.__file__).parents[2])
     work = config._tmp_path_factory.mktemp("ray-llm-probe")  # type: ignore[attr-defined]
-    configs = {"direct": args, "with_ingress": with_ingress["applications"][0]["args"]}
+    from tests.infra.test_serve_render import probe_apps
+
+    configs = {
+        "direct": args,
+        "with_ingress": with_ingress["applications"][0]["args"],
+        "apps": probe_apps(),
+    }
     command = [sys.executable, "-c", _RAY_LLM_PROBE]
     probe = Background.start(command, work, env=env, cwd=work, stdin=json.dumps(configs).encode())
     return RayLlmProbe(probe, args)
-
-
-@pytest.fixture(scope="module")
-def ray_llm_probe(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The probe's stdout, and the args it built (the dev config under direct streaming); the
-    process the session started early (tests/conftest.py EARLY_FIXTURES), or one started now."""
-    from tests.conftest import take_early
-
-    probe = take_early("ray_llm_probe") or start_ray_llm_probe(request.config)
-    try:
-        yield probe.result()
-    finally:
-        probe.stop()
 
 
 @pytest.mark.serve

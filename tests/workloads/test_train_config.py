@@ -11,18 +11,15 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from workloads.flags import ConfigError
 from workloads.protocol import training_export_path, training_export_root
 from workloads.train.__main__ import main
-from workloads.train.config import (
-    ConfigError,
-    TrainConfig,
+from workloads.train.config import TrainConfig, detect_accelerator, to_entrypoint
+from workloads.train.config_check import parse_args, resolve
+from workloads.train.config_rules import (
     data_kind,
     default_torch_tpu_topology,
-    detect_accelerator,
-    parse_args,
     parse_size,
-    resolve,
-    to_entrypoint,
     topology_chips,
 )
 

@@ -22,7 +22,8 @@ import ray
 
 from infra.tools.local.profile import TRAIN_CPU_PROFILE
 from tests.workloads.train_fixtures import LocalRay, local_ray  # noqa: F401  (fixture)
-from workloads.train.config import TrainConfig, resolve
+from workloads.train.config import TrainConfig
+from workloads.train.config_check import resolve
 from workloads.train.launcher import build_trainer
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]

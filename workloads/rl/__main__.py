@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from workloads.flags import run_main
-from workloads.rl.config import parse_args
+from workloads.rl.config_check import parse_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,38 +1,27 @@
-"""The RL run's configuration: one dataclass, its CLI, its validation, its entrypoint.
+"""The RL run's configuration: one dataclass, its CLI, its prompt template.
 
 The RayJob of `park:rl` renders ``python -m workloads.rl --flag value ...`` from the field
 names here (``group_size`` → ``--group-size``), the way the trainer's does from
-workloads/train/config.py; ``parse_args(shlex.split(to_entrypoint(c))[3:]) == c``. The infra
-side checks a stack's RL job by building this config at preview time (infra/rules/rl.py), so a
-flag the workload would refuse fails before anything runs. Precedence: dataclass defaults <
-``--config FILE`` < CLI flags.
+workloads/train/config.py; ``parse_args(shlex.split(to_entrypoint(c))[3:]) == c``. Its
+validation, ``parse_args`` and the entrypoints are in workloads/rl/config_check.py, above this
+module. Precedence: dataclass defaults < ``--config FILE`` < CLI flags.
 
-Nothing here imports torch, Ray or vLLM (the reward names are checked by syntax and against
-the built-ins' names; importing a ``module:function`` happens at job start,
-workloads/rl/rewards.py).
+Nothing here imports torch, Ray or vLLM.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from workloads import flags
 from workloads.flags import FlagConfig, opt
 from workloads.flags import stack as key
-from workloads.protocol import flag, render_entrypoint
 from workloads.rl.rewards import BUILTINS
-from workloads.train.config import (
+from workloads.train.config_rules import (
     ACCELERATORS,
-    HF_DATA_PREFIX,
     STRATEGIES,
-    ConfigError,
-    data_kind,
-    topology_chips,
 )
 
 RL_MODULE = "workloads.rl"
@@ -61,8 +50,6 @@ MAX_BATCH = 16384
 MAX_STALENESS = 8
 # Rounds the rollout store holds at most: the one the learner takes and the one sampled ahead.
 STORE_ROUNDS = 2
-
-__all__ = ["ConfigError", "RLRunConfig", "parse_args", "rl_entrypoint", "to_entrypoint", "validate"]
 
 
 @dataclass(frozen=True)
@@ -351,187 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
 
-def parse_args(argv: Sequence[str] | None = None) -> RLRunConfig:
-    """CLI flags over the config file over the defaults; validated."""
-    return flags.parse_config(RLRunConfig, build_parser(), argv, validate)
-
-
-def to_entrypoint(cfg: RLRunConfig | Mapping[str, Any]) -> str:
-    """The RayJob entrypoint of a valid config: the values that differ from the defaults."""
-    if not isinstance(cfg, RLRunConfig):
-        cfg = RLRunConfig.from_dict(cfg)
-    validate(cfg)
-    return render_entrypoint(flags.changed_values(cfg), RL_COMMAND)
-
-
-def rl_entrypoint(values: Mapping[str, Any]) -> str:
-    """The RayJob entrypoint of these fields, every one given (None left out), after the
-    config's own rules: a flag the workload does not know or refuses fails at preview."""
-    validate(RLRunConfig.from_dict(values))
-    return render_entrypoint(values, RL_COMMAND)
-
-
 # ---- validation -------------------------------------------------------------------------
-
-
-def reward_problem(name: str) -> str | None:
-    """Why a reward name cannot be one (None: a built-in, or module:function by syntax)."""
-    if name in BUILTINS or REWARD_NAME.match(name):
-        return None
-    return f"reward {name!r} is neither a built-in ({', '.join(BUILTINS)}) nor module:function"
-
-
-def validate(cfg: RLRunConfig) -> None:
-    """Raise ConfigError naming the flag to fix."""
-    for name in ("group_size", "prompts_per_step", "max_prompt_tokens", "max_response_tokens"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{flag(name)} must be >= 1, got {getattr(cfg, name)}")
-    for name in ("steps", "publish_every", "rollout_engines", "rollout_tensor_parallel_size"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{flag(name)} must be >= 1, got {getattr(cfg, name)}")
-    if cfg.group_size < 2:
-        raise ConfigError(
-            f"--group-size must be >= 2, got {cfg.group_size}: GRPO's advantage is a completion's "
-            "reward against its group's mean, which one completion does not have"
-        )
-    for name in FLOAT_FLAGS:
-        value = getattr(cfg, name)
-        if not math.isfinite(value):
-            raise ConfigError(f"{flag(name)} must be a finite number, got {value}")
-    if cfg.temperature <= 0:
-        raise ConfigError(f"--temperature must be > 0 (GRPO samples), got {cfg.temperature}")
-    for name in ("kl_coef", "lr", "max_staleness", "checkpoint_every"):
-        if getattr(cfg, name) < 0:
-            raise ConfigError(f"{flag(name)} must be >= 0, got {getattr(cfg, name)}")
-    _validate_bounds(cfg)
-    if not 0 < cfg.gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"--gpu-memory-utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"
-        )
-    if not cfg.model:
-        raise ConfigError("--model is required: the policy's Hugging Face model")
-    _validate_data(cfg)
-    _validate_rewards(cfg)
-    if cfg.num_workers is not None and cfg.batch % cfg.num_workers:
-        raise ConfigError(
-            f"--prompts-per-step {cfg.prompts_per_step} x --group-size {cfg.group_size} = "
-            f"{cfg.batch} completions per step must be a multiple of --num-workers "
-            f"({cfg.num_workers}, one learner worker per chip)"
-        )
-    if cfg.num_workers and cfg.micro_batch_size:
-        share = cfg.batch // cfg.num_workers
-        if share % cfg.micro_batch_size:
-            raise ConfigError(
-                f"--micro-batch-size {cfg.micro_batch_size} does not divide the {share} "
-                "completions each learner worker takes per step"
-            )
-    if cfg.accelerator == "tpu":
-        if not cfg.tpu_topology:
-            raise ConfigError("--tpu-topology is required with --accelerator tpu")
-        chips = topology_chips(cfg.tpu_topology)
-        if cfg.num_workers is not None and cfg.num_workers != chips:
-            raise ConfigError(
-                f"--num-workers {cfg.num_workers}: a {cfg.tpu_topology} learner slice has "
-                f"{chips} chips, one worker each"
-            )
-    if cfg.rollout_torch_tpu_topology:
-        topology_chips(cfg.rollout_torch_tpu_topology)
-
-
-FLOAT_FLAGS = (
-    "temperature",
-    "kl_coef",
-    "clip_low",
-    "clip_high",
-    "clip_ratio_c",
-    "importance_sampling_cap",
-    "lr",
-    "gpu_memory_utilization",
-    "reward_timeout_s",
-)
-
-
-def _validate_bounds(cfg: RLRunConfig) -> None:
-    """The loss's coefficients, the batch, the staleness and the template, each bounded."""
-    if not 0 <= cfg.clip_low < 1:
-        raise ConfigError(f"--clip-low must be in [0, 1), got {cfg.clip_low}")
-    if cfg.clip_high < 0:
-        raise ConfigError(f"--clip-high must be >= 0, got {cfg.clip_high}")
-    if cfg.clip_ratio_c <= 1:
-        raise ConfigError(
-            f"--clip-ratio-c must be > 1 (dual-clip bounds a ratio above 1), got {cfg.clip_ratio_c}"
-        )
-    if cfg.importance_sampling_cap < 1:
-        raise ConfigError(
-            f"--importance-sampling-cap must be >= 1, got {cfg.importance_sampling_cap}"
-        )
-    if cfg.reward_timeout_s <= 0:
-        raise ConfigError(f"--reward-timeout-s must be > 0, got {cfg.reward_timeout_s}")
-    if cfg.group_size > MAX_GROUP_SIZE:
-        raise ConfigError(
-            f"--group-size {cfg.group_size}: at most {MAX_GROUP_SIZE} completions per prompt"
-        )
-    if cfg.batch > MAX_BATCH:
-        raise ConfigError(
-            f"--prompts-per-step {cfg.prompts_per_step} x --group-size {cfg.group_size} = "
-            f"{cfg.batch} completions per step; allowed: at most {MAX_BATCH} (rank 0 holds a "
-            f"step's rollouts and the store {STORE_ROUNDS} steps' worth)"
-        )
-    if cfg.max_staleness > min(MAX_STALENESS, cfg.steps):
-        raise ConfigError(
-            f"--max-staleness {cfg.max_staleness}: allowed at most {min(MAX_STALENESS, cfg.steps)}"
-            f" (--steps {cfg.steps}, and no more than {MAX_STALENESS})"
-        )
-    lag = cfg.publish_every if cfg.overlap else cfg.publish_every - 1
-    if cfg.max_staleness < lag:
-        why = "overlap samples on the weights one step behind, and " if cfg.overlap else ""
-        raise ConfigError(
-            f"--max-staleness {cfg.max_staleness}: {why}--publish-every {cfg.publish_every} "
-            f"makes rollouts up to {lag} updates stale; every round would be dropped (allowed: "
-            f">= {lag}, or --overlap false)"
-        )
-    if cfg.prompt_template.count(PROMPT_PLACEHOLDER) != 1:
-        raise ConfigError(
-            f"--prompt-template must contain {PROMPT_PLACEHOLDER} exactly once, got "
-            f"{cfg.prompt_template!r}"
-        )
 
 
 def render_prompt(template: str, prompt: str) -> str:
     """The prompt as asked: the template with ``{prompt}`` replaced (by text replacement, not
     str.format, so braces in the data stay as they are)."""
     return template.replace(PROMPT_PLACEHOLDER, prompt, 1)
-
-
-def _validate_data(cfg: RLRunConfig) -> None:
-    data = cfg.data
-    if not data:
-        raise ConfigError("--data is required: prompts with reference answers")
-    kind = data_kind(data)
-    if kind not in PROMPT_DATA_KINDS or data.endswith(".txt"):
-        raise ConfigError(
-            f"--data {data!r}: prompts with answers are records: .jsonl, .json or .parquet "
-            "(a file, a folder or gs://...), or hf:NAME[:CONFIG]"
-        )
-    if kind == "hf" and not data.removeprefix(HF_DATA_PREFIX).strip(":"):
-        raise ConfigError("--data hf: needs a data set name, e.g. hf:openai/gsm8k:main")
-    for name in ("prompt_field", "answer_field"):
-        if not getattr(cfg, name):
-            raise ConfigError(f"{flag(name)} must name a record field")
-
-
-def _validate_rewards(cfg: RLRunConfig) -> None:
-    names = cfg.reward_names
-    if not names:
-        raise ConfigError(
-            f"--rewards names none; allowed: {', '.join(BUILTINS)} or module:function"
-        )
-    for name in names:
-        problem = reward_problem(name)
-        if problem:
-            raise ConfigError(f"--rewards: {problem}")
-    weights = cfg.weights
-    if weights is not None and len(weights) != len(names):
-        raise ConfigError(
-            f"--reward-weights gives {len(weights)} weight(s) for {len(names)} reward(s)"
-        )

@@ -3,7 +3,7 @@
 The scaling (one worker per chip; gloo on CPU), the process-group backend (the TPU bridge on
 TPU) and the run config (storage, restarts, checkpoints kept) are the trainer's own
 (workloads/train/scaling.py and launcher.py), built from the learner's TrainConfig
-(:func:`workloads.rl.loop.train_config`). Rank 0 of the trainer drives the rollouts
+(:func:`workloads.rl.parts.train_config`). Rank 0 of the trainer drives the rollouts
 (workloads/rl/loop.py says why).
 """
 
@@ -17,8 +17,9 @@ from ray.train.torch import TorchTrainer
 
 from workloads.protocol import RESULT_PREFIX
 from workloads.rl.config import RLRunConfig
-from workloads.rl.loop import train_config, train_loop_per_worker
-from workloads.train.config import resolve
+from workloads.rl.loop import train_loop_per_worker
+from workloads.rl.parts import train_config
+from workloads.train.config_check import resolve
 from workloads.train.launcher import build_run_config
 from workloads.train.metrics import emit
 from workloads.train.scaling import build_scaling_config, build_torch_config

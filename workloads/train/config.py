@@ -1,86 +1,39 @@
-"""The training run's configuration: one dataclass, its CLI, its config file, its resolution.
+"""The training run's configuration: one dataclass, its CLI and its rendering.
 
 The RayJob renders ``python -m workloads.train --flag value ...``; the flag names are a contract
 with the infra side, so they are derived from the field names here (``num_workers`` →
 ``--num-workers``) and :func:`to_entrypoint` renders them back from the same table. Precedence:
 dataclass defaults < ``--config FILE`` (YAML or JSON) < CLI flags.
 
-The allowed values and :func:`validate` live in workloads/train/config_rules.py; the config
-file's reader and the CLI plumbing both entrypoints share in workloads/flags.py. Every one of
-those names is importable from here too. Nothing here imports torch or Ray: the driver validates
-a run before it touches a cluster.
+The allowed values and the parsers live in workloads/train/config_rules.py, below this module;
+:func:`~workloads.train.config_check.validate`, ``parse_args`` and ``resolve`` in
+workloads/train/config_check.py, above it; the config file's reader and the CLI plumbing both
+entrypoints share in workloads/flags.py. Nothing here imports torch or Ray: the driver
+validates a run before it touches a cluster.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from workloads import flags
-from workloads.flags import MODEL_RUNS, PRESET_RUNS, ConfigError, FlagConfig, load_config_file, opt
+from workloads.flags import MODEL_RUNS, PRESET_RUNS, ConfigError, FlagConfig, opt
 from workloads.flags import stack as key
 from workloads.protocol import TRAIN_COMMAND, render_entrypoint
 from workloads.train.config_rules import (
     ACCELERATORS,
-    BUILTIN_DATA,
-    BUILTIN_MODELS,
     BUILTIN_PREFIX,
-    DATA_SUFFIXES,
     EXPORT_DTYPES,
-    HF_DATA_PREFIX,
     INITS,
     LR_SCHEDULES,
     MODEL_SIZES,
     OBJECTIVES,
     PRECISIONS,
     STRATEGIES,
-    TEXT_SUFFIXES,
-    TOKEN_SUFFIXES,
-    data_kind,
-    default_torch_tpu_topology,
-    parse_size,
-    topology_chips,
-    validate,
 )
-
-# The names infra, the RL config and the tests import from here, wherever they are defined.
-__all__ = [
-    "ACCELERATORS",
-    "BUILTIN_DATA",
-    "BUILTIN_MODELS",
-    "BUILTIN_PREFIX",
-    "DATA_SUFFIXES",
-    "DEFAULT_BATCH_PER_WORKER",
-    "DEFAULT_HF_SEQ_LEN",
-    "ENTRYPOINT",
-    "EXPORT_DTYPES",
-    "HF_DATA_PREFIX",
-    "INITS",
-    "LOSS_CHUNK_TOKENS",
-    "LR_SCHEDULES",
-    "MODEL_SIZES",
-    "OBJECTIVES",
-    "PRECISIONS",
-    "STRATEGIES",
-    "TEXT_SUFFIXES",
-    "TOKEN_SUFFIXES",
-    "ConfigError",
-    "TrainConfig",
-    "build_parser",
-    "data_kind",
-    "default_torch_tpu_topology",
-    "detect_accelerator",
-    "load_config_file",
-    "parse_args",
-    "parse_size",
-    "resolve",
-    "to_entrypoint",
-    "topology_chips",
-    "validate",
-]
 
 ENTRYPOINT = " ".join(TRAIN_COMMAND)
 DEFAULT_BATCH_PER_WORKER = 4
@@ -409,11 +362,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
 
-def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
-    """CLI flags over the config file over the defaults; checks what needs no cluster."""
-    return flags.parse_config(TrainConfig, build_parser(), argv, validate)
-
-
 def to_entrypoint(cfg: TrainConfig | Mapping[str, Any]) -> str:
     """Render the RayJob entrypoint for a config: only the values that differ from defaults.
 
@@ -431,34 +379,3 @@ def detect_accelerator(cluster_resources: Mapping[str, float]) -> str:
     if cluster_resources.get("GPU", 0) > 0:
         return "gpu"
     return "cpu"
-
-
-def resolve(cfg: TrainConfig, cluster_resources: Mapping[str, float]) -> TrainConfig:
-    """Fill what depends on the cluster (accelerator, worker count) and validate the result."""
-    accelerator = cfg.accelerator
-    if accelerator == "auto":
-        accelerator = detect_accelerator(cluster_resources)
-    cfg = replace(cfg, accelerator=accelerator)
-    num_workers = cfg.num_workers
-    torch_tpu_topology = cfg.torch_tpu_topology
-    if accelerator == "tpu":
-        validate(cfg)  # says what is missing before we compute with it
-        assert cfg.tpu_topology is not None
-        if num_workers is None:
-            num_workers = topology_chips(cfg.tpu_topology) * cfg.num_slices
-        torch_tpu_topology = torch_tpu_topology or default_torch_tpu_topology(cfg.tpu_topology)
-    elif num_workers is None:
-        gpus = int(cluster_resources.get("GPU", 0))
-        num_workers = max(gpus, 1) if accelerator == "gpu" else 2
-    storage_path = cfg.storage_path
-    if "://" not in storage_path:
-        storage_path = os.path.abspath(os.path.expanduser(storage_path))
-    cfg = replace(
-        cfg,
-        num_workers=num_workers,
-        torch_tpu_topology=torch_tpu_topology,
-        storage_path=storage_path,
-        global_batch_size=cfg.global_batch_size or DEFAULT_BATCH_PER_WORKER * num_workers,
-    )
-    validate(cfg)
-    return cfg

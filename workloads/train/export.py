@@ -24,6 +24,7 @@ import copy
 import json
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,24 @@ def export_dtype(choice: str, compute_dtype: torch.dtype) -> torch.dtype:
     if choice == "auto":
         return torch.bfloat16 if compute_dtype == torch.bfloat16 else torch.float32
     return DTYPES[choice]
+
+
+def owned_tensors(
+    state: Mapping[str, torch.Tensor], keys: list[str], rank: int, owner: int, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """The whole tensors of `keys`, on the CPU in `dtype`, on `owner`'s rank (empty on the
+    others). Every rank calls it with the same keys: a sharded tensor is gathered
+    (``DTensor.full_tensor``, a collective), one key after the other."""
+    from torch.distributed.tensor import DTensor
+
+    tensors: dict[str, torch.Tensor] = {}
+    for key in keys:
+        tensor = state[key]
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        if rank == owner:
+            tensors[key] = full.detach().to(device="cpu", dtype=dtype).contiguous()
+        del full
+    return tensors
 
 
 def plan_shards(sizes: list[tuple[str, int]], max_bytes: int) -> list[list[str]]:
@@ -93,7 +112,6 @@ def export_model(
     ``destination``; every rank calls this. Returns ``destination``."""
     from safetensors.torch import save as safetensors_bytes
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
-    from torch.distributed.tensor import DTensor
 
     rank, world = _rank_world()
     started = time.perf_counter()
@@ -114,14 +132,8 @@ def export_model(
     weight_map: dict[str, str] = {}
     for index, (keys, name) in enumerate(zip(shards, names, strict=True)):
         owner = index % world
-        tensors: dict[str, torch.Tensor] = {}
-        for key in keys:
-            tensor = state[key]
-            full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-            if rank == owner:
-                tensors[key] = full.detach().to(device="cpu", dtype=dtype).contiguous()
-            weight_map[key] = name
-            del full
+        tensors = owned_tensors(state, keys, rank, owner, dtype)
+        weight_map.update(dict.fromkeys(keys, name))
         if rank == owner:
             storage.write_bytes(
                 storage.join(destination, name), safetensors_bytes(tensors, {"format": "pt"})

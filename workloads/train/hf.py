@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from workloads.train import model_rules, storage, tiny_llama
-from workloads.train.config import BUILTIN_PREFIX, DEFAULT_HF_SEQ_LEN, TrainConfig
+from workloads.train.config import DEFAULT_HF_SEQ_LEN, TrainConfig
+from workloads.train.config_rules import BUILTIN_PREFIX
 from workloads.train.hf_build import (
     ModelError,
     architecture_of,

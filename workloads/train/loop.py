@@ -30,13 +30,8 @@ import torch.distributed as dist
 
 from workloads.protocol import training_export_path
 from workloads.train import checkpointing, modeling, storage
-from workloads.train.config import (
-    BUILTIN_PREFIX,
-    TEXT_SUFFIXES,
-    TrainConfig,
-    data_kind,
-    parse_size,
-)
+from workloads.train.config import TrainConfig
+from workloads.train.config_rules import BUILTIN_PREFIX, TEXT_SUFFIXES, data_kind, parse_size
 from workloads.train.data import BatchSource, TokenStream, make_batches
 from workloads.train.metrics import (
     METRICS_PREFIX,

@@ -129,15 +129,18 @@ def key_of(text: str) -> str:
 def mirror(uri: str, keep: Callable[[str], bool] | None = None) -> Path:
     """A local copy of the remote folder ``uri`` (only the files whose name ``keep`` accepts,
     when given), made once per node; returns its path. Complete or absent, never partial: it
-    is filled in a temporary sibling and renamed into place."""
-    target = cache_dir() / "mirror" / key_of(uri.rstrip("/"))
+    is filled in a temporary sibling and renamed into place. The copy is named by the URI and
+    the files it holds (names and sizes): another selection of the same folder, or the same
+    URI written again by a later run, is another copy, never a stale one."""
+    listed = [(p, n) for p, n in list_files(uri) if keep is None or keep(Path(p).name)]
+    target = cache_dir() / "mirror" / key_of(uri.rstrip("/") + repr(listed))
     if (target / ".complete").exists():
         return target
     with node_lock(f"mirror-{target.name}"):
         if (target / ".complete").exists():
             return target
         fs, root = filesystem(uri)
-        files = [path for path, _ in list_files(uri) if keep is None or keep(Path(path).name)]
+        files = [path for path, _ in listed]
         with local_models.built_in_place(target) as staging:
             for path in files:
                 relative = os.path.relpath(path, root) if files != [root] else Path(path).name

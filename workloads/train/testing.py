@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from workloads.protocol import free_port
-from workloads.train.config import BUILTIN_PREFIX, TrainConfig
+from workloads.train.config import TrainConfig
+from workloads.train.config_rules import BUILTIN_PREFIX
 
 TINY_LLAMA = BUILTIN_PREFIX + "tiny-llama"
 FACTS = BUILTIN_PREFIX + "facts"

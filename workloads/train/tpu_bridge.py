@@ -51,7 +51,7 @@ import ray.train
 from ray.train.torch.config import TorchConfig, _TorchBackend
 
 from workloads.protocol import TORCH_TPU_BASE_PORT
-from workloads.train.config import topology_chips
+from workloads.train.config_rules import topology_chips
 
 DEFAULT_BASE_PORT = TORCH_TPU_BASE_PORT
 WEBHOOK_BASE_PORT = 8471  # kuberay-tpu-webhook's tpuProcessPortBase

@@ -25,6 +25,7 @@ from infra.resolve import TrainingPlan
 from infra.versions import RAY_VERSION
 from workloads import flags, protocol
 from workloads.train.config import TrainConfig
+from workloads.train.config_check import training_entrypoint
 
 
 def trainer_flags(training: TrainingPlan) -> dict[str, Any]:
@@ -75,7 +76,7 @@ def rayjob(training: TrainingPlan, pods: RayPods, *, hf_token: bool = False) -> 
         labels[QUEUE_NAME_LABEL] = training.queue_name
     body: dict[str, Any] = {
         # KubeRay hands it to the submitter's args, where the kubelet expands $(VAR)
-        "entrypoint": literal(protocol.training_entrypoint(trainer_flags(training))),
+        "entrypoint": literal(training_entrypoint(trainer_flags(training))),
         "runtimeEnvYAML": yaml.safe_dump(training_runtime_env(training.pool.slice), sort_keys=True),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,

@@ -13,7 +13,7 @@ import yaml
 
 from workloads import protocol
 
-# field -> (new value, or None to drop it; why). "{storage}" is this run's local folder.
+# field -> (new value, or None to drop it; why).
 ProfileTable = dict[str, tuple[str | None, str]]
 # What both CPU profiles (this training one, rl.py's RL one) change alike: CPU, no TPU slice.
 ON_CPU = ("cpu", "no TPU here: torch on CPU, gloo process group")
@@ -81,7 +81,6 @@ class ProfileError(ValueError):
 
 def cpu_entrypoint(
     entrypoint: str,
-    storage: str,
     profile: ProfileTable | None = None,
     module: str = protocol.TRAIN_MODULE,
 ) -> tuple[str, list[str]]:
@@ -98,7 +97,6 @@ def cpu_entrypoint(
             out[field] = True if value is None else value
             continue
         new, why = table[field]
-        new = None if new is None else new.format(storage=storage)
         if new is None:
             changes.append(f"{protocol.flag(field)} {value}: dropped ({why})")
             continue
@@ -107,7 +105,6 @@ def cpu_entrypoint(
         out[field] = new
     for field, (new, why) in table.items():
         if field not in fields and new is not None:
-            new = new.format(storage=storage)
             changes.append(f"{protocol.flag(field)} {new}: added ({why})")
             out[field] = new
     return protocol.render_entrypoint(out, tuple(head)), changes

@@ -27,7 +27,7 @@ from infra.resolve.types import ModelWait
 from infra.tools.local import console as console_out
 from infra.tools.local.profile import LOCAL_RUN, NO_TPU_SLICE, ON_CPU, ProfileTable, cpu_entrypoint
 from infra.tools.local.ray_head import LocalRay, LocalRunError
-from infra.tools.local.submit import LocalJob, run_job
+from infra.tools.local.submit import LocalJob, export_of, run_job
 from workloads import protocol
 from workloads.rl.config import RLRunConfig
 
@@ -38,7 +38,7 @@ TOY_PROMPTS = "toy_prompts.jsonl"
 TOY_REWARD = "workloads.rl.toy:vowel_share"
 SERVED_ID = "rl-policy"
 
-# field -> (new value, or None to drop it; why). "{storage}" is this run's local folder.
+# field -> (new value, or None to drop it; why). "{data}" is the shipped prompts' file.
 RL_CPU_PROFILE: ProfileTable = {
     "accelerator": ON_CPU,
     "num_workers": ("1", "one Ray Train learner worker: the other core runs the vLLM engine"),
@@ -70,9 +70,6 @@ RL_CPU_PROFILE: ProfileTable = {
     "checkpoint_every": ("8", "two checkpoints in 16 steps"),
     "report_every": ("1", "a line per step"),
     **LOCAL_RUN,
-    # The RL job's policy versions go through the pods' FUSE mount to the engines (vLLM loads
-    # a folder, not gs://); park local emulates the bucket's API, not that mount's writes yet.
-    "storage_path": ("{storage}", "a local folder: policy versions reach vLLM as a folder"),
 }
 
 
@@ -89,14 +86,14 @@ def toy_prompts() -> Path:
     return Path(str(resources.files("workloads.rl").joinpath(TOY_PROMPTS)))
 
 
-def cpu_rl_entrypoint(entrypoint: str, storage: str) -> tuple[str, list[str]]:
+def cpu_rl_entrypoint(entrypoint: str) -> tuple[str, list[str]]:
     """RL_CPU_PROFILE applied to the rendered RL entrypoint; returns it and what changed."""
     data = str(toy_prompts())
     table = {
         k: (None if v is None else v.replace("{data}", data), why)
         for k, (v, why) in RL_CPU_PROFILE.items()
     }
-    return cpu_entrypoint(entrypoint, storage, table, RL_MODULE)
+    return cpu_entrypoint(entrypoint, table, RL_MODULE)
 
 
 RL_JOB = LocalJob(
@@ -133,7 +130,7 @@ def run_rl(
         elif kind == protocol.RESULT:
             outcome.trained = record
 
-    outcome.export = export_of(rayjob, run_dir)
+    outcome.export = export_of(rayjob, outcome.bucket, RLRunConfig.run_name)
     outcome.question = json.loads(toy_prompts().read_text().splitlines()[0])["prompt"]
     console.print(
         "the rl stack declares no RayService: the export is served with a one-model "
@@ -189,14 +186,6 @@ def run_rl(
         soft_wrap=True,
     )
     console.print(reward_line(first, last), highlight=False)
-
-
-def export_of(rayjob: dict[str, Any], run_dir: Path) -> str:
-    """Where the local run of the RL job writes its final policy: the rule of
-    workloads/protocol.py on the local storage folder run_job gives it (checkpoints/)."""
-    _, fields = protocol.split_entrypoint(str(rayjob["spec"]["entrypoint"]))
-    run_name = fields.get("run_name") or RLRunConfig.run_name
-    return protocol.training_export_path(str(run_dir / "checkpoints"), run_name)
 
 
 def reward_line(first: float | None, last: float | None) -> str:

