@@ -113,13 +113,34 @@ def app_args() -> dict[str, Any]:
     return {}
 
 
-def ray_env(num_models: int = 1) -> dict[str, str]:
+def haproxy_env(drain_s: int) -> dict[str, str]:
+    """HAProxy's windows (every node's HAProxy reads them at import of S/constants.py), each
+    as long as one max-length stream may take (``drain_s``, infra.engine.max_stream_s).
+
+    ``timeout server`` (S/constants.py:863-870, default none: a replica that stops answering
+    holds its connection forever; rendered into the ``defaults`` section, S/haproxy_templates.py
+    :101, which the ``-via-ingress-request-router`` backend direct streaming uses inherits,
+    :306-310) bounds the replica's silence, and a non-streamed completion is silent until its
+    last token. ``hard-stop-after`` (S/constants.py:802-805, default 120 s; S/haproxy_templates.py
+    :81-82) ends the previous HAProxy process after each reload, and Serve reloads it on every
+    replica change (S/haproxy.py _reload_haproxy): with the default, a scale-up cut the streams
+    older than 2 minutes."""
+    return {
+        "RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(drain_s),
+        "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(drain_s),
+    }
+
+
+def ray_env(num_models: int = 1, drain_s: int | None = None) -> dict[str, str]:
     """Environment for every Ray process of the RayService (head and worker pods' containers).
 
-    Direct streaming only for a single served model: Ray 2.60 refuses it with more.
+    Direct streaming only for a single served model: Ray 2.60's build_openai_app refuses it
+    with more (L/core/ingress/builder.py:259-265, "currently supports exactly one LLM config").
+    With ``drain_s``, HAProxy's windows (``haproxy_env``).
     """
     return {
         **THROUGHPUT_ENV,
         **(DIRECT_STREAMING_ENV if num_models == 1 else {}),
         **START_ATTEMPTS_ENV,
+        **(haproxy_env(drain_s) if drain_s is not None else {}),
     }

@@ -8,7 +8,7 @@ the package has no cycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from infra import catalog, engine, engines
@@ -134,7 +134,7 @@ class ServedModelPlan:
     start_attempts: int = SERVE_START_ATTEMPTS_PER_REPLICA
     # The engine's batch as the fit costs it and the render pins it (EngineSettings.pinned):
     # max_num_seqs and max_num_batched_tokens, each one number read by both.
-    settings: engine.EngineSettings = engine.EngineSettings()
+    settings: engine.EngineSettings = field(default_factory=engine.EngineSettings)
     # Seconds one max-length stream may take on its slice (engine.max_stream_s): how long a
     # replica, a reloaded HAProxy or an upgrade's old cluster drains before it cuts streams.
     drain_s: int = engine.DRAIN_FLOOR_S

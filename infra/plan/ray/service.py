@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from infra import engine, engines
+from infra import engine, engines, kuberay
 from infra.names import EXPOSE_SERVE_ANNOTATION, OPENAI_SERVICE_NAME, SERVE_PORT, SERVICE_NAME
 from infra.plan import serve_tuning
 from infra.plan.ray.pods import RayPods, app_labels, head_group, label_pods, tpu_worker_group
@@ -31,11 +31,17 @@ def model_source(pods: RayPods, source: str) -> str | dict[str, str]:
     return source
 
 
-# How long Serve waits on a replica's health check (Ray 2.60's default: 10 s, RAY_SERVE_LLM_
-# DEFAULT_HEALTH_CHECK_TIMEOUT_S in ray/llm/_internal/serve/constants.py:36). A TPU engine
-# compiling a new shape bucket with XLA answers late; Google's TorchTPU serving sample
-# (serve_vllm_torchtpu.py) uses 900 s.
-HEALTH_CHECK_TIMEOUT_S = 900
+# How long Serve waits on a replica's health check (Ray 2.60 LLM's default: 10 s, RAY_SERVE_LLM_
+# DEFAULT_HEALTH_CHECK_TIMEOUT_S in L/constants.py:39-41). The check is a flag read: LLMServer.
+# check_health (L/core/server/llm_server.py:590-601) awaits vLLM's AsyncLLM.check_health, which
+# raises only when the engine is dead (vllm/v1/engine/async_llm.py:1089-1092); an XLA compile runs
+# in the engine's own process, not on the replica's event loop, and the engine's start is bounded
+# by RAYLLM_ENGINE_START_TIMEOUT_S instead (llm_server.py:257; Serve checks health only once the
+# constructor returned). So the timeout only waits out a busy event loop: the request path runs
+# on it (RAY_SERVE_THROUGHPUT_OPTIMIZED). Serve restarts a replica after 3 failed checks
+# (REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD, S/constants.py:329), each period 10 s: a wedged replica
+# is replaced within ~3.5 minutes. (Google's TorchTPU serving sample uses 900 s: ~45 minutes.)
+HEALTH_CHECK_TIMEOUT_S = 60
 COMPILE_CACHE_DIR = "cache"  # under the bucket mount: <mount>/cache/{torch-tpu,vllm}/<key>
 # Each host of a multi-host replica compiles the same programs under the same cache keys, and
 # GCS FUSE has no locking across hosts: two hosts finalizing one object race (one's upload
@@ -120,8 +126,10 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
     a health-check timeout that covers XLA compilation, the Ray executor across hosts.
     Deliberately not taken from it: `language_model_only` and `disable_hybrid_kv_cache_manager`
     (Gemma 4 choices: the latter makes sliding-window layers hold full context, a stack sets it
-    in engineKwargs when it wants it), `max_num_batched_tokens` (the engine's default), and
-    `USE_MOE_SPARSE_CORE=0` (routes Gemma 4's experts; other MoE models keep the default).
+    in engineKwargs when it wants it), and `USE_MOE_SPARSE_CORE=0` (routes Gemma 4's experts;
+    other MoE models keep the default). `max_num_seqs` and `max_num_batched_tokens` are pinned to
+    the numbers the plan's memory fit costs (ServedModelPlan.settings), so the engine cannot
+    settle on another batch than the one the fit was made for.
     """
     tpu, record = serving.pool.slice, engines.get(serving.spec.engine)
     llm_configs = []
@@ -132,6 +140,8 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
             "tensor_parallel_size": model.tensor_parallel,
             "max_model_len": spec.max_model_len,
             "enable_expert_parallel": spec.enable_expert_parallel,
+            "max_num_seqs": model.settings.max_num_seqs,
+            "max_num_batched_tokens": model.settings.max_num_batched_tokens,
         }
         if tpu.multi_host:
             # What Serve LLM forces anyway for an accelerator (vllm_models.py:147-162); the
@@ -154,8 +164,13 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
                     "autoscaling_config": {
                         "min_replicas": spec.min_replicas,
                         "max_replicas": spec.max_replicas,
+                        "target_ongoing_requests": model.target_ongoing_requests,
                     },
                     "health_check_timeout_s": HEALTH_CHECK_TIMEOUT_S,
+                    # A replica stopped (downscale, config update, a draining node) finishes
+                    # its streams first: Serve waits while it has requests, up to this long
+                    # (its default is 20 s, S/constants.py:270).
+                    "graceful_shutdown_timeout_s": model.drain_s,
                     "max_constructor_retry_count": model.start_attempts,
                     **serve_tuning.deployment_options(),
                 },
@@ -182,6 +197,24 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
     }
 
 
+DELETION_DELAY = "rayClusterDeletionDelaySeconds"
+
+
+def _declares(release: str, field: str) -> bool:
+    """Whether KubeRay ``release`` declares the RayService spec field (infra.kuberay's data)."""
+    try:
+        probe = {"kind": "RayService", "spec": {field: 0}}
+        return bool(release) and not kuberay.unknown_fields(probe, release)
+    except ValueError:  # not a release version: the rules refuse it
+        return False
+
+
+def drain_window_s(serving: ServingPlan) -> int:
+    """The longest stream any served model may send (ServedModelPlan.drain_s): the cluster-wide
+    windows (HAProxy's, the old cluster's deletion delay) wait that long."""
+    return max((m.drain_s for m in serving.models), default=engine.DRAIN_FLOOR_S)
+
+
 def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[str, Any]:
     """The serving RayService. Each replica holds a whole slice (infra.resolve), so the TPU
     worker group starts at the slices of the models' minReplicas and Serve autoscaling grows it
@@ -189,7 +222,9 @@ def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[s
     cluster of the same size while it runs; the default "None" updates the serve config in
     place and needs no spare slice."""
     spec, image = serving.spec, serving.image
-    ray_env = serve_tuning.ray_env()  # Ray Serve settings read from the process environment
+    drain_s = drain_window_s(serving)
+    # Ray Serve settings read from the process environment
+    ray_env = serve_tuning.ray_env(num_models=len(serving.models), drain_s=drain_s)
     service_type = "LoadBalancer" if spec.expose_publicly else "ClusterIP"
     metadata: dict[str, Any] = {
         "name": SERVICE_NAME,
@@ -205,6 +240,9 @@ def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[s
         "metadata": metadata,
         "spec": {
             "upgradeStrategy": {"type": spec.upgrade_strategy},
+            # The serve Service selects the worker pods only: the head runs no replica, and
+            # through its proxy every request took one more hop (KubeRay 1.7.0 CRD field).
+            "excludeHeadPodFromServeSvc": True,
             "serveConfigV2": yaml.safe_dump(serve_config(serving, pods), sort_keys=False),
             "serveService": {
                 "metadata": {"name": OPENAI_SERVICE_NAME},
@@ -240,5 +278,11 @@ def rayservice(serving: ServingPlan, pods: RayPods, *, hf_token: bool) -> dict[s
             },
         },
     }
+    if serving.upgrade_clusters > 1 and _declares(serving.kuberay, DELETION_DELAY):
+        # After a blue/green switch the old cluster keeps its in-flight streams until KubeRay
+        # deletes it (60 s by default, ray_service_controller.go RayClusterDeletionDelayDuration):
+        # as long as one max-length stream instead. A KubeRay before 1.5.0 lacks the field (the
+        # API server would prune it): there the old cluster goes after 60 s, streams or not.
+        manifest["spec"]["rayClusterDeletionDelaySeconds"] = drain_s
     label_pods(manifest["spec"]["rayClusterConfig"], SERVICE_NAME)
     return manifest
