@@ -5,16 +5,14 @@ model's facts) before a manifest exists; give them a Kubernetes provider in thei
 """
 
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 import pulumi
 
-from infra.components._args import KubeconfigArgs, TrainingArgs
 from infra.components._args import TpuPoolRefArgs as TpuPoolRefArgs
 from infra.components._base import (
     KubernetesComponent,
     name_problems,
-    region_of,
     stack_of,
     stack_values,
 )
@@ -24,140 +22,19 @@ from infra.components._naming import (
     expect_cluster_pool,
     pool_ref_problems,
 )
-from infra.components._posture import ACKNOWLEDGE_FIELD
-from infra.components._types import ServingEngineArg, UpgradeStrategyArg
 from infra.components.kubernetes import custom_resource
+from infra.components.workload_args import (
+    LlmServiceArgs,
+    RayTrainingJobArgs,
+    ServedModelArgs,
+    workload_fields,
+    workload_values,
+)
 from infra.names import APP_NAME_LABEL, WORKLOAD_LABEL, job_object_name
 from infra.plan import ray as ray_plan
 from infra.plan.ray.pods import RayPods
 from infra.resolve import ServingPlan, StackPlan, TrainingPlan
 from infra.rules import grammar
-
-
-class _RayWorkloadArgs(KubeconfigArgs):
-    """What both Ray workloads take: where they run and what their pods use (a base: its
-    subclasses' schema descriptions come from here, park_gke.provider.schema)."""
-
-    project: str
-    """The GCP project."""
-    location: str
-    """The cluster's zone."""
-    pool: TpuPoolRefArgs
-    """The TPU pool it runs on (in Python, the TpuSlicePool itself)."""
-    stack: NotRequired[str]
-    """Names derive from it (KSA, bucket, registry); default: the Pulumi stack's name."""
-    namespace: NotRequired[str]
-    """The Ray pods' namespace (default park; in Python, the Workspace itself)."""
-    bucket: NotRequired[str]
-    """The bucket the pods mount (default <project>-<stack>-park; in Python, the Storage
-    itself)."""
-    head_node_selector: NotRequired[pulumi.Input[dict[str, str]]]
-    """Node labels the Ray head (and a RayJob's submitter) must run on: CpuPool.node_selector
-    (in Python, the CpuPool itself). Default: none, any untainted node (an existing cluster's
-    own pools)."""
-    mount_path: NotRequired[str]
-    """Where Ray pods see the bucket (GCS FUSE). Default: /data."""
-    tpu_metrics: NotRequired[bool]
-    """TPU chip metrics (`ray_tpu_*`, from the TPU device plugin). Default: true."""
-
-
-class RayTrainingJobArgs(_RayWorkloadArgs):
-    """A training RayJob: TorchTrainer, one Ray worker per chip, on `num_slices` slices."""
-
-    image: NotRequired[pulumi.Input[str]]
-    """Image; default: park-workloads, built from this checkout by `pulumi up`."""
-    training: TrainingArgs
-    """park:training's settings, typed (README's config reference); the pool and the image
-    are the component's own arguments."""
-    hf_token: NotRequired[bool]
-    """The workspace holds an HF token Secret (Workspace.hf_token): the pods read it (a gated
-    base model)."""
-
-
-class ServedModelArgs(TypedDict):
-    """One model of the OpenAI endpoint."""
-
-    name: str
-    """OpenAI model id clients ask for."""
-    source: pulumi.Input[str]
-    """HF id, gs://..., or a path under the bucket mount (RayTrainingJob.export_path: serve
-    what a training run exported). An Output (such as export_path) is copied into the serve
-    config once known: give `base_model` so its facts are checked at preview; a hub id must be
-    known at preview (it is staged)."""
-    base_model: NotRequired[str]
-    """The model a fine-tuned source was trained from: its facts (architecture, size) stand in for
-    the source's at preview, when its config cannot be read then (a run not yet done)."""
-    tensor_parallel_size: NotRequired[int]
-    """Default: every chip of one slice."""
-    max_model_len: NotRequired[int]
-    """Context length. Default: 8192."""
-    enable_expert_parallel: NotRequired[bool]
-    """For MoE models. Default: false."""
-    min_replicas: NotRequired[int]
-    """Serve autoscaling minimum; each replica holds a whole slice. Default: 1."""
-    max_replicas: NotRequired[int]
-    """Serve autoscaling maximum. Default: 1."""
-    engine_kwargs: NotRequired[dict[str, Any]]
-    """Other vLLM engine arguments."""
-
-
-class LlmServiceArgs(_RayWorkloadArgs):
-    """An OpenAI-compatible endpoint: vLLM through Ray Serve LLM, tensor parallel on a slice."""
-
-    image: NotRequired[pulumi.Input[str]]
-    """Image; default: the engine's, built from this checkout by `pulumi up`."""
-    models: list[ServedModelArgs]
-    """Served models."""
-    engine: NotRequired[ServingEngineArg]
-    """`vllm-torchtpu` or `vllm-tpu` (JAX; separate image). Default: vllm-torchtpu."""
-    upgrade_strategy: NotRequired[UpgradeStrategyArg]
-    """`None` (in place), `NewCluster` (blue/green: twice the slices) or
-    `NewClusterWithIncrementalUpgrade`. Default: None."""
-    expose_publicly: NotRequired[bool]
-    """A LoadBalancer for the OpenAI endpoint (else a ClusterIP Service). Default: false."""
-    acknowledge_public: NotRequired[list[str]]
-    """Exposures meant to be public (serving), as park:policy.acknowledgePublic: on a
-    production (prod*) stack a public endpoint is refused unless named here; elsewhere a
-    warning."""
-    endpoint_service: NotRequired[str]
-    """The Kubernetes Service of the OpenAI endpoint (default <name>-openai)."""
-    hf_token: NotRequired[bool]
-    """The workspace holds an HF token Secret (Workspace.hf_token): the pods read it."""
-
-
-def _values(args: Mapping[str, Any], section: str, body: dict[str, Any]) -> dict[str, Any]:
-    pool = {
-        "name": args["pool"]["name"],
-        "machineType": args["pool"]["machine_type"],
-        "topology": args["pool"]["topology"],
-        **stack_values(args["pool"], "slices", "capacity", "reservation"),
-    }
-    values: dict[str, Any] = {
-        "gcp:project": args["project"],
-        "gcp:region": region_of(args["location"]),
-        "park:zone": args["location"],
-        "park:tpuPools": [pool],
-        f"park:{section}": {"enabled": True, "pool": pool["name"], **body},
-        "park:storage": stack_values(args, "bucket", "mount_path"),
-        "park:observability": stack_values(args, "tpu_metrics"),
-        # posture: infra.components._posture
-        "park:policy": stack_values(args, "acknowledge_public"),
-    }
-    if args.get("namespace"):
-        values["park:namespace"] = args["namespace"]
-    return values
-
-
-def _fields(section: str, argument: str) -> list[tuple[str, str]]:
-    return [
-        (f"park:{section}.", argument),
-        ("park:tpuPools[0].", "pool."),
-        ("park:storage.", ""),
-        ("park:zone", "location"),
-        ("park:namespace", "namespace"),
-        ("park:hfToken", "hf_token"),
-        ACKNOWLEDGE_FIELD,
-    ]
 
 
 def _named(
@@ -266,10 +143,10 @@ class _Workload(KubernetesComponent):
             self.refuse(found)
         if not declared_pools():  # an existing cluster's pool: checked when it answers
             expect_cluster_pool(self.owner, "pool", dict(args["pool"]))
-        values = _values(args, section, body)
+        values = workload_values(args, section, body)
         if args.get("hf_token"):
             values["park:hfToken"] = "[secret]"  # set, not known: the Workspace holds the token
-        return self.plan(values, _fields(section, argument), stack=stack_of(args))
+        return self.plan(values, workload_fields(section, argument), stack=stack_of(args))
 
     def claimed(self, objects: list[dict[str, Any]]) -> None:
         taken = self.claim_objects(objects)

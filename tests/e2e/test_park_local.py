@@ -69,6 +69,23 @@ def run_park_local(tmp_path: Path, stack: str) -> str:
     return out
 
 
+def bucket_permissions(in_bucket: Path) -> dict[str, set[str]]:
+    """Each workload's permissions, from the IAM gate's record of the run that wrote the file
+    or folder `in_bucket` (under <run>/gcs/): asserts that no call was refused and that each
+    workload's calls are in the ledger `park validate` prints."""
+    from infra import storage_iam
+
+    run_dir = Path(str(in_bucket).split("/gcs/", 1)[0])
+    calls = [json.loads(line) for line in (run_dir / "bucket-calls.jsonl").read_text().splitlines()]
+    assert calls and not [c for c in calls if c["denied"]], calls
+    used: dict[str, set[str]] = {}
+    for call in calls:
+        used.setdefault(call["workload"], set()).update(call["permissions"])
+    for workload, permissions in used.items():
+        assert permissions <= storage_iam.ledger_of(workload).permissions, workload
+    return used
+
+
 @pytest.mark.timeout(2700)
 def test_park_local_dev(tmp_path):
     out = run_park_local(tmp_path, "dev")
@@ -100,7 +117,8 @@ def test_park_local_dev(tmp_path):
     assert str(tmp_path / "cache") in str(checkpoint)
 
     # 2. the export, what transformers answers from it, and what the endpoint answers
-    from workloads.train import facts, generate
+    from workloads.train import generate
+    from workloads.train.inputs import facts
 
     exported = re.search(r"export (\S+): transformers answers '([^']+)' with '([^']*)'", out)
     assert exported, out
@@ -133,17 +151,8 @@ def test_park_local_dev(tmp_path):
     # 3. the bucket: every gs:// call of the staging and the trainer went through the IAM gate
     # granting the stack's rendered roles; none was refused, each is in the ledger `park validate`
     # prints, and the trainer's include the bucket metadata read that objectUser alone refuses
-    from infra import storage_iam
-
-    run_dir = Path(str(checkpoint).split("/gcs/", 1)[0])  # the checkpoint is in the bucket
-    calls = [json.loads(line) for line in (run_dir / "bucket-calls.jsonl").read_text().splitlines()]
-    assert calls and not [c for c in calls if c["denied"]], calls
-    used: dict[str, set[str]] = {}
-    for call in calls:
-        used.setdefault(call["workload"], set()).update(call["permissions"])
+    used = bucket_permissions(checkpoint)
     assert set(used) == {"staging", "training"}, used
-    for workload, permissions in used.items():
-        assert permissions <= storage_iam.ledger_of(workload).permissions, workload
     assert "storage.buckets.get" in used["training"]
     assert "bucket calls of training: storage.buckets.get" in out
 

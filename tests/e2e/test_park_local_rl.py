@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_park_local import run_park_local
+from tests.e2e.test_park_local import bucket_permissions, run_park_local
 
 pytestmark = pytest.mark.e2e
 
@@ -52,3 +52,8 @@ def test_park_local_rl(tmp_path: Path) -> None:
         r"serving model rl-policy waited ([\d.]+)s for park_export\.json in (\S+)", out
     )
     assert replica and replica.group(2) == str(export), out
+    # the RL job wrote its checkpoints, policy versions and export to the emulated bucket
+    # through the IAM gate granting the stack's roles; every call is in the ledger
+    assert "/gcs/" in str(export)
+    used = bucket_permissions(export)
+    assert set(used) == {"rl"} and "storage.objects.create" in used["rl"], used
