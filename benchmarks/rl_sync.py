@@ -146,7 +146,7 @@ def _write_fp32(model: Any, folder: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from workloads.train import hf
+    from workloads.train.models import hf
 
     folder.mkdir(parents=True, exist_ok=True)
     tied = hf.tied_export_keys(model)

@@ -46,12 +46,18 @@ def gpu_memory_peak(settings: dict[str, Any]) -> int:
     from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
     from torch.distributed.tensor import DTensor
 
-    from workloads.train import hf
-    from workloads.train.data import Batch
-    from workloads.train.loss import install_loss_forward
-    from workloads.train.modeling import TrainModel
-    from workloads.train.step import forward_backward
-    from workloads.train.strategies import autocast, build_mesh, build_optimizer, replicate, shard
+    from workloads.train.distributed.strategies import (
+        autocast,
+        build_mesh,
+        build_optimizer,
+        replicate,
+        shard,
+    )
+    from workloads.train.inputs.batches import Batch
+    from workloads.train.models import hf
+    from workloads.train.models.loss import install_loss_forward
+    from workloads.train.models.modeling import TrainModel
+    from workloads.train.run.step import forward_backward
 
     entry = json.loads((ROOT / "infra/data/models/configs.json").read_text())["models"]
     raw = dict(entry[settings["model"]]["config"])

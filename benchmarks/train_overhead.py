@@ -1,6 +1,6 @@
 """Ray Train's overhead: the same training in a plain torch loop and through TorchTrainer.
 
-Both sides run the workload's own loop (``workloads.train.loop.train``) with the same model,
+Both sides run the workload's own loop (``workloads.train.run.loop.train``) with the same model,
 data, batch, steps and threads per worker: (i) processes started by ``torch.multiprocessing``
 with a gloo (or nccl) process group, reporting nowhere; (ii) Ray Train workers of a
 TorchTrainer on a private local Ray, with the workload's own Ray reporting (metrics go to Ray
@@ -45,8 +45,8 @@ import torch.multiprocessing as mp
 
 from workloads.protocol import free_port
 from workloads.train.config import TrainConfig
-from workloads.train.loop import train
-from workloads.train.runenv import LocalEnv, RayTrainEnv
+from workloads.train.distributed.runenv import LocalEnv, RayTrainEnv
+from workloads.train.run.loop import train
 from workloads.train.testing import cpu_run, decoder_shape, facts_sft, process_group
 
 try:  # imported as benchmarks.train_overhead (the tests)
@@ -144,8 +144,8 @@ def run_plain(cfg: TrainConfig, threads: int, out: Path) -> float:
 def run_ray(cfg: TrainConfig, threads: int, out: Path) -> float:
     from ray.train.torch import TorchTrainer
 
+    from workloads.train.distributed.scaling import build_scaling_config, build_torch_config
     from workloads.train.launcher import build_run_config
-    from workloads.train.scaling import build_scaling_config, build_torch_config
 
     start = time.time()
     trainer = TorchTrainer(
@@ -169,7 +169,7 @@ def _llama_folder(work: Path, name: str, **shape: Any) -> str:
     special ids it takes, in a local folder: a model for ``--init config``."""
     from transformers import AutoTokenizer, LlamaConfig
 
-    from workloads.train import tiny_llama
+    from workloads.train.models import tiny_llama
 
     folder = work / name
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama.build())

@@ -415,12 +415,12 @@ def is_hub_id(source: str) -> bool:
     return source.count("/") == 1 and "://" not in source and not source.startswith(("/", ".", "~"))
 
 
-BUILTIN_PREFIX = "park:"  # models the trainer builds itself (workloads/train/tiny_llama.py)
+BUILTIN_PREFIX = "park:"  # models the trainer builds itself (workloads/train/models/tiny_llama.py)
 
 
 def builtin(source: str) -> FactsLookup:
     """A model the trainer builds on the worker: its facts from the spec it builds it from."""
-    from workloads.train import tiny_llama
+    from workloads.train.models import tiny_llama
 
     tried = (f"the trainer's built-in {source}",)
     if source != f"{BUILTIN_PREFIX}{tiny_llama.NAME}":

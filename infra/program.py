@@ -16,7 +16,7 @@ import pulumi.runtime
 from infra import stack
 from infra.resolve import StackPlan
 from infra.schema.errors import ConfigError
-from infra.schema.read import config_keys
+from infra.schema.keys import config_keys
 
 
 @dataclass(frozen=True)
@@ -270,18 +270,12 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     )
     access = dashboard_access.dashboard_access(plan)
     if access is not None:
-        cfg = spec.observability
-        assert cfg.iap_oauth_secret is not None
         dashboard = DashboardAccess.of_plan(
             "dashboard",
             access,
-            spec.project,
-            spec.stack,
-            plan.names.namespace,
-            cfg.iap_oauth_secret,
-            secrets.iap_oauth_client_secret,
             on_namespace,
             gate(gated.dashboard),
+            oauth_client_secret=secrets.iap_oauth_client_secret,
         )
         pulumi.export("dashboard_url", dashboard.url)
         pulumi.export("dashboard_ip", dashboard.ip_address)

@@ -18,11 +18,11 @@ from infra.resolve import StackPlan
 from infra.schema.errors import ConfigError, ConfigProblem
 from infra.schema.read import (
     parse_values,
-    provider_credential_warnings,
     read_esc_config,
     read_stack_document,
     stack_name_of,
 )
+from infra.schema.value_checks import provider_credential_warnings
 
 
 def from_values(

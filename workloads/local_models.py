@@ -2,7 +2,7 @@
 place, and the tiny Llamas' tokenizer, chat template and config.
 
 Two tiny Llamas are built on the machine that uses them (nothing comes from a hub): training's
-``park:tiny-llama`` (workloads/train/tiny_llama.py: config and tokenizer, weights from the
+``park:tiny-llama`` (workloads/train/models/tiny_llama.py: config and tokenizer, weights from the
 trainer) and serving's random-weight model (workloads/serve/tiny_model.py). They differ in size
 and corpus (each keeps its ``SPEC``) and share the rest from here. Torch-free at import; the
 ``tokenizers`` / ``transformers`` imports are inside the functions that need them.

@@ -94,7 +94,7 @@ def training_export_path(
 # folder, so a reader that finds the marker finds the whole folder; a reader that starts first
 # waits for it (workloads/ready.py) instead of failing.
 STAGED_MARKER = ".park-staged.json"  # workloads/train/stage.py: the hub revision and its files
-EXPORT_MARKER = "park_export.json"  # workloads/train/export.py: run, step, loss, source
+EXPORT_MARKER = "park_export.json"  # workloads/train/outputs/export.py: run, step, loss, source
 COMPLETION_MARKERS = (STAGED_MARKER, EXPORT_MARKER)
 # The Serve LLM callback a serving replica waits with (an LLMConfig's callback_config names it;
 # its kwargs: timeout_s, marker, writer).

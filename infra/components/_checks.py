@@ -10,7 +10,6 @@ takes its value (a TpuSlicePool for `pool`) stands for what it hands on (`as_arg
 
 from __future__ import annotations
 
-import difflib
 import enum
 import types
 import typing
@@ -19,6 +18,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import pulumi
 
+from infra.schema.errors import nearest
 from infra.schema.secrets import redact
 
 
@@ -53,11 +53,6 @@ def _is_output_type(hint: Any) -> bool:
 
 def _is_unknown(value: Any) -> bool:
     return isinstance(value, pulumi.Output | pulumi.Resource) or hasattr(value, "__await__")
-
-
-def nearest(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(known))}"
 
 
 def _shape(value: Any, hint: Any, path: str) -> list[str]:

@@ -325,74 +325,54 @@ class DashboardAccess(KubernetesComponent):
             )
         access = dashboard_access(stack_plan, args.get("service") or SERVICE_NAME)
         assert access is not None
-        self._build(
-            access,
-            args["project"],
-            stack,
-            stack_plan.names.namespace,
-            args["oauth_secret"],
-            args.get("oauth_client_secret"),
-        )
+        self._build(access, args.get("oauth_client_secret"))
 
     @classmethod
     def of_plan(
         cls,
         name: str,
         access: AccessPlan,
-        project: str,
-        stack: str,
-        namespace: str,
-        oauth_secret: str,
-        oauth_client_secret: pulumi.Input[str] | None,
         opts: pulumi.ResourceOptions | None = None,
         gate: GateRun | None = None,
+        oauth_client_secret: pulumi.Input[str] | None = None,
     ) -> "DashboardAccess":
         """The stack program's: its plan's dashboard access (infra.plan.dashboard_access),
         with the OAuth client's secret when the stack holds it; the Gateway kinds after `gate`
         (their CRDs Established: infra.plan.gates)."""
         self = cls.planned(name, opts)
-        self._build(access, project, stack, namespace, oauth_secret, oauth_client_secret, gate)
+        self._build(access, oauth_client_secret, gate)
         return self
 
     def _build(
         self,
         access: AccessPlan,
-        project: str,
-        stack: str,
-        namespace: str,
-        oauth_secret: str,
         oauth_client_secret: pulumi.Input[str] | None,
         gate: GateRun | None = None,
     ) -> None:
         name = self._component_name
+        project, namespace, oauth_secret = access.project, access.namespace, access.oauth_secret
         taken: list[str | None] = [*self.claim_objects(list(access.manifests))]
         taken += [
             claim(self.owner, f"global address {access.address_name}", (project,)),
             claim(self.owner, f"certificate {access.certificate_name}", (project,)),
         ]
-        self.refuse_taken("stack", stack, taken)
+        self.refuse_taken("stack", access.stack, taken)
         from pulumi_gcp.compute import GlobalAddress, ManagedSslCertificate
         from pulumi_gcp.iap import WebIamMember
 
         child = self.child_options()
-        address = _child(
-            GlobalAddress,
-            name,
-            "address",
-            self.legacy(access.address_name),
-            child,
-            name=access.address_name,
-            project=project,
-        )
-        certificate = _child(
-            ManagedSslCertificate,
-            name,
-            "certificate",
-            self.legacy(access.certificate_name),
-            child,
-            name=access.certificate_name,
-            project=project,
-            managed={"domains": [access.domain]},
+
+        def named(kind: Any, role: str, cloud_name: str, **inputs: Any) -> Any:
+            """A child of the project named by the plan, that name its old logical name."""
+            legacy = self.legacy(cloud_name)
+            return _child(
+                kind, name, role, legacy, child, name=cloud_name, project=project, **inputs
+            )
+
+        address = named(GlobalAddress, "address", access.address_name)
+        managed = {"domains": [access.domain]}
+        certificate = named(
+            ManagedSslCertificate, "certificate", access.certificate_name, managed=managed
         )
         # Project-wide: GKE names the backend service, so a per-backend grant cannot be declared;
         # the condition keeps it to this stack's host (infra/plan/dashboard_access.py).

@@ -29,8 +29,14 @@ IAP_ROLE = "roles/iap.httpsResourceAccessor"
 
 @dataclass(frozen=True)
 class DashboardAccess:
-    """Everything the IAP opt-in declares: cloud names, IAM members and the manifests."""
+    """Everything the IAP opt-in declares: cloud names, IAM members and the manifests, with
+    where they go (the project, the stack its objects are claimed for, the namespace) and the
+    name of the Secret holding the OAuth client's secret."""
 
+    project: str
+    stack: str
+    namespace: str
+    oauth_secret: str
     address_name: str  # global static IP, for the DNS record of `domain`
     certificate_name: str  # Google-managed certificate for `domain`
     domain: str
@@ -125,6 +131,10 @@ def dashboard_access(plan: StackPlan, service: str = SERVICE_NAME) -> DashboardA
         },
     }
     return DashboardAccess(
+        project=plan.spec.project,
+        stack=plan.stack,
+        namespace=namespace,
+        oauth_secret=obs.iap_oauth_secret,
         address_name=base,
         certificate_name=base,
         domain=obs.dashboard_domain,

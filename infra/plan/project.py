@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from infra.resolve import StackPlan
 
-
 # How long `up` waits after enabling the APIs, before their first use (a pulumiverse-time
 # Sleep, on create only: a second `up` with the same APIs does not wait).
 API_SETTLE_S = 90

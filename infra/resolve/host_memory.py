@@ -5,8 +5,8 @@ writing it (per_thread_copy_ahead, 10 MB by default, at least one tensor; torch/
 checkpoint/filesystem.py _OverlappingCpuLoader / _SerialCpuLoader); HuggingFaceStorageReader
 reads one slice at a time from memory-mapped safetensors (page cache: reclaimable;
 hf_storage.py read_data); the exporter holds each shard it owns twice (tensors and the
-safetensors bytes; workloads/train/export.py); gcsfuse holds about 64 MiB per file it streams
-and its metadata caches. Processes (training ranks, engine workers, Ray's node) are named
+safetensors bytes; workloads/train/outputs/export.py); gcsfuse holds about 64 MiB per file it
+streams and its metadata caches. Processes (training ranks, engine workers, Ray's node) are named
 allowances. Held against the pod's memory request (catalog pod_memory_gib); part of the disk
 plan (infra.resolve.disk.DiskPlan.memory).
 """

@@ -19,7 +19,7 @@ Activations per micro-batch: each decoder layer's saved tensors
 (:func:`layer_activation_bytes`, read with ``saved_tensors_hooks`` on transformers 5.19's
 Llama, Qwen3 and Gemma 3 layers), or, with activation checkpointing (HF
 ``gradient_checkpointing_enable``, non-reentrant), each layer's input plus one layer
-recomputed in backward. The loss (workloads/train/loss.py) holds fp32 logits for
+recomputed in backward. The loss (workloads/train/models/loss.py) holds fp32 logits for
 ``LOSS_CHUNK_TOKENS`` tokens at a time (``loss_chunk_tokens=None``: the whole micro-batch's
 logits, the loop's former loss). The peak is the largest of five moments of a step: the end of
 forward (the loss), the loss's backward, a block's backward, the root's backward, the
@@ -52,7 +52,7 @@ depth):
 HSDP (several slices) is FSDP2 sharded over one slice: accumulating with the cross-slice
 all-reduce held back keeps nothing beyond the sharded gradients (measured). Not modelled:
 attention that materializes ``T x T`` scores (the math SDPA kernel: torch_tpu's flash kernel
-comes first, workloads/train/strategies.py), ``torch.compile``'s buffers, MoE, Gemma 4's
+comes first, workloads/train/distributed/strategies.py), ``torch.compile``'s buffers, MoE, Gemma 4's
 per-layer inputs and shared KV layers (its layers are costed as Gemma 3's).
 """
 
@@ -319,22 +319,13 @@ def estimate(
             0,
         ),
     }
-    phase, (params, grads, optimizer, activations, logits) = max(
-        phases.items(), key=lambda item: sum(item[1])
-    )
+    phase, peak = max(phases.items(), key=lambda item: sum(item[1]))
+    step = (strategy, world_size, shard, micro_batch, accumulation_steps, seq_len)
+    # TrainingFit's fields in order: the step, then the peak's parts (params ... logits)
     return TrainingFit(
-        strategy=strategy,
-        world_size=world_size,
-        shard_size=shard,
-        micro_batch=micro_batch,
-        accumulation_steps=accumulation_steps,
-        seq_len=seq_len,
-        activation_checkpointing=activation_checkpointing,
-        params_bytes=params,
-        grads_bytes=grads,
-        optimizer_bytes=optimizer,
-        activations_bytes=activations,
-        logits_bytes=logits,
+        *step,
+        activation_checkpointing,
+        *peak,
         reserve_bytes=int(usable_bytes * reserve_fraction),
         usable_bytes=usable_bytes,
         phase=phase,

@@ -15,7 +15,13 @@ from infra.versions import KUEUE_VERSION
 
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _CLUSTER_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+_CLUSTER_NAME_RULE = (
+    "a GKE cluster name: lowercase letters, digits and '-', starts with a letter, ≤ 40 chars"
+)
 _REPOSITORY_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_REPOSITORY_RULE = (
+    "an Artifact Registry repository id: lowercase letters, digits and '-', starts with a letter"
+)
 # Where every Ray pod already mounts something (infra/plan/ray/pods.py; the service-account
 # token of a pod that mounts one): the bucket may not be laid over, under or on any of them.
 _POD_MOUNTS = ("/tmp", "/dev/shm", HF_TOKEN_DIR, "/var/run/secrets/kubernetes.io/serviceaccount")
@@ -71,44 +77,38 @@ def check_names(config: StackConfig, stack_names: StackNames) -> list[ConfigProb
                 "a Kubernetes namespace: lowercase letters, digits and '-', ≤ 63 chars, not kube-*",
             )
         )
-    # A name the stack does not set is derived from the stack's name (and project): a problem
-    # with it is the stack name's, said under "stack" (a package user never wrote the key).
-    if not _CLUSTER_NAME_RE.match(stack_names.cluster):
+
+    def named(key: str, name: str, given: bool, wrong: str, derivation: str) -> None:
+        """A problem with a name `key` sets (`given`), or else derives from the stack's name
+        (and project): then it is the stack name's, said under "stack" with how it derived (a
+        package user never wrote the key)."""
+        if given:
+            problems.append(ConfigProblem(key, name, wrong))
+        else:
+            problems.append(ConfigProblem("stack", config.stack, f"{wrong} ({derivation})"))
+
+    cluster, bucket = stack_names.cluster, stack_names.bucket
+    if not _CLUSTER_NAME_RE.match(cluster):
         given = config.cluster.name is not None
-        problems.append(
-            ConfigProblem(
-                "park:cluster.name" if given else "stack",
-                stack_names.cluster if given else config.stack,
-                "a GKE cluster name: lowercase letters, digits and '-', starts with a letter, "
-                "≤ 40 chars" + ("" if given else f" (park-<stack>: {stack_names.cluster})"),
-            )
-        )
-    bucket = stack_names.bucket
+        named("park:cluster.name", cluster, given, _CLUSTER_NAME_RULE, f"park-<stack>: {cluster}")
     wrong = grammar.bucket_problem(bucket)
     if wrong:
         given = config.storage.bucket is not None
-        problems.append(
-            ConfigProblem(
-                "park:storage.bucket" if given else "stack",
-                bucket if given else config.stack,
-                wrong
-                + ("" if given else f" (the bucket derived from the project and stack: {bucket})"),
-            )
+        named(
+            "park:storage.bucket",
+            bucket,
+            given,
+            wrong,
+            f"the bucket derived from the project and stack: {bucket}",
         )
     mount = config.storage.mount_path
     wrong = grammar.mount_path_problem(mount) or _mount_overlap(mount)
     if wrong:
         problems.append(ConfigProblem("park:storage.mountPath", mount, wrong))
-    if not _REPOSITORY_RE.match(stack_names.registry_repository):
+    repository = stack_names.registry_repository
+    if not _REPOSITORY_RE.match(repository):
         given = config.registry.repository is not None
-        problems.append(
-            ConfigProblem(
-                "park:registry.repository" if given else "stack",
-                stack_names.registry_repository if given else config.stack,
-                "an Artifact Registry repository id: lowercase letters, digits and '-', starts "
-                "with a letter" + ("" if given else " (park-<stack>)"),
-            )
-        )
+        named("park:registry.repository", repository, given, _REPOSITORY_RULE, "park-<stack>")
     derived = {
         "network": stack_names.network,
         "subnetwork": stack_names.subnetwork,

@@ -14,7 +14,7 @@ from infra.rules import training_memory, workload_flags
 from infra.schema.errors import ConfigProblem
 from infra.schema.models import RL_SOURCE, TRAINING_SOURCE, StackConfig
 from infra.versions import RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
-from workloads.train import model_rules
+from workloads.train.models import model_rules
 
 # Engine arguments the stack sets from its own keys.
 RESERVED_ENGINE_KWARGS = ("tensor_parallel_size", "max_model_len", "enable_expert_parallel")
@@ -111,7 +111,7 @@ def _training_model_problems(plan: StackPlan) -> list[ConfigProblem]:
 
 def training_refusal(facts: model_facts.ModelFacts) -> str | None:
     """Why the trainer would refuse this model, in the worker's words: the one rule set
-    (workloads/train/model_rules.py) asked of the facts read from the same config.json."""
+    (workloads/train/models/model_rules.py) asked of the facts read from the same config.json."""
     traits = model_rules.ModelTraits(
         architecture=facts.architecture,
         model_type=facts.model_type,

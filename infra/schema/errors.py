@@ -8,6 +8,8 @@ escaped (infra.schema.safe): a hostile or careless value never reaches a termina
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,39 @@ from infra.schema.safe import one_line, shown
 from infra.schema.secrets import redact, scrub
 
 _KEY_CHARS = 200
+
+
+def nearest(key: str, known: Collection[str]) -> str:
+    """What a misspelt key was meant to be: "did you mean 'capacity'?", or every known key.
+
+    The one suggester: the stack's keys (infra.schema.read) and the components' arguments
+    (infra.components._checks) both say it this way. A namespace the key shares with the
+    known keys (`park:`) is not counted as likeness: `park:foo` is not near `park:zone`."""
+    space = key[: key.index(":") + 1] if ":" in key else ""
+    bare = {k.removeprefix(space) if space else k: k for k in known}
+    close = difflib.get_close_matches(key.removeprefix(space), list(bare), n=1, cutoff=0.6)
+    return f"did you mean {bare[close[0]]!r}?" if close else f"known: {', '.join(sorted(known))}"
+
+
+@dataclass(frozen=True)
+class NotShown:
+    """A value a problem does not quote, only its kind: an unknown key's (a misspelt name can
+    hold a credential the rules would look for under the right one)."""
+
+    kind: str
+
+    def __repr__(self) -> str:
+        return f"<{self.kind}, not shown>"
+
+
+def not_shown(value: Any) -> NotShown:
+    """`value` as NotShown: "a mapping of 2 keys", "a list of 3 items", "a string"..."""
+    if isinstance(value, Mapping):
+        return NotShown(f"a mapping of {len(value)} key{'s' * (len(value) != 1)}")
+    if isinstance(value, list | tuple):
+        return NotShown(f"a list of {len(value)} item{'s' * (len(value) != 1)}")
+    kinds = {bool: "true or false", int: "a number", float: "a number", str: "a string"}
+    return NotShown("null" if value is None else kinds.get(type(value), "a value"))
 
 
 @dataclass(frozen=True)

@@ -8,218 +8,26 @@ Credentials never enter the StackConfig: the program reads them as Pulumi secret
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
-from pydantic.alias_generators import to_camel
 
-from infra.schema.errors import ConfigError, ConfigProblem
+from infra.schema.errors import ConfigError, ConfigProblem, NotShown, nearest, not_shown
+from infra.schema.keys import KEY_OF_FIELD, REQUIRED, key_of, parks_own
 from infra.schema.models import SECRET_PLACEHOLDER, StackConfig
 from infra.schema.safe import load_yaml, read_bounded
-from infra.schema.secrets import credentials_in, secret_named
-
-# Top-level model fields and the config key each comes from.
-_KEY_OF_FIELD = {
-    "project": "gcp:project",
-    "region": "gcp:region",
-    **{
-        name: f"park:{to_camel(name)}"
-        for name in StackConfig.model_fields
-        if name not in ("project", "region", "stack")
-    },
-}
-REQUIRED = ("project", "region", "zone")
-
-# Config keys that hold credentials: `pulumi config set --secret <key> <value>`.
-SECRET_KEYS = ("park:hfToken", "park:iapOauthClientSecret")
-# Where a credential used to live: the problem says where it went (never the value).
-MOVED_SECRETS = {("park:serving", "hfToken"): "park:hfToken"}
-_HIDDEN = "<plain text, not shown>"
-
-
-def parks_own(key: str) -> bool:
-    """A key park reads (park:*, and the gcp:* keys it takes from the provider's namespace).
-    Every other key (gcp:accessToken, kubernetes:kubeconfig...) is a provider's: the provider
-    reads it, park never writes it anywhere, so park's secret rules do not judge it."""
-    return key.startswith("park:") or key in _KEY_OF_FIELD.values()
-
-
-def config_keys() -> list[str]:
-    """Every config key the program reads, e.g. "gcp:project", "park:tpuPools"."""
-    return list(_KEY_OF_FIELD.values())
-
-
-def key_of(loc: tuple[int | str, ...]) -> str:
-    """The config key of a pydantic error location: ("tpu_pools", 0, "topology") →
-    "park:tpuPools[0].topology"."""
-    head, *rest = loc
-    key = _KEY_OF_FIELD.get(str(head), f"park:{head}")
-    for part in rest:
-        key += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return key
-
-
-def _without_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The values with every credential replaced by SECRET_PLACEHOLDER: the spec knows that a
-    token is set (a gated model needs one), never what it is."""
-    out = dict(values)
-    for key in SECRET_KEYS:
-        if key in out:
-            out[key] = SECRET_PLACEHOLDER if out[key] not in (None, "") else None
-    for (key, field), _ in MOVED_SECRETS.items():
-        section = out.get(key)
-        if isinstance(section, Mapping) and field in section:
-            out[key] = {k: v for k, v in section.items() if k != field}
-    return out
-
-
-def moved_secret_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
-    """A credential under a key it no longer lives at: say where it goes (never the value)."""
-    problems = []
-    for (key, field), new in MOVED_SECRETS.items():
-        section = values.get(key)
-        if isinstance(section, Mapping) and section.get(field) not in (None, ""):
-            problems.append(
-                ConfigProblem(
-                    f"{key}.{field}",
-                    _HIDDEN,
-                    f"moved to {new} (one token for training and serving, and a key an ESC "
-                    f"environment can set): pulumi config rm --path '{key}.{field}'; "
-                    f"pulumi config set --secret {new} <value>",
-                )
-            )
-    return problems
-
-
-def _field_names(model: type[BaseModel], into: set[str]) -> set[str]:
-    """Every key the spec declares (camelCase and snake_case), nested models included."""
-    for name, field in model.model_fields.items():
-        into |= {name, to_camel(name)}
-        for kind in (field.annotation, *getattr(field.annotation, "__args__", ())):
-            for inner in (kind, *getattr(kind, "__args__", ())):
-                if isinstance(inner, type) and issubclass(inner, BaseModel):
-                    _field_names(inner, into)
-    return into
-
-
-# Spec fields are never credentials by their name (iapOauthSecret holds a Secret's *name*);
-# free-form keys (engineKwargs, env vars) named like one are.
-# The credential's own field (hfToken) is a credential wherever else it appears.
-_SPEC_FIELDS = frozenset(
-    _field_names(StackConfig, set())
-    - {"hf_token", "hfToken", "iap_oauth_client_secret", "iapOauthClientSecret"}
+from infra.schema.value_checks import (
+    SECRET_KEYS,
+    control_problems,
+    credential_problems,
+    moved_secret_problems,
+    provider_credential,
+    secret_problems,
+    without_secrets,
 )
-
-
-def credential_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
-    """A credential anywhere but park:hfToken: in engine arguments, a URL's user-info or
-    query, a prices source, a Secret's name... It would be rendered in clear into manifests,
-    resources.json and the Pulumi state, so it is refused, naming the key (never the value)."""
-    problems = []
-    moved = {f"{key}.{field}" for key, field in MOVED_SECRETS}
-    for key, value in values.items():
-        if key in SECRET_KEYS or not isinstance(key, str) or not parks_own(key):
-            continue
-        for path, what in credentials_in(value, key, fields=_SPEC_FIELDS):
-            if path in moved:
-                continue  # moved_secret_problems says where it goes
-            problems.append(
-                ConfigProblem(
-                    path,
-                    _HIDDEN,
-                    f"holds {what}: a credential outside park:hfToken would be written in clear "
-                    "into the manifests, resources.json and the Pulumi state. Remove it; give "
-                    "the Hugging Face token as park:hfToken (pulumi config set --secret), and "
-                    "other credentials through a Kubernetes Secret created out of band",
-                )
-            )
-    return problems
-
-
-def provider_credential(key: str, value: Any) -> bool:
-    """A provider's key holding a credential (named like one, or holding one)."""
-    if parks_own(key) or value in (None, ""):
-        return False
-    return secret_named(key.split(":", 1)[-1]) or any(credentials_in(value, key))
-
-
-def provider_credential_warnings(
-    values: Mapping[str, Any], secret_keys: Collection[str]
-) -> list[ConfigProblem]:
-    """A provider's credential stored in plain text: park does not judge it (the provider
-    reads it, park never writes it), but a stack file is committed, so it is said."""
-    return [
-        ConfigProblem(
-            key,
-            _HIDDEN,
-            "a provider's credential stored in plain text in the stack's config: store it "
-            f"encrypted (pulumi config set --secret {key} <value>) or from an ESC environment",
-        )
-        for key, value in values.items()
-        if key not in secret_keys and provider_credential(key, value)
-    ]
-
-
-# C0 controls but tab and newline, DEL, C1, and the bidirectional overrides that make a name
-# read differently in a terminal than it is.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def control_problems(values: Mapping[str, Any]) -> list[ConfigProblem]:
-    """A terminal control character in any key or value: nothing here needs one, and printed
-    back it would rewrite the terminal of whoever reads the output."""
-    problems = []
-    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in values.items()]
-    while stack:
-        path, item = stack.pop()
-        if _CONTROL.search(path.rsplit(".", 1)[-1]) or (
-            isinstance(item, str) and _CONTROL.search(item)
-        ):
-            problems.append(
-                ConfigProblem(path, item, "holds terminal control characters; remove them")
-            )
-        elif isinstance(item, Mapping):
-            stack += [(f"{path}.{k}", v) for k, v in item.items()]
-        elif isinstance(item, list):
-            stack += [(f"{path}[{i}]", v) for i, v in enumerate(item)]
-    return sorted(problems, key=lambda p: p.key)
-
-
-def secret_problems(values: Mapping[str, Any], secret_keys: Collection[str]) -> list[ConfigProblem]:
-    """A credential is stored encrypted (a secret key, or masked as SECRET_PLACEHOLDER by the
-    offline reader), never in plain text in a stack file that is committed. Any other key
-    stored as a secret is refused: park renders every other value into manifests and the
-    state in clear, so its secretness could not survive (Pulumi's flag would be a lie)."""
-    problems = []
-    for key in sorted(set(secret_keys) - set(SECRET_KEYS)):
-        if key in _KEY_OF_FIELD.values() or key.startswith("park:"):
-            problems.append(
-                ConfigProblem(
-                    key,
-                    _HIDDEN,
-                    "stored as a secret, but park renders this key into the manifests and the "
-                    "state in clear, so it cannot stay one. Only park:hfToken is a secret: move "
-                    "the credential there (or into a Kubernetes Secret created out of band) and "
-                    f"store {key} in plain text",
-                )
-            )
-    for key in SECRET_KEYS:
-        value = values.get(key)
-        if key not in secret_keys and value not in (None, "", SECRET_PLACEHOLDER):
-            problems.append(
-                ConfigProblem(
-                    key,
-                    _HIDDEN,
-                    "a credential in plain text; store it encrypted "
-                    f"(pulumi config set --secret {key} <value>) or as fn::secret in an ESC "
-                    "environment",
-                )
-            )
-    return problems
 
 
 def parse_values(
@@ -240,28 +48,99 @@ def parse_values(
     problems += control_problems(
         {k: v for k, v in values.items() if k not in SECRET_KEYS and parks_own(k)}
     )
-    values = _without_secrets(values)
-    known = {v: k for k, v in _KEY_OF_FIELD.items()}
+    values = without_secrets(values)
+    known = {v: k for k, v in KEY_OF_FIELD.items()}
+    unknown: list[ConfigProblem] = []
     for key, value in values.items():
         if key in known:
             raw[known[key]] = value
         elif key.startswith("park:"):
-            problems.append(
-                ConfigProblem(key, value, f"unknown key; allowed: {', '.join(sorted(known))}")
-            )
-    for required in REQUIRED:
-        if required not in raw:
-            problems.append(
-                ConfigProblem(_KEY_OF_FIELD[required], None, "required; set it in the stack")
-            )
-    if problems:
-        raise ConfigError(problems)
+            unknown.append(_unknown_key(key, key, value, known))
+    missing = [
+        ConfigProblem(KEY_OF_FIELD[required], None, "required; set it in the stack")
+        for required in REQUIRED
+        if required not in raw
+    ]
+    # A top-level typo does not hide the keys inside: the model is judged whatever else is.
     try:
-        return StackConfig.model_validate(raw)
+        spec = StackConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(
-            [ConfigProblem(key_of(e["loc"]), e.get("input"), e["msg"]) for e in err.errors()]
-        ) from None
+        found = [_model_problem(e) for e in err.errors() if not _reported_missing(e, missing)]
+    else:
+        found = []
+    nested = [p for p in found if _is_unknown(p)]
+    rest = [p for p in found if not _is_unknown(p)]
+    if problems:  # a credential or a control character: only what quotes no value besides
+        quiet = [p for p in rest if p.value is None]
+        raise ConfigError([*problems, *unknown, *nested, *missing, *quiet])
+    if unknown or missing or found:
+        raise ConfigError([*unknown, *nested, *missing, *rest])
+    return spec
+
+
+_UNKNOWN = "unknown key; "
+
+
+def _unknown_key(key: str, name: str, value: Any, known: Collection[str]) -> ConfigProblem:
+    """`name` (at `key`), which no model declares: the nearest known one, and never its value
+    (a misspelt name can hold a credential the rules would have looked for under the right
+    one)."""
+    return ConfigProblem(key, not_shown(value), _UNKNOWN + nearest(name, known))
+
+
+def _is_unknown(problem: ConfigProblem) -> bool:
+    return isinstance(problem.value, NotShown)
+
+
+def _reported_missing(error: Any, missing: list[ConfigProblem]) -> bool:
+    """pydantic's "Field required" for a top-level key REQUIRED already reported."""
+    loc = error["loc"]
+    return error["type"] == "missing" and len(loc) == 1 and key_of(loc) in {p.key for p in missing}
+
+
+def _model_problem(error: Any) -> ConfigProblem:
+    loc = error["loc"]
+    if error["type"] == "extra_forbidden":
+        return _unknown_key(key_of(loc), str(loc[-1]), error.get("input"), _keys_at(loc[:-1]))
+    if error["type"] == "missing":  # pydantic's input is the whole mapping around the key
+        return ConfigProblem(key_of(loc), None, "required; set it")
+    return ConfigProblem(key_of(loc), error.get("input"), error["msg"])
+
+
+def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the spec declares at a pydantic location inside StackConfig (camelCase, as a
+    stack file spells them): ("tpu_pools", 0) → name, machineType, topology, capacity..."""
+    kinds: list[Any] = [StackConfig]
+    for part in loc:
+        inside: list[Any] = []
+        for kind in _concrete(kinds):
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                for name, field in kind.model_fields.items():
+                    if part in (name, field.alias):
+                        inside.append(field.annotation)
+                if part == kind.__name__:  # a union's member, as pydantic names it
+                    inside.append(kind)
+            elif get_origin(kind) in (list, tuple, set, frozenset) and isinstance(part, int):
+                inside += get_args(kind)[:1]
+            elif get_origin(kind) is dict:
+                inside += get_args(kind)[1:]
+        kinds = inside
+    models = [k for k in _concrete(kinds) if isinstance(k, type) and issubclass(k, BaseModel)]
+    return sorted({f.alias or n for m in models for n, f in m.model_fields.items()})
+
+
+def _concrete(kinds: list[Any]) -> list[Any]:
+    """Types with their unions (X | None, Annotated...) opened."""
+    out: list[Any] = []
+    kinds = list(kinds)
+    while kinds:
+        kind = kinds.pop()
+        origin = get_origin(kind)
+        if origin is not None and origin not in (list, tuple, set, frozenset, dict):
+            kinds += [a for a in get_args(kind) if not isinstance(a, str | int | float)]
+        else:
+            out.append(kind)
+    return out
 
 
 # ---- stack files ----------------------------------------------------------------------------

@@ -8,13 +8,15 @@ Exit codes: 0 ok; 1 the stack has problems (invalid config or manifests, a faile
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
-from collections.abc import Iterator
+import textwrap
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -30,25 +32,23 @@ if TYPE_CHECKING:
     from infra.resolve import StackPlan
     from infra.tools.render import Rendered
 
-OVERVIEW = """\
-park-gke: PyTorch training and LLM serving on Cloud TPU v6e, through Ray on GKE.
+PACKAGE = "park-gke"
 
-\b
-  park render STACK    resources.json + Kubernetes manifests, offline
-  park validate STACK  config, plan, manifests vs CRD + Kubernetes schemas
-  park cost STACK      $/hour per pool and capacity type, idle, per run
-  park local STACK     the stack's RayJob + RayService on a local Ray (CPU)
-
+# The usage lines between these two paragraphs are made from the registered commands
+# (`_overview`, at the end of this module): a new command cannot be left out of them.
+OVERVIEW_HEAD = "park-gke: PyTorch training and LLM serving on Cloud TPU v6e, through Ray on GKE."
+OVERVIEW_TAIL = """\
 STACK names stacks/Pulumi.STACK.yaml, looked up in ./stacks and then beside the installed
 package; --config-file reads any stack file. Nothing here needs a cloud account. Exit codes:
-0 ok, 1 problems found, 2 usage errors.
+0 ok, 1 problems found, 2 usage errors. `park COMMAND -h` tells more of each.
 """
+# Click keeps the usage lines as they are (\b) behind its 2-space indent: under 80 columns.
+_USAGE_WIDTH = 77
 
 app = typer.Typer(
     name="park",
     add_completion=False,
     rich_markup_mode=None,
-    help=OVERVIEW,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 # Not a terminal (CI, tests, pipes): wide enough that a config key never wraps mid-word.
@@ -56,8 +56,36 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
+def version() -> str:
+    """The installed package's version (importlib.metadata), or why there is none."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed(PACKAGE)
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        console.print(f"{PACKAGE} {_shown(version())}", highlight=False)
+        raise typer.Exit(0)
+
+
 @app.callback(invoke_without_command=True)
-def _park(ctx: typer.Context) -> None:
+def _park(
+    ctx: typer.Context,
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version of park-gke and exit.",
+        ),
+    ] = False,
+) -> None:
     """`park` alone prints the overview and exits 0: asking what it does is not an error."""
     if ctx.invoked_subcommand is None:
         console.print(ctx.get_help(), highlight=False)
@@ -169,7 +197,7 @@ def _rendered(path: Path, stack: str, esc_config: Path | None) -> Rendered:
 # The verbs
 
 
-@app.command(short_help="What the stack declares, offline: resources and manifests.")
+@app.command(short_help="Resources and manifests the stack declares, offline.")
 def render(
     stack: StackArg,
     out: Annotated[
@@ -195,7 +223,7 @@ def render(
     report.render_summary(rendered, console)
 
 
-@app.command(short_help="Check config, plan and manifests; exit 1 on any problem.")
+@app.command(short_help="Check config, plan, manifests; exit 1 on a problem.")
 def validate(
     stack: StackArg,
     config_file: ConfigFileOpt = None,
@@ -289,7 +317,7 @@ def cost(
     report.fit_tables(plan, console)
 
 
-@app.command("stage-model", short_help="Jobs that stage the stack's hub models into its bucket.")
+@app.command("stage-model", short_help="Jobs that copy the stack's hub models to its bucket.")
 def stage_model(
     stack: StackArg, config_file: ConfigFileOpt = None, esc_config: EscConfigOpt = None
 ) -> None:
@@ -379,6 +407,38 @@ def _bucket_roles(roles: list[str] | None) -> tuple[str, ...] | None:
         )
         raise typer.Exit(2)
     return tuple(roles)
+
+
+def _commands() -> list[tuple[str, Callable[..., Any], str]]:
+    """(name as typed, function, short help) of every registered command, in definition order."""
+    return [
+        (c.name or c.callback.__name__.replace("_", "-"), c.callback, c.short_help or "")
+        for c in app.registered_commands
+        if c.callback is not None
+    ]
+
+
+def command_names() -> list[str]:
+    """Every registered command, as typed (`stage-model`)."""
+    return [name for name, _, _ in _commands()]
+
+
+def _overview() -> str:
+    """The help `park` and `park --help` print: one usage line per registered command."""
+    lines = []
+    for name, function, what in _commands():
+        takes_stack = "stack" in inspect.signature(function).parameters
+        lines.append((f"park {name}{' STACK' if takes_stack else ''}", what))
+    column = max(len(usage) for usage, _ in lines) + 2
+    usage = []
+    for left, what in lines:
+        wrapped = textwrap.wrap(what.rstrip("."), _USAGE_WIDTH - column) or [""]
+        usage.append(f"{left:<{column}}{wrapped[0]}".rstrip())
+        usage += [" " * column + more for more in wrapped[1:]]
+    return "\n\n".join([OVERVIEW_HEAD, "\b\n" + "\n".join(usage), OVERVIEW_TAIL])
+
+
+app.info.help = _overview()
 
 
 def main() -> None:

@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from infra.schema.errors import ConfigError
-from infra.schema.read import config_keys, read_stack_file
+from infra.schema.keys import config_keys
+from infra.schema.read import read_stack_file
 from infra.stack import from_file
 from infra.tools.cli import app
 from infra.tools.render import ProgramError, run_program

@@ -57,7 +57,7 @@ def test_create_dir_on_a_fresh_bucket_needs_buckets_get(tmp_path):
         fs = _gcs(bucket, "trainer")
         with fs.open_output_stream(f"{BUCKET}/checkpoints/run/file") as out:
             out.write(b"x")
-        with pytest.raises(OSError, match="storage.buckets.get"):
+        with pytest.raises(OSError, match=r"storage\.buckets\.get"):
             fs.create_dir(f"{BUCKET}/checkpoints/other/run", recursive=True)
         with pytest.raises(Exception, match=r"trainer: storage\.buckets\.get"):
             bucket.check()
@@ -76,7 +76,7 @@ def test_overwrite_needs_delete_too(tmp_path):
         with fs.open_output_stream(f"{BUCKET}/models/a/config.json") as out:
             out.write(b"{}")
         with (
-            pytest.raises(OSError, match="storage.objects.delete"),
+            pytest.raises(OSError, match=r"storage\.objects\.delete"),
             fs.open_output_stream(f"{BUCKET}/models/a/config.json") as out,
         ):
             out.write(b"{}")
@@ -91,16 +91,16 @@ def test_reads_and_lists_need_their_permissions(tmp_path):
         fs = _gcs(bucket, "x")
         with fs.open_output_stream(f"{BUCKET}/models/m.json") as out:
             out.write(b"{}")
-        with pytest.raises(OSError, match="storage.objects.get"):
+        with pytest.raises(OSError, match=r"storage\.objects\.get"):
             fs.open_input_stream(f"{BUCKET}/models/m.json").read()
-        with pytest.raises(OSError, match="storage.objects.list"):
+        with pytest.raises(OSError, match=r"storage\.objects\.list"):
             fs.get_file_info(pafs.FileSelector(f"{BUCKET}/models", recursive=True))
     with _bucket(tmp_path, ("roles/storage.objectViewer",)) as bucket:
         fs = _gcs(bucket, "x")
         found = fs.get_file_info(pafs.FileSelector(f"{BUCKET}/models", recursive=True))
         assert [i.path for i in found] == [f"{BUCKET}/models/m.json"]
         assert fs.open_input_stream(f"{BUCKET}/models/m.json").read() == b"{}"
-        with pytest.raises(OSError, match="storage.objects.create"):
+        with pytest.raises(OSError, match=r"storage\.objects\.create"):
             fs.open_output_stream(f"{BUCKET}/b").write(b"1")
 
 
@@ -109,7 +109,7 @@ def test_other_buckets_and_unknown_calls_are_refused(tmp_path):
     know is refused rather than let through unrecorded."""
     with _bucket(tmp_path, BUCKET_ROLES) as bucket:
         fs = _gcs(bucket, "x")
-        with pytest.raises(OSError, match="storage.objects.create"):
+        with pytest.raises(OSError, match=r"storage\.objects\.create"):
             fs.open_output_stream("another-bucket/a").write(b"1")
         import http.client
 
@@ -171,7 +171,7 @@ def test_the_vendored_roles_hold_what_google_documents():
         "storage.buckets.get",
         "storage.objects.list",
     }
-    with pytest.raises(KeyError, match="roles/storage.admin"):
+    with pytest.raises(KeyError, match=r"roles/storage\.admin"):
         storage_iam.role_permissions("roles/storage.admin")
 
 
@@ -263,7 +263,7 @@ def test_ray_trains_own_storage_needs_the_bucket_metadata(tmp_path, monkeyenv):
             monkeyenv.setenv("STORAGE_EMULATOR_HOST", bucket.endpoint("training"))
             path, fs = storage.ray_storage(f"gs://{BUCKET}/checkpoints")
             if refused:
-                with pytest.raises(OSError, match="storage.buckets.get"):
+                with pytest.raises(OSError, match=r"storage\.buckets\.get"):
                     StorageContext(path, "run", storage_filesystem=fs)
             else:
                 StorageContext(path, "run", storage_filesystem=fs)

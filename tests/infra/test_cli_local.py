@@ -117,8 +117,8 @@ def test_the_served_folder_gets_the_model_checks_validate_runs(tmp_path):
 
     from rich.console import Console
 
+    from infra.tools.local.answers import check_local_model
     from infra.tools.local.ray_head import LocalRunError
-    from infra.tools.local.run import _check_local_model
 
     config = {
         "architectures": ["LlamaForCausalLM"],
@@ -131,13 +131,13 @@ def test_the_served_folder_gets_the_model_checks_validate_runs(tmp_path):
     }
     quiet = Console(file=io.StringIO())
     (tmp_path / "config.json").write_text(json.dumps(config))
-    _check_local_model(str(tmp_path), quiet)  # servable
+    check_local_model(str(tmp_path), quiet)  # servable
     (tmp_path / "config.json").write_text(json.dumps({**config, "architectures": ["Nope"]}))
     with pytest.raises(LocalRunError, match="architecture Nope is not one vLLM"):
-        _check_local_model(str(tmp_path), quiet)
+        check_local_model(str(tmp_path), quiet)
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(LocalRunError, match=r"config\.json"):
-        _check_local_model(str(tmp_path), quiet)
+        check_local_model(str(tmp_path), quiet)
 
 
 def test_the_local_heads_settings_are_rays_own():

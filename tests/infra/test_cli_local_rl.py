@@ -19,7 +19,7 @@ from workloads import protocol
 from workloads.protocol import flag, split_entrypoint
 from workloads.rl.config_check import parse_args
 from workloads.rl.toy import prompts
-from workloads.train.export import MARKER_NAME
+from workloads.train.outputs.export import MARKER_NAME
 
 
 def _rayjob() -> dict:

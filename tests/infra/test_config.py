@@ -64,7 +64,7 @@ def test_base_is_valid_and_typed():
         ({"name": "Bad_Name"}, "name", "lowercase"),
         ({"name": "train"}, "name", "duplicate"),
         ({"maxRunDuration": "3600s"}, "maxRunDuration", "flex-start"),
-        ({"topologyy": "2x2"}, "topologyy", "Extra inputs"),
+        ({"topologyy": "2x2"}, "topologyy", "did you mean 'topology'?"),
     ],
 )
 def test_tpu_pool_problems(pool_fields, field, fragment):

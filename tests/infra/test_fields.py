@@ -36,17 +36,17 @@ from workloads.train.config import TrainConfig
 class WithLabelSmoothing(TrainConfig):
     """The trainer with one more option: its one declaration."""
 
-    label_smoothing: float = opt(
-        0.0,
-        "label smoothing of the cross-entropy",
-        type=float,
-        stack=key("Label smoothing of the cross-entropy (0: none).", ge=0, lt=1),
-    )
     loss_reduction: str = opt(
         "mean",
         "how token losses combine",
         choices=("mean", "sum"),
         stack=key("How token losses combine: `mean` or `sum`."),
+    )
+    label_smoothing: float = opt(
+        0.0,
+        "label smoothing of the cross-entropy",
+        type=float,
+        stack=key("Label smoothing of the cross-entropy (0: none).", ge=0, lt=1),
     )
 
 

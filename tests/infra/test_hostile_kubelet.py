@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infra.plan import ray
+from infra.plan.gates import GATE_MODULE
 from infra.plan.kubelet import as_run, literal
 from infra.plan.rl import rl_flags
-from infra.plan.gates import GATE_MODULE
 from infra.plan.staging import STAGE_MODULE, staging_jobs
 from infra.schema.errors import ConfigError
 from infra.stack import from_values

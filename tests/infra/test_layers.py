@@ -238,6 +238,24 @@ def test_workloads_never_import_infra() -> None:
     assert found == []
 
 
+TRAIN_TOP_LEVEL_MAX = 15  # workloads/train/'s own modules, __init__ and __main__ included
+
+
+def test_workloads_train_is_grouped_by_concern() -> None:
+    """workloads/train/ keeps at most 15 modules at its top (the entrypoints, the config and what
+    every part shares); the rest sit in subpackages named for their concern, each saying in its
+    __init__'s docstring what lives there (issue 37)."""
+    train = ROOT / "workloads" / "train"
+    top = sorted(path.name for path in train.glob("*.py"))
+    assert len(top) <= TRAIN_TOP_LEVEL_MAX, top
+    code_folders = [d for d in sorted(train.iterdir()) if d.is_dir() and any(d.rglob("*.py"))]
+    assert code_folders, "workloads/train/ has no subpackage"
+    for folder in code_folders:
+        init = folder / "__init__.py"
+        assert init.is_file(), f"{folder.relative_to(ROOT)} has no __init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init.relative_to(ROOT)}"
+
+
 # ---- the checker can fail -----------------------------------------------------------------------
 
 

@@ -329,9 +329,15 @@ def test_compile_cache_keys_differ_by_model_topology_and_tp():
 
 
 def test_a_sub_host_tp_gets_its_own_torch_tpu_topology():
-    plan = render_stack("queued").plan
+    """dev's model at TP 4 on its 8-chip host: the engine sees a 2x2 of the 2x4."""
+    from infra.stack import from_values
+    from tests.conftest import STACKS_DIR
+
+    values = yaml.safe_load((STACKS_DIR / "Pulumi.dev.yaml").read_text())["config"]
+    values["park:serving"]["models"][0]["tensorParallelSize"] = 4
+    plan = from_values(values, "dev")
     serving = plan.serving
-    assert serving.models[0].tensor_parallel == 4
+    assert serving.models[0].tensor_parallel == 4 and serving.pool.slice.chips == 8
     config = ray_plan.serve_config(serving, ray_plan.ray_pods(plan))
     env = config["applications"][0]["args"]["llm_configs"][0]["runtime_env"]["env_vars"]
     assert env["TORCH_TPU_TOPOLOGY"] == "2,2,1"

@@ -175,7 +175,7 @@ def test_log_metrics_extract_loss_and_tokens_per_second():
 
 
 def test_log_metric_prefix_matches_the_training_loop():
-    metrics = pytest.importorskip("workloads.train.metrics")
+    metrics = pytest.importorskip("workloads.train.run.metrics")
     assert metrics.METRICS_PREFIX == protocol.METRICS_PREFIX
 
 

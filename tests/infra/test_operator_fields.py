@@ -32,7 +32,9 @@ TABLE = yaml.safe_load((ROOT / "infra" / "data" / "kuberay_fields.yaml").read_te
 
 
 def _spec_schema(kind: str) -> dict[str, Any]:
-    crd = yaml.safe_load((CRDS / RAY_KINDS[kind]).read_text())
+    # libyaml's safe loader where PyYAML has it, as infra/tools/schemas.py reads the CRDs
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load((CRDS / RAY_KINDS[kind]).read_text(), Loader=loader)
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     return v1["schema"]["openAPIV3Schema"]["properties"]["spec"]
 

@@ -30,6 +30,28 @@ def _service(**more: Any) -> dict[str, Any]:
     return {"project": "p", "location": ZONE, "pool": SERVE_POOL, "models": QWEN, **more}
 
 
+def _new_cluster(project: str, **more: Any) -> park_gke.Cluster:
+    """A new cluster of `project` in a Network of its own."""
+    net = park_gke.Network("net", {"project": project, "region": "us-east5"})
+    args = {"network": net.network_name, "subnetwork": net.subnetwork_name, **more}
+    return park_gke.Cluster("gke", {"project": project, "location": ZONE, **args})  # type: ignore[typeddict-item]
+
+
+def _storage(
+    cluster: park_gke.Cluster | park_gke.ExistingCluster, project: str
+) -> park_gke.Storage:
+    """The stack's bucket and registry in `project`, the nodes of `cluster` may read them."""
+    return park_gke.Storage(
+        "storage",
+        {
+            "project": project,
+            "region": "us-east5",
+            "node_service_account": cluster.node_service_account,
+            "cluster": cluster,  # type: ignore[typeddict-item]
+        },
+    )
+
+
 # ---- the testing helper refuses what the engine refuses ----------------------------------------
 
 
@@ -155,25 +177,8 @@ def test_stack_defaults_to_the_pulumi_stack_in_every_component():
 
 def test_every_gcp_resource_is_created_in_the_given_project():
     def build() -> None:
-        net = park_gke.Network("net", {"project": "other", "region": "us-east5"})
-        cluster = park_gke.Cluster(
-            "gke",
-            {
-                "project": "other",
-                "location": ZONE,
-                "network": net.network_name,
-                "subnetwork": net.subnetwork_name,
-            },
-        )
-        park_gke.Storage(
-            "storage",
-            {
-                "project": "other",
-                "region": "us-east5",
-                "node_service_account": cluster.node_service_account,
-                "cluster": cluster,
-            },
-        )
+        cluster = _new_cluster("other")
+        _storage(cluster, "other")
         park_gke.CpuPool("system", {"cluster": cluster})
 
     result = testing.run(build, project="default-project")

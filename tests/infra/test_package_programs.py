@@ -18,7 +18,9 @@ from tests.infra.test_package_compose import (
     SA,
     ZONE,
     _head_and_submitter,
+    _new_cluster,
     _service,
+    _storage,
 )
 
 RAY_JOB = "kubernetes:ray.io/v1:RayJob"
@@ -72,22 +74,18 @@ def test_the_readme_snippet_check_can_fail(tmp_path, monkeypatch):
 # ---- a new user's programs ---------------------------------------------------------------------
 
 
-def _bucket_and_workspace(
+def _slice_bucket_and_workspace(
     cluster: park_gke.Cluster | park_gke.ExistingCluster,
-) -> tuple[park_gke.Storage, park_gke.Workspace]:
-    """The stack's bucket (its nodes may read it) and namespace on `cluster`, as every program
-    that runs a workload declares them."""
-    storage = park_gke.Storage(
-        "storage",
-        {
-            "project": "p",
-            "region": "us-east5",
-            "node_service_account": cluster.node_service_account,
-            "cluster": cluster,  # type: ignore[typeddict-item]
-        },
-    )
+    name: str,
+    machine_type: str,
+    topology: str,
+) -> tuple[park_gke.TpuSlicePool, park_gke.Storage, park_gke.Workspace]:
+    """A TPU slice pool `name` of `cluster`, the stack's bucket (its nodes may read it) and
+    namespace, as every program that runs a workload declares them."""
+    args = {"cluster": cluster, "machine_type": machine_type, "topology": topology}
+    pool = park_gke.TpuSlicePool(name, args)  # type: ignore[arg-type]
     space = park_gke.Workspace("space", {"project": "p", "kubeconfig": cluster.kubeconfig})
-    return storage, space
+    return pool, _storage(cluster, "p"), space
 
 
 def test_an_existing_cluster_with_a_multi_host_training_job_composes():
@@ -97,11 +95,9 @@ def test_an_existing_cluster_with_a_multi_host_training_job_composes():
         cluster = park_gke.ExistingCluster(
             "team", {"project": "p", "location": ZONE, "name": "team-gke"}
         )
-        pool = park_gke.TpuSlicePool(
-            "train-pool",
-            {"cluster": cluster, "machine_type": "ct6e-standard-4t", "topology": "4x4"},  # type: ignore[typeddict-item]
+        pool, storage, space = _slice_bucket_and_workspace(
+            cluster, "train-pool", "ct6e-standard-4t", "4x4"
         )
-        storage, space = _bucket_and_workspace(cluster)
         park_gke.RayTrainingJob(
             "train",
             {
@@ -129,24 +125,12 @@ def test_a_new_cluster_serving_an_open_model_composes():
     from infra.tools.schemas import validate_manifests
 
     def build() -> None:
-        net = park_gke.Network("net", {"project": "p", "region": "us-east5"})
-        cluster = park_gke.Cluster(
-            "gke",
-            {
-                "project": "p",
-                "location": ZONE,
-                "network": net.network_name,
-                "subnetwork": net.subnetwork_name,
-                "deletion_protection": False,
-                "master_authorized_networks": [{"cidr": "203.0.113.0/24", "name": "office"}],
-            },
-        )
+        office = [{"cidr": "203.0.113.0/24", "name": "office"}]
+        cluster = _new_cluster("p", deletion_protection=False, master_authorized_networks=office)
         cpu = park_gke.CpuPool("system", {"cluster": cluster})  # type: ignore[typeddict-item]
-        pool = park_gke.TpuSlicePool(
-            "serve",
-            {"cluster": cluster, "machine_type": "ct6e-standard-8t", "topology": "2x4"},  # type: ignore[typeddict-item]
+        pool, storage, space = _slice_bucket_and_workspace(
+            cluster, "serve", "ct6e-standard-8t", "2x4"
         )
-        storage, space = _bucket_and_workspace(cluster)
         park_gke.LlmService(
             "chat",
             _service(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from infra.schema.read import config_keys
+from infra.schema.keys import config_keys
 from infra.tools.cli import app
 from tests.conftest import ROOT, render_stack
 

@@ -195,7 +195,7 @@ def test_validate_finds_a_serving_pod_that_cannot_read_the_export():
 
 
 def test_the_builtin_tiny_llama_has_the_facts_the_trainer_builds_it_with():
-    from workloads.train import tiny_llama
+    from workloads.train.models import tiny_llama
 
     facts = model_lookup.lookup("park:tiny-llama").facts
     assert facts is not None and facts.architecture == "LlamaForCausalLM"

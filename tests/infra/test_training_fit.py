@@ -52,7 +52,7 @@ def test_block_and_root_sizes_are_transformers_own(repo: str) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from tests.infra.training_fit_harness import text_config
-    from workloads.train import hf
+    from workloads.train.models import hf
 
     transformers.logging.set_verbosity_error()
     with warnings.catch_warnings(), torch.device("meta"):

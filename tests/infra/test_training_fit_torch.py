@@ -47,7 +47,7 @@ REAL_BAND = 0.05
 
 def reduced_facts(repo: str, config: Any) -> model_facts.ModelFacts:
     """The catalogue's facts with the tested config's layer count and parameter count."""
-    from workloads.train import hf
+    from workloads.train.models import hf
 
     found = model_lookup.lookup(repo).facts
     assert found is not None
@@ -140,7 +140,7 @@ REAL_CASES = [
 
 @pytest.mark.parametrize("spec", [pytest.param(p.values[0], id=p.id) for p in REAL_CASES])
 def test_estimate_is_within_the_band_of_a_real_cpu_run(spec: dict[str, Any]) -> None:
-    from workloads.train import hf
+    from workloads.train.models import hf
 
     config = tiny_llama()
     raw = {**config.to_dict(), "architectures": ["LlamaForCausalLM"]}

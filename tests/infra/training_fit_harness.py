@@ -1,9 +1,9 @@
 """The trainer's step under PyTorch's own memory accounting (shared by the training-fit tests).
 
-Builds a catalogue model's real transformers class the way workloads/train/modeling.py
+Builds a catalogue model's real transformers class the way workloads/train/models/modeling.py
 ``_build_hf`` does (fp32 on meta, activation checkpointing, FSDP2's ``shard``, ``to_empty``,
 the chunked loss installed, DDP's ``replicate``), and runs the trainer's own
-``workloads.train.step.forward_backward`` (micro-batches, gradient sync, the loss) and AdamW.
+``workloads.train.run.step.forward_backward`` (micro-batches, gradient sync, the loss) and AdamW.
 
 Under fake tensors (``FakeTensorMode``, a fake process group) nothing is allocated, so full
 8B models run on a laptop CPU; ``MemTracker`` (DDP) and ``FSDPMemTracker`` (FSDP2) count every
@@ -79,8 +79,8 @@ def build(
     """modeling._build_hf up to sharding, on meta (the mesh is made here, outside any fake
     mode, which its constructor cannot run under; ``num_slices`` > 1: HSDP's 2-D mesh);
     :func:`place` does the rest."""
-    from workloads.train import hf
-    from workloads.train.strategies import build_mesh, shard
+    from workloads.train.distributed.strategies import build_mesh, shard
+    from workloads.train.models import hf
 
     model: Any = hf.meta_model(config)
     model._park_ties = hf.tie_groups(model)
@@ -94,8 +94,8 @@ def build(
 
 
 def place(model: Any) -> Any:
-    from workloads.train import hf
-    from workloads.train.loss import install_loss_forward
+    from workloads.train.models import hf
+    from workloads.train.models.loss import install_loss_forward
 
     model.to_empty(device=CPU)
     hf.retie(model, model._park_ties)
@@ -105,7 +105,7 @@ def place(model: Any) -> Any:
 
 def train_model(module: Any, inner: Any, config: Any, seq_len: int) -> Any:
     """The loop's TrainModel around the module (``source`` only marks it a Hugging Face one)."""
-    from workloads.train.modeling import TrainModel
+    from workloads.train.models.modeling import TrainModel
 
     return TrainModel(module, inner, int(config.vocab_size), seq_len, 0.0, source=object())  # type: ignore[arg-type]
 
@@ -138,8 +138,8 @@ def step(
 
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    from workloads.train import step as trainer_step
-    from workloads.train.strategies import autocast
+    from workloads.train.distributed.strategies import autocast
+    from workloads.train.run import step as trainer_step
 
     split = trainer_step.micro_batches
 
@@ -161,7 +161,7 @@ def step(
 
 
 def make_batch(vocab: int, rows: int, seq_len: int) -> Any:
-    from workloads.train.data import Batch
+    from workloads.train.inputs.batches import Batch
 
     ids = torch.randint(0, vocab, (rows, seq_len))
     return Batch(input_ids=ids, labels=ids.clone(), position_ids=None, n_targets=ids.numel())
@@ -207,7 +207,7 @@ def _measure_fsdp(
 ) -> Measured:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-    from workloads.train.strategies import build_optimizer
+    from workloads.train.distributed.strategies import build_optimizer
 
     optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.1)
     trainer = train_model(model, model, config, seq_len)
@@ -226,7 +226,7 @@ def _measure_ddp(model: Any, config: Any, batch: Any, micro: int, seq_len: int) 
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
 
-    from workloads.train.strategies import build_optimizer, replicate
+    from workloads.train.distributed.strategies import build_optimizer, replicate
 
     tracker = MemTracker()
     tracker.track_external(model)
@@ -264,7 +264,7 @@ def measure_real(config: Any, run: Step) -> Measured:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from workloads.train.strategies import build_optimizer, replicate
+    from workloads.train.distributed.strategies import build_optimizer, replicate
 
     torch.manual_seed(0)
     with process_group():

@@ -37,7 +37,7 @@ class Said:
 
 
 def test_the_writers_write_the_markers_the_readers_wait_for() -> None:
-    from workloads.train import export
+    from workloads.train.outputs import export
 
     assert stage.MARKER == protocol.STAGED_MARKER
     assert export.MARKER_NAME == protocol.EXPORT_MARKER

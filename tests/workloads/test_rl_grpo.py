@@ -29,6 +29,44 @@ def test_advantages_are_normalised_within_each_group() -> None:
     assert got[4:8].eq(0).all()  # exactly
 
 
+def test_non_finite_rewards_never_give_nan_advantages() -> None:
+    """A group holding ±inf or NaN (or values whose mean overflows) gets zero advantages; the
+    other groups are untouched. Without the guard, -inf makes group 0's mean -inf: NaN."""
+    rewards = torch.tensor([float("-inf"), 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+    got = group_advantages(rewards, group_size=4, eps=0.0)
+    assert torch.isfinite(got).all()
+    assert got[:4].eq(0).all()
+    half_root3 = 0.5 * math.sqrt(3)
+    assert got[4:].tolist() == pytest.approx([half_root3, -half_root3, -half_root3, half_root3])
+    for bad in (float("nan"), float("inf"), 1.7e308):
+        raw = torch.tensor([bad, 1.7e308, 0.0, 1.0], dtype=torch.float64)
+        assert group_advantages(raw, group_size=4).eq(0).all()
+
+
+def test_a_reward_returning_minus_inf_through_scoring_gives_finite_advantages() -> None:
+    """The path a run takes (workloads/rl/loop.py ``_finish``): the rewards score the round,
+    ``group_advantages`` standardises them. A reward returning -inf is left out of the sum and
+    counted (``rewards_nonfinite``); the advantages are finite and still rank the completions
+    by the rewards that were finite."""
+    from workloads.rl.prompts import Prompt, score
+    from workloads.rl.rewards import Rewards
+    from workloads.rl.rollout import Rollout
+
+    prompts = [Prompt("q", "#### 5")]
+    texts = ["#### 5", "#### 5 ouch", "#### 4", "#### 4"]
+    rollouts = [Rollout(0, [1], [7], text, [0.0], version=0) for text in texts]
+    rewards = Rewards(["numeric", "tests.workloads.test_rl_grpo:_minus_inf_on_ouch"])
+    scored = score(rollouts, prompts, rewards, threads=2)
+    assert scored.values == [1.0, 1.0, 0.0, 0.0] and scored.nonfinite == 1
+    advantages = group_advantages(torch.tensor(scored.values), group_size=4)
+    assert torch.isfinite(advantages).all()
+    assert advantages[0] > 0 and advantages[1] > 0 and advantages[2] < 0 and advantages[3] < 0
+
+
+def _minus_inf_on_ouch(*, completion: str, **_: object) -> float:
+    return float("-inf") if "ouch" in completion else 0.0
+
+
 def test_advantages_eps_and_bad_layouts() -> None:
     # rewards 2, 0: mean 1, std sqrt(2); with eps 1: ±1 / (sqrt(2) + 1) = ±0.4142136
     got = group_advantages(torch.tensor([2.0, 0.0]), group_size=2, eps=1.0)

@@ -1,10 +1,12 @@
 """The GRPO learner on the trainer's tiny Llama (gloo, one CPU rank): the chunked log-probs are
 the model's own, the loss forward's detached log-probs are π_old (a separate no-grad forward
 gives the same numbers), updates move the advantaged completion's probability the right way, a
-zero learning rate moves nothing, and published weights load as the policy in bf16."""
+zero learning rate moves nothing, a step whose loss or gradient is not finite is skipped and
+reported, and published weights load as the policy in bf16."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,10 @@ from workloads.rl.learner import (
 )
 from workloads.rl.rollout import Rollout
 from workloads.rl.sync import PolicyStore
-from workloads.train import modeling
-from workloads.train.data import IGNORE
-from workloads.train.loss import hf_head
-from workloads.train.strategies import build_mesh, build_optimizer
+from workloads.train.distributed.strategies import build_mesh, build_optimizer
+from workloads.train.inputs.batches import IGNORE
+from workloads.train.models import modeling
+from workloads.train.models.loss import hf_head
 from workloads.train.testing import TINY_LLAMA, cpu_run
 
 
@@ -194,3 +196,63 @@ def test_the_loss_forwards_detached_logprobs_are_a_no_grad_forwards(
     with_grad, _ = policy_logprobs(model, batch.input_ids, batch.targets, 0.8)
     assert with_grad.requires_grad
     torch.testing.assert_close(with_grad.detach(), separate, rtol=0, atol=1e-6)
+
+
+def _nan_loss(model: modeling.TrainModel, batch: Any) -> Any:
+    """A NaN advantage, as a reward of -inf gave before rewards were checked: a NaN loss."""
+    batch.advantages = torch.tensor([float("nan"), 0.0])
+    return None
+
+
+def _inf_grad(model: modeling.TrainModel, batch: Any) -> Any:
+    """A finite loss whose gradient overflows in one parameter."""
+    param = next(model.module.parameters())
+    return param.register_hook(lambda grad: grad * float("inf"))
+
+
+@pytest.mark.usefixtures("gloo_world1")
+@pytest.mark.parametrize("inject", [_nan_loss, _inf_grad], ids=["nan_loss", "inf_grad"])
+@pytest.mark.parametrize("grad_clip", [1.0, 0.0])
+def test_a_non_finite_step_is_skipped_and_reported(
+    inject: Any, grad_clip: float, tiny_llama_folder: Path, tmp_path: Path
+) -> None:
+    """verl's actor skips the optimizer step when the grad norm is not finite; so does the
+    learner (the loss too): the weights stay as they were (AdamW's decay would have moved them
+    even with zero gradients), the step is reported, the next good step learns normally, and
+    the published version holds the last finite weights."""
+    model = _model("ddp")
+    batch = _on_policy_batch(model, 1.0)
+    optimizer = build_optimizer(model.module, lr=0.0, weight_decay=0.1)
+    learner = GRPOLearner(
+        model,
+        optimizer,
+        settings=LossSettings(),
+        temperature=1.0,
+        device=torch.device("cpu"),
+        grad_clip=grad_clip,
+    )
+    params = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
+    good_advantages = batch.advantages
+    hook = inject(model, batch)
+    metrics = learner.step(batch, lr=3e-3)
+    assert metrics["step_skipped"] == 1.0 and metrics["skipped_steps"] == 1.0
+    assert not math.isfinite(metrics["grad_norm"])
+    assert learner.version == 1 and learner.skipped_steps == 1
+    for key, value in model.module.state_dict().items():
+        torch.testing.assert_close(value, params[key], rtol=0, atol=0)
+    assert all(p.grad is None for p in model.module.parameters())  # nothing carried over
+    published = write_folder(learner, str(tmp_path), PolicyStore(max_staleness=0))
+    assert published.policy is not None and published.policy.version == 1
+    from safetensors.torch import load_file
+
+    for shard in Path(str(published.policy.path)).glob("*.safetensors"):
+        assert all(torch.isfinite(t).all() for t in load_file(shard).values())
+    if hook is not None:
+        hook.remove()
+    batch.advantages = good_advantages
+    metrics = learner.step(batch, lr=3e-3)
+    assert metrics["step_skipped"] == 0.0 and metrics["skipped_steps"] == 1.0
+    assert math.isfinite(metrics["grad_norm"]) and metrics["grad_norm"] > 0
+    assert learner.version == 2
+    moved = [k for k, v in model.module.state_dict().items() if not torch.equal(v, params[k])]
+    assert moved  # the good step updated the weights

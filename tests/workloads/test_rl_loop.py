@@ -21,7 +21,7 @@ import pytest
 
 from tests.workloads.train_fixtures import ray_head, toy_rl
 from workloads.rl.loop import rl_train, summary
-from workloads.train.runenv import LocalEnv
+from workloads.train.distributed.runenv import LocalEnv
 from workloads.train.testing import process_group
 
 pytestmark = [pytest.mark.serve, pytest.mark.ray, pytest.mark.timeout(1200)]

@@ -20,7 +20,7 @@ from workloads.rl.prompts import (
 )
 from workloads.rl.rewards import Rewards
 from workloads.rl.rollout import Rollout
-from workloads.train.data import DataError
+from workloads.train.inputs.batches import DataError
 
 
 def test_read_jsonl_and_parquet(tmp_path: Path) -> None:

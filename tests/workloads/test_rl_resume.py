@@ -23,8 +23,8 @@ from workloads.rl import loop, parts
 from workloads.rl.rollout import Rollout, RolloutEngine, Sampling
 from workloads.rl.sync import PolicyVersion, Staged, version_folder
 from workloads.rl.toy import write_prompts
-from workloads.train.checkpointing import DATA_STATE_DIR
-from workloads.train.runenv import LocalEnv
+from workloads.train.distributed.runenv import LocalEnv
+from workloads.train.outputs.checkpointing import DATA_STATE_DIR
 from workloads.train.testing import process_group
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]

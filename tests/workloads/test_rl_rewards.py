@@ -92,6 +92,58 @@ def _bad_reward(**_: object) -> object:
     return "yes"
 
 
+@pytest.mark.parametrize("value", [float("-inf"), float("inf"), float("nan"), 1e308])
+def test_a_non_finite_reward_is_left_out_and_counted(
+    value: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRL sums the reward functions with ``nansum`` (a NaN/None contributes nothing); here
+    ±inf and NaN do the same, and each is counted. 1e308 x weight 10 overflows: counted too."""
+    import sys
+
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "_VALUE", value)
+    combined = Rewards(["numeric", f"{__name__}:_value_reward"], [1.0, 10.0])
+    assert combined.evaluate(prompt="q", completion="#### 5", answer="5") == (1.0, 1)
+    assert combined(prompt="q", completion="#### 4", answer="5") == 0.0
+    monkeypatch.setattr(module, "_VALUE", -2.0)
+    assert combined.evaluate(prompt="q", completion="#### 5", answer="5") == (-19.0, 0)
+
+
+_VALUE = 0.0
+
+
+def _value_reward(**_: object) -> float:
+    return _VALUE
+
+
+# ---- reasoning traces (Qwen3, DeepSeek-R1): only what follows </think> is the answer --------
+@pytest.mark.parametrize(
+    ("completion", "score"),
+    [
+        ("<think>48/2 = 24, so 72? no wait</think>\nThe answer is 5.", 1.0),
+        ("<think>so it is 5. Hmm, or 72</think>\n#### 72", 0.0),  # the 5 inside is not it
+        ("<think>it must be \\boxed{5}</think>\nSo it is 7.", 0.0),  # a marked 5, inside
+        ("<think>\\boxed{7}?</think> no: 5", 1.0),  # the marked 7 inside is not the answer
+        ("<think>the answer is 5</think> I give up", 0.0),  # nothing after it
+        ("<think>\n\n</think>\n\n#### 5", 1.0),  # thinking off: the template's empty trace
+        ("<think>the answer is 5", 0.0),  # truncated trace: no answer yet
+        ("<think>a</think> first 3 <think>then the answer is 5", 0.0),  # reopened, not closed
+        ("reasoning ... 5</think>\n\n#### 5", 1.0),  # the template opened <think> itself
+        ("#### 5", 1.0),  # no think tags: the whole completion, as before
+    ],
+)
+def test_numeric_scores_only_the_answer_after_think(completion: str, score: float) -> None:
+    assert rewards.numeric(completion=completion, answer="#### 5") == score
+
+
+def test_exact_match_and_format_read_after_think_too() -> None:
+    assert rewards.exact_match(completion="<think>Lyon?</think>Paris", answer="Paris") == 1.0
+    assert rewards.exact_match(completion="<think>Paris", answer="Paris") == 0.0
+    assert rewards.format_reward(completion="<think>#### 5</think> it is 5") == 0.0
+    assert rewards.format_reward(completion="<think>it is 5</think> #### 5") == 1.0
+    assert rewards.format_reward(completion="<think>#### 5") == 0.0
+
+
 # ---- GSM8K completions as models write them -----------------------------------------------
 # Endings of the shapes the references' models produce for GSM8K (answer 72 unless noted):
 # GSM8K's own solutions and verl's prompt ("output the final answer after ####"), Qwen2.5-Math

@@ -20,11 +20,13 @@ from tests.workloads.train_fixtures import (  # noqa: F401  (fixtures)
     tiny_llama_folder,
     tiny_tokenizer,
 )
-from workloads.train import export, facts, hf
 from workloads.train.config import TrainConfig
-from workloads.train.data import IGNORE
-from workloads.train.loop import train
-from workloads.train.runenv import LocalEnv
+from workloads.train.distributed.runenv import LocalEnv
+from workloads.train.inputs import facts
+from workloads.train.inputs.batches import IGNORE
+from workloads.train.models import hf
+from workloads.train.outputs import export
+from workloads.train.run.loop import train
 from workloads.train.testing import decoder_shape, facts_sft
 
 pytestmark = pytest.mark.usefixtures("gloo_world1")
@@ -152,7 +154,7 @@ def test_pretrained_weights_load_from_a_sharded_folder(tmp_path: Path, tiny_toke
 
 def _prompt_and_response_loss(model: Any, tokenizer: Any) -> tuple[float, float]:
     """Mean next-token loss on the question tokens and on the answer tokens of every fact."""
-    from workloads.train.text import Encoder
+    from workloads.train.inputs.text import Encoder
 
     encoder = Encoder(tokenizer, objective="sft")
     prompt, response = [], []
@@ -204,7 +206,7 @@ def test_sft_learns_the_answers_and_not_the_questions(
 
 def test_sft_loss_is_the_mean_over_response_tokens(tiny_tokenizer: Any) -> None:
     """The loop's loss on a packed SFT batch is the cross-entropy of the response tokens only."""
-    from workloads.train.text import Encoder, plan_units
+    from workloads.train.inputs.text import Encoder, plan_units
 
     units, encoder = plan_units(str(facts.facts_path())), Encoder(tiny_tokenizer, objective="sft")
     pad = tiny_tokenizer.pad_token_id

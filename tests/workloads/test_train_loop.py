@@ -11,8 +11,8 @@ import pytest
 
 from tests.workloads.train_fixtures import gloo_world1  # noqa: F401  (fixture)
 from workloads.train.config import TrainConfig
-from workloads.train.loop import train
-from workloads.train.runenv import LocalEnv
+from workloads.train.distributed.runenv import LocalEnv
+from workloads.train.run.loop import train
 from workloads.train.testing import cpu_run
 
 pytestmark = pytest.mark.usefixtures("gloo_world1")

@@ -1,7 +1,7 @@
-"""One rule set for the models the trainer trains (workloads/train/model_rules.py), held against
-transformers' own classes and conversion table, asked alike by preview and the worker on every
-catalogued model's real config.json, and a tiny Gemma 3 / Gemma 4 multimodal checkpoint trained
-through the real loader and exporter (one gloo rank, no Ray).
+"""One rule set for the models the trainer trains (workloads/train/models/model_rules.py), held
+against transformers' own classes and conversion table, asked alike by preview and the worker on
+every catalogued model's real config.json, and a tiny Gemma 3 / Gemma 4 multimodal checkpoint
+trained through the real loader and exporter (one gloo rank, no Ray).
 
 The references: transformers' AutoModelForCausalLM and conversion_mapping as installed, the real
 config.json files in infra/data/models/configs.json, and transformers' multimodal classes, whose
@@ -27,10 +27,10 @@ from tests.workloads.train_fixtures import (  # noqa: F401  (fixtures)
     tiny_llama_folder,
     tiny_tokenizer,
 )
-from workloads.train import hf, model_rules
 from workloads.train.config import TrainConfig
-from workloads.train.loop import train
-from workloads.train.runenv import LocalEnv
+from workloads.train.distributed.runenv import LocalEnv
+from workloads.train.models import hf, model_rules
+from workloads.train.run.loop import train
 from workloads.train.testing import decoder_shape, facts_sft
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.train.data import DataError, TokenBatches, make_batches, open_shards
-from workloads.train.metrics import format_line, mfu, parse_line, peak_tflops
-from workloads.train.model import (
+from workloads.train.distributed.strategies import compute_dtype, lr_at
+from workloads.train.inputs.batches import DataError, TokenBatches, make_batches, open_shards
+from workloads.train.models.gpt import (
     GPT,
     PRESETS,
     count_params,
@@ -20,7 +20,7 @@ from workloads.train.model import (
     model_config,
     train_flops_per_token,
 )
-from workloads.train.strategies import compute_dtype, lr_at
+from workloads.train.run.metrics import format_line, mfu, parse_line, peak_tflops
 
 # ---- model ------------------------------------------------------------------------------------
 
@@ -131,20 +131,20 @@ def test_remote_files_are_copied_once_per_node(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The gs:// path, through pyarrow's local filesystem (same code, another URI scheme)."""
-    from workloads.train import data
+    from workloads.train.inputs import batches
 
     remote = tmp_path / "bucket" / "tokens"
     remote.mkdir(parents=True)
     np.arange(500, dtype=np.uint16).tofile(remote / "part-0.bin")
     np.arange(500, 900, dtype=np.uint16).tofile(remote / "part-1.bin")
     (remote / "README.md").write_text("not tokens")
-    monkeypatch.setattr(data, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(batches, "CACHE_DIR", tmp_path / "cache")
 
-    first = data._cache_gcs(f"file://{remote}")
+    first = batches._cache_gcs(f"file://{remote}")
     assert [p.name for p in first] == ["00000-part-0.bin", "00001-part-1.bin"]
     assert np.array_equal(np.fromfile(first[1], dtype=np.uint16), np.arange(500, 900))
     stamp = first[0].stat().st_mtime_ns
-    assert data._cache_gcs(f"file://{remote}") == first
+    assert batches._cache_gcs(f"file://{remote}") == first
     assert first[0].stat().st_mtime_ns == stamp, "copied again"
 
 

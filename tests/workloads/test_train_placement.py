@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from tests.workloads.train_fixtures import gloo_world1  # noqa: F401  (fixture)
-from workloads.train import hf, stage, storage
-from workloads.train.checkpointing import STATE_FILE
+from workloads.train import stage, storage
 from workloads.train.config import TrainConfig
-from workloads.train.loop import train
-from workloads.train.runenv import LocalEnv
+from workloads.train.distributed.runenv import LocalEnv
+from workloads.train.models import hf
+from workloads.train.outputs.checkpointing import STATE_FILE
+from workloads.train.run.loop import train
 from workloads.train.testing import cpu_run
 
 

@@ -56,7 +56,8 @@ def _expected_data_state(cfg: TrainConfig, rank: int, steps: int) -> dict[str, A
     """Where rank ``rank``'s data stream stands after ``steps`` batches, replayed here."""
     from transformers import AutoTokenizer
 
-    from workloads.train import facts, text, tiny_llama
+    from workloads.train.inputs import facts, text
+    from workloads.train.models import tiny_llama
 
     batches = text.TextBatches(
         text.plan_units(str(facts.facts_path())),
@@ -134,7 +135,7 @@ def test_fsdp2_shards_hold_the_weights_ddp_replicates(local_ray: LocalRay, tmp_p
     from ray.train import RunConfig
     from ray.train.torch import TorchTrainer
 
-    from workloads.train.scaling import build_scaling_config, build_torch_config
+    from workloads.train.distributed.scaling import build_scaling_config, build_torch_config
 
     cfg = _config(tmp_path, "init")
 
@@ -144,8 +145,8 @@ def test_fsdp2_shards_hold_the_weights_ddp_replicates(local_ray: LocalRay, tmp_p
         import torch
         from torch.distributed.tensor import DTensor
 
-        from workloads.train import modeling
-        from workloads.train.strategies import build_mesh
+        from workloads.train.distributed.strategies import build_mesh
+        from workloads.train.models import modeling
 
         run = TrainConfig.from_dict(config)
         mesh = build_mesh("cpu", 2)
@@ -244,7 +245,7 @@ def test_tpu_bridge_sets_env_before_process_group(local_ray: LocalRay) -> None:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from workloads.train.tpu_bridge import ADDRESSES, TorchTPUConfig
+    from workloads.train.distributed.tpu_bridge import ADDRESSES, TorchTPUConfig
 
     def check_env() -> None:
         """Each worker writes what it saw into the run's checkpoint (Ray keeps those)."""

@@ -27,8 +27,8 @@ from tests.workloads.train_fixtures import (  # noqa: F401  (fixtures)
     tiny_tokenizer,
 )
 from workloads.train.config import TrainConfig
-from workloads.train.data import IGNORE, Batch
-from workloads.train.loss import hf_head, install_loss_forward
+from workloads.train.inputs.batches import IGNORE, Batch
+from workloads.train.models.loss import hf_head, install_loss_forward
 from workloads.train.testing import TINY_LLAMA, cpu_run, decoder_shape, process_group
 
 SHAPE = decoder_shape(
@@ -176,7 +176,7 @@ def test_no_full_vocabulary_logits_are_kept_for_backward() -> None:
 
 
 def test_gpt_preset_loss_is_its_logits_loss_in_chunks() -> None:
-    from workloads.train.model import GPT, init_weights, model_config
+    from workloads.train.models.gpt import GPT, init_weights, model_config
 
     cfg = model_config("tiny", seq_len=24)
     model = GPT(cfg)
@@ -220,8 +220,8 @@ def _train_config(**overrides: Any) -> TrainConfig:
 def test_activation_checkpointing_recomputes_every_block_under_fsdp2(
     model: str | None, tiny_llama_folder: Path
 ) -> None:
-    from workloads.train import modeling
-    from workloads.train.strategies import build_mesh
+    from workloads.train.distributed.strategies import build_mesh
+    from workloads.train.models import modeling
 
     mesh = build_mesh("cpu", 1)
     grads, counts = [], []
@@ -263,7 +263,7 @@ def _plain_copy(built: Any, cfg: TrainConfig) -> nn.Module:
     from torch.distributed.tensor import DTensor
     from transformers import AutoModelForCausalLM
 
-    from workloads.train.model import GPT, model_config
+    from workloads.train.models.gpt import GPT, model_config
 
     if built.source is None:
         plain: nn.Module = GPT(model_config("tiny", seq_len=cfg.seq_len))
@@ -281,9 +281,9 @@ def _plain_copy(built: Any, cfg: TrainConfig) -> nn.Module:
 
 
 def _distributed_worker(rank: int, meet: str, strategy: str, gemma: str) -> None:
-    from workloads.train import modeling
-    from workloads.train.step import forward_backward
-    from workloads.train.strategies import build_mesh
+    from workloads.train.distributed.strategies import build_mesh
+    from workloads.train.models import modeling
+    from workloads.train.run.step import forward_backward
 
     dist.init_process_group(
         "gloo", init_method=meet, rank=rank, world_size=2, timeout=timedelta(seconds=300)
@@ -363,7 +363,7 @@ def test_accumulated_micro_batches_on_two_ranks_give_one_device_gradients(
 
 
 def test_micro_batches_split_rows_and_keep_counts() -> None:
-    from workloads.train.step import micro_batches
+    from workloads.train.run.step import micro_batches
 
     ids, labels, positions = _batch(4, 8, 50)
     batch = Batch(ids, labels, positions, int((labels != IGNORE).sum()))
@@ -379,7 +379,7 @@ def test_micro_batches_split_rows_and_keep_counts() -> None:
 def test_sdpa_backends_put_the_tpu_flash_kernel_first(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.nn.attention import SDPBackend
 
-    from workloads.train.strategies import sdpa_backends
+    from workloads.train.distributed.strategies import sdpa_backends
 
     before = torch._C._get_sdp_priority_order()
     with sdpa_backends("cpu"):  # CPU and GPU: PyTorch's own choice, untouched
@@ -401,8 +401,8 @@ def test_sdpa_backends_put_the_tpu_flash_kernel_first(monkeypatch: pytest.Monkey
 @pytest.mark.torch  # eight training steps
 def test_loop_with_micro_batches_learns_as_without(tmp_path: Path) -> None:
     """Same losses, step by step, whether a step runs as one pass or as four."""
-    from workloads.train.loop import train
-    from workloads.train.runenv import LocalEnv
+    from workloads.train.distributed.runenv import LocalEnv
+    from workloads.train.run.loop import train
 
     run = dict(seq_len=32, global_batch_size=8, steps=4, report_every=1, checkpoint_every=0)
     base = cpu_run(**run, model_size="tiny", lr=1e-2, warmup_steps=1)

@@ -22,8 +22,8 @@ from tests.workloads.train_fixtures import (  # noqa: F401  (fixtures)
     tiny_llama_folder,
     tiny_tokenizer,
 )
-from workloads.train import facts, text
-from workloads.train.data import IGNORE, DataError
+from workloads.train.inputs import facts, text
+from workloads.train.inputs.batches import IGNORE, DataError
 
 
 def _records(n: int) -> list[dict[str, Any]]:

@@ -8,8 +8,8 @@ import pytest
 from ray.util.tpu import get_tpu_num_slices_for_workers
 
 from workloads.train.config_check import parse_args, resolve
-from workloads.train.scaling import build_scaling_config, build_torch_config
-from workloads.train.tpu_bridge import (
+from workloads.train.distributed.scaling import build_scaling_config, build_torch_config
+from workloads.train.distributed.tpu_bridge import (
     BridgeError,
     TorchTPUConfig,
     WorkerInfo,

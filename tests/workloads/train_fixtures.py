@@ -30,7 +30,7 @@ from workloads.train.testing import TINY_LLAMA, process_group
 @pytest.fixture(scope="session")
 def tiny_llama_folder() -> Path:
     """park:tiny-llama's folder (config, tokenizer; no weights), built once into the cache."""
-    from workloads.train import tiny_llama
+    from workloads.train.models import tiny_llama
 
     return tiny_llama.build()
 
@@ -110,7 +110,7 @@ def rendezvous(folder: Path) -> str:
 
 def one_rank_batches(units: Any, encoder: Any, **options: Any) -> Any:
     """``text.TextBatches`` of rank 0 in a world of one, seed 0, unless ``options`` say so."""
-    from workloads.train import text
+    from workloads.train.inputs import text
 
     return text.TextBatches(units, encoder, **({"seed": 0, "rank": 0, "world_size": 1} | options))
 

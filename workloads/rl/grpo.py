@@ -9,6 +9,10 @@ The formulas are the field's, written here in a few lines rather than imported:
   standard deviation (unbiased, as ``torch.std`` in both) plus ``eps``. A group whose rewards are
   all equal teaches nothing and gets exactly zero (tested by spread, not by ``std < eps``, so
   rounding in the mean cannot leak a tiny advantage through the division by ``eps``).
+  A group whose advantages come out non-finite (a reward of ±inf or NaN, or values so large the
+  mean overflows) gets zero too: one -inf makes the group's mean -inf and every advantage NaN,
+  and NaN advantages are NaN gradients. :class:`workloads.rl.rewards.Rewards` already leaves
+  such values out and counts them; this is the last guard, where the division happens.
 - **Loss** (PPO's clipped surrogate, per token, verl ``compute_policy_loss_vanilla``):
   ``r = exp(clamp(logp - logp_old, ±20))`` (the clamp before ``exp``: a log-ratio of 100 would
   overflow to inf and its gradient to NaN), ``L1 = max(-A·r, -A·clip(r, 1-ε_low, 1+ε_high))``;
@@ -35,7 +39,7 @@ The formulas are the field's, written here in a few lines rather than imported:
   ``loss_type="dapo"``): the sum over every response token of the batch divided by the number
   of those tokens, so a long completion weighs by its length instead of being averaged down
   to one sequence. ``total_tokens`` lets micro-batches and ranks divide by the *global* count,
-  as the trainer's cross-entropy does (workloads/train/step.py), so accumulated gradients are
+  as the trainer's cross-entropy does (workloads/train/run/step.py), so accumulated gradients are
   those of one big batch.
 - **KL to a frozen reference**, the k3 estimator (Schulman's "Approximating KL divergence";
   verl ``low_var_kl``, TRL's ``per_token_kl``): with ``d = logp_ref - logp``,
@@ -64,7 +68,8 @@ LOG_RATIO_CLAMP = 20.0
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
     """Advantages ``[N]`` for rewards ``[N]`` laid out as contiguous groups of ``group_size``
-    completions of one prompt each (prompt 0's completions first, then prompt 1's, ...)."""
+    completions of one prompt each (prompt 0's completions first, then prompt 1's, ...).
+    Always finite: a group that would give a non-finite advantage gets zeros."""
     if group_size <= 0 or rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(
             f"{rewards.numel()} rewards do not split into groups of {group_size} completions"
@@ -76,6 +81,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
         return torch.zeros_like(rewards, dtype=torch.float32)
     std = grouped.std(dim=1, keepdim=True)
     advantages = torch.where(spread > 0, (grouped - mean) / (std + eps), torch.zeros_like(grouped))
+    finite = torch.isfinite(advantages).all(dim=1, keepdim=True)
+    advantages = torch.where(finite, advantages, torch.zeros_like(advantages))
     return advantages.reshape(-1).to(torch.float32)
 
 

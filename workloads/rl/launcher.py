@@ -2,7 +2,7 @@
 
 The scaling (one worker per chip; gloo on CPU), the process-group backend (the TPU bridge on
 TPU) and the run config (storage, restarts, checkpoints kept) are the trainer's own
-(workloads/train/scaling.py and launcher.py), built from the learner's TrainConfig
+(workloads/train/distributed/scaling.py and launcher.py), built from the learner's TrainConfig
 (:func:`workloads.rl.parts.train_config`). Rank 0 of the trainer drives the rollouts
 (workloads/rl/loop.py says why).
 """
@@ -20,9 +20,9 @@ from workloads.rl.config import RLRunConfig
 from workloads.rl.loop import train_loop_per_worker
 from workloads.rl.parts import train_config
 from workloads.train.config_check import resolve
+from workloads.train.distributed.scaling import build_scaling_config, build_torch_config
 from workloads.train.launcher import build_run_config
-from workloads.train.metrics import emit
-from workloads.train.scaling import build_scaling_config, build_torch_config
+from workloads.train.run.metrics import emit
 
 
 def build_trainer(cfg: RLRunConfig) -> tuple[TorchTrainer, RLRunConfig]:

@@ -1,24 +1,33 @@
 """The GRPO learner: the trainer's model (DDP or FSDP2, any device), the sampled tokens'
 log-probabilities under it, the GRPO loss, one optimizer step, and the weights published.
 
-Everything about the model is the trainer's (workloads.train.modeling.build: the Hugging Face
-loading, meta-device build, FSDP2 sharding or DDP, the TPU bridge), so a model that fine-tunes
+Everything about the model is the trainer's (workloads.train.models.modeling.build: the Hugging
+Face loading, meta-device build, FSDP2 sharding or DDP, the TPU bridge), so a model that fine-tunes
 there is a model RL updates here. What differs is the head: the trainer's forward returns a
 summed cross-entropy, RL needs each sampled token's log-probability (with gradient) under the
 sampling temperature. :func:`install_logprob_forward` gives the model a forward that returns
-them, computed like the trainer's loss (workloads/train/loss.py): the head and the fp32
+them, computed like the trainer's loss (workloads/train/models/loss.py): the head and the fp32
 log-softmax on ``LOSS_CHUNK_TOKENS`` tokens at a time under non-reentrant checkpointing, so
 full-vocabulary logits never exist for the whole batch, and inside the wrapped module's
 forward, so DDP's reducer and FSDP2's root gathering see it. Entropy comes from the same
 chunk's logits (detached: a metric).
 
-Batches use the trainer's layout (workloads/train/data.py): ``targets[b, t]`` is the token that
-follows ``input_ids[b, t]``, ``IGNORE`` except on completion tokens; rows are right-padded.
+A step whose loss or gradient norm is not finite is skipped, as verl's actor does (its
+``_optimizer_step``: "if grad_norm is not finite, skip the update"): the gradients are dropped,
+``optimizer.step()`` is not called (AdamW would still move every weight by its decay and its
+moments), and the step reports ``step_skipped``. The weights stay the last finite ones, so NaN
+never reaches a published version. The decision is the same on every rank: the gradient norm is
+global after DDP's all-reduce or FSDP2's norm, and the loss's finiteness is all-reduced.
+
+Batches use the trainer's layout (workloads/train/inputs/batches.py): ``targets[b, t]`` is the
+token that follows ``input_ids[b, t]``, ``IGNORE`` except on completion tokens; rows are
+right-padded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import types
 from collections.abc import Sequence
@@ -42,11 +51,11 @@ from workloads.rl.sync import (
 )
 from workloads.train import storage
 from workloads.train.config import LOSS_CHUNK_TOKENS
-from workloads.train.data import IGNORE
-from workloads.train.export import export_model, owned_tensors
-from workloads.train.loss import Head, _base_model, hf_head
-from workloads.train.modeling import TrainModel
-from workloads.train.step import global_targets, gradient_sync
+from workloads.train.inputs.batches import IGNORE
+from workloads.train.models.loss import Head, _base_model, hf_head
+from workloads.train.models.modeling import TrainModel
+from workloads.train.outputs.export import export_model, owned_tensors
+from workloads.train.run.step import global_targets, gradient_sync
 
 SYNC_DTYPE = getattr(torch, SYNC_DTYPE_NAME)
 
@@ -171,7 +180,8 @@ def policy_logprobs(
 
 class GRPOLearner:
     """One worker's share of the learner: the policy, an optional frozen reference, the
-    optimizer, and the policy version (optimizer updates made)."""
+    optimizer, and the policy version (learner steps taken: a skipped step counts, publishing
+    the unchanged weights under the next version, so versions keep pace with the steps)."""
 
     def __init__(
         self,
@@ -196,15 +206,19 @@ class GRPOLearner:
         self.micro_batch, self.grad_clip = micro_batch, grad_clip
         self.amp = amp or contextlib.nullcontext()
         self.version = 0
+        self.skipped_steps = 0  # steps skipped for a non-finite loss or gradient, this process
         self.world = dist.get_world_size() if dist.is_initialized() else 1
 
     def step(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
-        """Accumulate the GRPO loss over micro-batches, then one optimizer step at ``lr``."""
+        """Accumulate the GRPO loss over micro-batches, then one optimizer step at ``lr``;
+        none when the loss or the gradient norm is not finite (``step_skipped`` 1, the module
+        docstring)."""
         started = time.perf_counter()
         rows = batch.input_ids.shape[0]
         size = self.micro_batch or rows
         total = global_targets(batch.n_tokens, self.world, self.device, vary=True)
         sums: dict[str, float] = {}
+        finite = torch.ones((), device=self.device)
         starts = list(range(0, rows, size))
         for index, start in enumerate(starts):
             part = batch.rows(start, start + size)
@@ -228,17 +242,32 @@ class GRPOLearner:
                     total_tokens=total,
                 )
                 (loss * self.world).backward()  # gradients are averaged over ranks
+            finite = finite * torch.isfinite(loss.detach())
             share = int(mask.sum()) / max(batch.n_tokens, 1)
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + float(value) * share
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        params = [p for p in self.model.module.parameters() if p.grad is not None]
         if self.grad_clip:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.module.parameters(), self.grad_clip)
-            sums["grad_norm"] = float(norm)
-        self.optimizer.step()
+            norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
+        else:  # no clipping, but the norm still decides whether the step is taken
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
+        if self.world > 1:
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        skip = not (bool(finite) and math.isfinite(float(norm)))
+        if not skip:
+            self.optimizer.step()
+        else:
+            self.skipped_steps += 1
+            print(f"step {self.version + 1}: the loss or the gradient norm ({float(norm)}) is not "
+                  "finite: optimizer step skipped, weights unchanged", flush=True)  # fmt: skip
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
+        sums["grad_norm"] = float(norm)
+        sums["step_skipped"] = float(skip)
+        sums["skipped_steps"] = float(self.skipped_steps)
         sums["step_s"] = time.perf_counter() - started
         return sums
 
@@ -327,8 +356,8 @@ def publish_buckets(
     from safetensors.torch import save as safetensors_bytes
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    from workloads.train import hf
-    from workloads.train.export import plan_shards
+    from workloads.train.models import hf
+    from workloads.train.outputs.export import plan_shards
 
     started = time.perf_counter()
     rank, world = _rank_world()

@@ -59,9 +59,9 @@ from workloads.rl.learner import (
 from workloads.rl.prompts import Prompt, round_metrics, score
 from workloads.rl.rollout import RolloutPool, Round
 from workloads.rl.sync import PolicyStore, Put, StoreFull, Taken
-from workloads.train import checkpointing
-from workloads.train.metrics import emit
-from workloads.train.runenv import RayTrainEnv, RunEnv
+from workloads.train.distributed.runenv import RayTrainEnv, RunEnv
+from workloads.train.outputs import checkpointing
+from workloads.train.run.metrics import emit
 
 OnStep = Callable[[int, RolloutPool], None]
 
@@ -231,6 +231,7 @@ def _finish(
         sync_bytes=float(sync.nbytes),
         reward_s=scored.seconds,
         reward_timeouts=float(scored.timeouts),
+        rewards_nonfinite=float(scored.nonfinite),
     )
     source = learner.model.source
     pad = 0 if source is None else source.tokenizer.pad_token_id
@@ -241,7 +242,7 @@ def _finish(
 
 def export_final(cfg: RLRunConfig, learner: GRPOLearner, group: Any) -> str:
     """The final policy as a Hugging Face folder where training's goes (serving reads it)."""
-    from workloads.train.export import export_model
+    from workloads.train.outputs.export import export_model
 
     destination = training_export_path(cfg.storage_path, cfg.run_name)
     assert learner.model.source is not None

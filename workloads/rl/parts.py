@@ -27,10 +27,15 @@ from workloads.rl.prompts import (
 from workloads.rl.rewards import Rewards
 from workloads.rl.rollout import CPU_ENGINE_KWARGS, RolloutEngine, RolloutPool, Round, Sampling
 from workloads.rl.sync import HostReceiver, PolicyVersion
-from workloads.train import modeling
 from workloads.train.config import TrainConfig
-from workloads.train.runenv import RunEnv
-from workloads.train.strategies import autocast, build_mesh, build_optimizer, compute_dtype
+from workloads.train.distributed.runenv import RunEnv
+from workloads.train.distributed.strategies import (
+    autocast,
+    build_mesh,
+    build_optimizer,
+    compute_dtype,
+)
+from workloads.train.models import modeling
 
 # The learner's settings that are the RL run's flags of the same name, passed on as they are.
 LEARNER_FLAGS = (

@@ -1,6 +1,6 @@
 """Prompts with reference answers, from the sources training reads, and scoring a round.
 
-The records come through the trainer's reader (workloads/train/text.py: jsonl, json, parquet
+The records come through the trainer's reader (workloads/train/inputs/text.py: jsonl, json, parquet
 files, local or ``gs://``, and ``hf:`` hub data sets), so a data set that fine-tunes a model is
 a data set RL can use: ``prompt_field`` holds the question, ``answer_field`` the reference
 (GSM8K: ``question`` / ``answer``, whose ``#### 72`` line the numeric reward reads). A prompt is
@@ -41,8 +41,8 @@ def read_prompts(
     spec: str, *, prompt_field: str, answer_field: str | None, split: str = "train"
 ) -> list[Prompt]:
     """Every record of ``spec`` as a prompt (prompt sets are small: read whole)."""
-    from workloads.train.data import DataError
-    from workloads.train.text_units import parse_item, plan_units, read_unit
+    from workloads.train.inputs.batches import DataError
+    from workloads.train.inputs.text_units import parse_item, plan_units, read_unit
 
     prompts = []
     for unit in plan_units(spec, split=split):
@@ -106,7 +106,7 @@ def fit_prompts(
 ) -> tuple[list[Prompt], int]:
     """The prompts whose rendered token count is at most ``max_tokens``, and how many were
     left out; DataError when none is left."""
-    from workloads.train.data import DataError
+    from workloads.train.inputs.batches import DataError
 
     kept = [p for p in prompts if count_tokens(p) <= max_tokens]
     if not kept:
@@ -124,6 +124,7 @@ class Scores:
     values: list[float]
     timeouts: int  # calls that passed the timeout (scored 0)
     seconds: float
+    nonfinite: int = 0  # reward values that were ±inf or NaN (each contributed 0: Rewards)
 
 
 def score(
@@ -135,9 +136,11 @@ def score(
     threads: int = SCORE_THREADS,
 ) -> Scores:
     """Each rollout's reward against its prompt's reference answer, ``threads`` at a time, each
-    call at most ``timeout_s`` seconds (then 0). A reward's exception is raised here."""
+    call at most ``timeout_s`` seconds (then 0). A reward's exception is raised here; a
+    non-finite reward value is left out of the sum and counted (:meth:`Rewards.evaluate`)."""
     started = time.monotonic()
     values: list[float] = [0.0] * len(rollouts)
+    nonfinite: list[int] = [0] * len(rollouts)
     state = _ScoreState(remaining=len(rollouts), pending=list(range(len(rollouts)))[::-1])
 
     def work() -> None:
@@ -150,7 +153,9 @@ def score(
             rollout = rollouts[index]
             prompt = prompts[rollout.prompt_index]
             try:
-                value = rewards(prompt=prompt.text, completion=rollout.text, answer=prompt.answer)
+                value, bad = rewards.evaluate(
+                    prompt=prompt.text, completion=rollout.text, answer=prompt.answer
+                )
             except BaseException as err:  # raised in the caller's thread below
                 with state.lock:
                     state.errors.append(err)
@@ -158,7 +163,7 @@ def score(
                 return
             with state.lock:
                 if state.running.pop(index, None) is not None:  # not given up on meanwhile
-                    values[index] = value
+                    values[index], nonfinite[index] = value, bad
                     state.remaining -= 1
                     state.lock.notify_all()
 
@@ -185,7 +190,7 @@ def score(
             state.lock.wait(timeout=max(timeout_s - (now - oldest), 0.01))
     if state.errors:
         raise state.errors[0]
-    return Scores(values, timeouts, time.monotonic() - started)
+    return Scores(values, timeouts, time.monotonic() - started, sum(nonfinite))
 
 
 @dataclass

@@ -17,6 +17,19 @@ last ``\\boxed{...}`` (MATH, Qwen-Math, DeepSeek-R1 style), else the last ``####
 wraps it in (``\\$``, ``\\%``, ``\\text{...}``, ``{,}``, ``\\frac{a}{b}``) is taken off; an
 expression such as ``x+1`` is no number and scores 0 rather than a guess. The reference goes
 through the same extraction, so a GSM8K solution with its ``#### 72`` line is a valid ``answer``.
+
+Reasoning models (Qwen3, DeepSeek-R1) think inside ``<think>…</think>`` before they answer: the
+built-ins read only what follows the last ``</think>`` (:func:`answer_text`), so a number the
+model tries while thinking is not its answer, and a completion whose ``<think>`` never closes (a
+trace cut off at ``maxTokens``) scores 0 instead of being paid for the last number it reached.
+A chat template that opens ``<think>`` in the prompt itself (Qwen3-Thinking-2507) leaves only
+``</think>`` in the completion: read the same way, except that a trace truncated there carries no
+tag at all and is read whole.
+
+:class:`Rewards` sums the rewards and keeps a non-finite value (±inf, NaN) out of the sum: it
+contributes 0, as TRL's ``nansum`` over the reward functions treats a NaN/None, and is counted
+(the step's ``rewards_nonfinite``), because one -inf would make its group's mean -inf and every
+advantage of the group NaN, and the optimizer would step on NaN gradients.
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ LATEX_NOISE = (("{,}", ","), ("\\$", ""), ("\\%", ""), ("\\,", ""), ("\\!", ""),
                ("\\;", ""), ("^\\circ", ""), ("^{\\circ}", ""), ("\\left", ""),
                ("\\right", ""), ("$", ""), ("\u2212", "-"))  # fmt: skip
 OPERATORS = re.compile(r"[+*^=\\{}]")
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 class RewardError(ValueError):
@@ -93,28 +107,38 @@ def extract_number(text: str) -> Fraction | None:
     return parse_number(plain)
 
 
+def answer_text(completion: str) -> str | None:
+    """What follows the last ``</think>`` of ``completion`` (all of it when it has no think
+    tags), or None when a ``<think>`` is left open there: the trace was cut off before the
+    answer, so there is nothing to score."""
+    tail = completion.rpartition(THINK_CLOSE)[2]
+    return None if THINK_OPEN in tail else tail
+
+
 def _normalise(text: str) -> str:
     return " ".join(text.strip().strip(".").lower().split())
 
 
 def exact_match(*, completion: str, answer: str | None, **_: object) -> float:
     """1.0 when the completion's marked answer (or, unmarked, the whole completion) equals the
-    reference's, ignoring case, surrounding space and a final period."""
-    if answer is None:
+    reference's, ignoring case, surrounding space and a final period (after ``</think>``)."""
+    text = answer_text(completion)
+    if answer is None or text is None:
         return 0.0
-    got = marked_answer(completion)
+    got = marked_answer(text)
     want = marked_answer(answer)
-    got_text = completion if got is None else got
+    got_text = text if got is None else got
     want_text = answer if want is None else want
     return float(_normalise(got_text) == _normalise(want_text))
 
 
 def numeric(*, completion: str, answer: str | None, **_: object) -> float:
     """1.0 when the completion's number equals the reference's (exactly, as fractions; floats
-    within a relative 1e-6)."""
-    if answer is None:
+    within a relative 1e-6). Only the answer after ``</think>`` counts (:func:`answer_text`)."""
+    text = answer_text(completion)
+    if answer is None or text is None:
         return 0.0
-    got, want = extract_number(completion), extract_number(answer)
+    got, want = extract_number(text), extract_number(answer)
     if got is None or want is None:
         return 0.0
     return float(got == want or math.isclose(float(got), float(want), rel_tol=1e-6))
@@ -122,8 +146,10 @@ def numeric(*, completion: str, answer: str | None, **_: object) -> float:
 
 def format_reward(*, completion: str, **_: object) -> float:
     """1.0 when the completion marks its answer in one of the recognised forms (so a number
-    can be read from it without guessing), else 0.0: rewards the format, not correctness."""
-    marked = marked_answer(completion)
+    can be read from it without guessing), else 0.0: rewards the format, not correctness. A mark
+    inside ``<think>`` is not the answer's format (:func:`answer_text`)."""
+    text = answer_text(completion)
+    marked = None if text is None else marked_answer(text)
     return float(marked is not None and marked != "")
 
 
@@ -180,10 +206,20 @@ class Rewards:
         self.weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
 
     def __call__(self, *, prompt: str, completion: str, answer: str | None) -> float:
-        total = 0.0
+        return self.evaluate(prompt=prompt, completion=completion, answer=answer)[0]
+
+    def evaluate(self, *, prompt: str, completion: str, answer: str | None) -> tuple[float, int]:
+        """The weighted sum, and how many rewards returned a non-finite value (±inf, NaN): each
+        such value contributes 0 instead (module docstring). A value that is no number at all
+        (a string, None) is a bug in the reward and raises, naming it."""
+        total, nonfinite = 0.0, 0
         for name, fn, weight in zip(self.names, self.fns, self.weights, strict=True):
             value = fn(prompt=prompt, completion=completion, answer=answer)
-            if not isinstance(value, int | float) or math.isnan(value):
+            if not isinstance(value, int | float):
                 raise RewardError(f"reward {name!r} returned {value!r}, not a number")
-            total += weight * float(value)
-        return total
+            weighted = weight * float(value)
+            if not math.isfinite(weighted):  # inf, NaN, or a finite value the weight overflows
+                nonfinite += 1
+                continue
+            total += weighted
+        return total, nonfinite

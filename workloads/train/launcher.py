@@ -17,9 +17,9 @@ from workloads import ready
 from workloads.train import storage
 from workloads.train.config import TrainConfig
 from workloads.train.config_check import resolve
-from workloads.train.loop import train_loop_per_worker
-from workloads.train.metrics import RESULT_PREFIX, emit
-from workloads.train.scaling import build_scaling_config, build_torch_config
+from workloads.train.distributed.scaling import build_scaling_config, build_torch_config
+from workloads.train.run.loop import train_loop_per_worker
+from workloads.train.run.metrics import RESULT_PREFIX, emit
 
 # Ray starts worker processes at nice 15 (the raylet's worker_niceness), below everything else
 # on the host: any other busy process (a FUSE sidecar, a metrics agent, another job on a shared

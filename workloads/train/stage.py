@@ -36,7 +36,7 @@ from typing import IO, Any
 from workloads import protocol
 from workloads.train import storage
 
-# What neither the trainer nor the engine reads (workloads/train/hf.py HUB_IGNORE, and the
+# What neither the trainer nor the engine reads (workloads/train/models/hf.py HUB_IGNORE, and the
 # hub's own dot files).
 IGNORE = ("*.bin", "*.pt", "*.pth", "*.msgpack", "*.h5", "*.onnx", "original/*", "consolidated*")
 MARKER = protocol.STAGED_MARKER  # written last: the folder is complete

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from infra.tools.local.bucket import EmulatedBucket
+from infra.tools.local.ray_head import LocalRay
 from infra.tools.local.staging import LocalStaging
 
 
@@ -31,3 +35,14 @@ class Outcome:
     staging: LocalStaging | None = None  # the trainer's model, staged here
     bucket: EmulatedBucket | None = None  # the stack's bucket, emulated behind its IAM gate
     started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class LocalRun:
+    """One `park local` run's handles, handed to each of its steps: the local Ray head, the
+    run's folder, the console, and what the run did so far."""
+
+    ray: LocalRay
+    run_dir: Path
+    console: Console
+    outcome: Outcome

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
 
 from infra.plan.ray.service import wait_callback
 from infra.resolve.types import ModelWait
 from infra.tools.local import console as console_out
+from infra.tools.local.outcome import LocalRun
 from infra.tools.local.profile import LOCAL_RUN, NO_TPU_SLICE, ON_CPU, ProfileTable, cpu_entrypoint
-from infra.tools.local.ray_head import LocalRay, LocalRunError
+from infra.tools.local.ray_head import LocalRunError
 from infra.tools.local.submit import LocalJob, export_of, run_job
 from workloads import protocol
 from workloads.rl.config import RLRunConfig
@@ -108,19 +108,13 @@ RL_JOB = LocalJob(
 )
 
 
-def run_rl(
-    rayjob: dict[str, Any],
-    ray: LocalRay,
-    run_dir: Path,
-    console: Console,
-    outcome: Any,
-    *,
-    start_serving: Any,
-) -> None:
+def run_rl(rayjob: dict[str, Any], run: LocalRun, *, start_serving: Any) -> None:
     """Start serving the run's final policy (its replica waits for the export inside its
     start, as `park local dev`'s does), run the RL job, print the reward line, then ask the
     served policy one prompt (``start_serving``: run.py's). Raises LocalRunError on failure."""
-    from workloads.train import tiny_llama
+    from workloads.train.models import tiny_llama
+
+    console, outcome = run.console, run.outcome
 
     def on_record(kind: str, record: dict[str, Any]) -> None:
         if kind == protocol.METRICS and "reward_mean" in record:
@@ -138,11 +132,8 @@ def run_rl(
         highlight=False,
     )
     serving = start_serving(
+        run,
         {"spec": {"serveConfigV2": yaml.safe_dump(serve_config(outcome.export))}},
-        ray,
-        run_dir,
-        console,
-        outcome,
         keep=False,
         trained=[SERVED_ID],
         wait_for_model=True,
@@ -152,10 +143,7 @@ def run_rl(
         run_job(
             RL_JOB,
             rayjob,
-            ray,
-            run_dir,
-            console,
-            outcome,
+            run,
             on_record=on_record,
             succeeded=lambda result: (result or {}).get("status") == "succeeded",
         )
@@ -176,7 +164,7 @@ def run_rl(
                 f"the RL job wrote no Hugging Face export at {outcome.export} "
                 f"(its export_path: {export})"
             )
-        serving.finish(console, outcome, ray, run_dir, keep=False)
+        serving.finish(run, keep=False)
     finally:
         serving.stop()
     console.print(

@@ -51,7 +51,7 @@ class LocalStaging:
         the model exists on the hub before anything starts."""
 
         def build() -> None:
-            from workloads.train import tiny_llama
+            from workloads.train.models import tiny_llama
 
             self.hub = tiny_llama.build()
 

@@ -9,18 +9,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 
 from infra.plan.kubelet import as_run
 from infra.tools.local import console as console_out
 from infra.tools.local.bucket import EmulatedBucket, EmulatorError
+from infra.tools.local.outcome import LocalRun
 from infra.tools.local.profile import ProfileError, cpu_entrypoint, runtime_env_of
 from infra.tools.local.ray_head import (
-    LocalRay,
     LocalRunError,
     follow_job,
     log_tail,
@@ -50,10 +48,7 @@ class LocalJob:
 def run_job(
     job: LocalJob,
     rayjob: dict[str, Any],
-    ray: LocalRay,
-    run_dir: Path,
-    console: Console,
-    outcome: Any,
+    run: LocalRun,
     *,
     on_record: Callable[[str, dict[str, Any]], None],
     succeeded: Callable[[dict[str, Any] | None], bool],
@@ -64,6 +59,7 @@ def run_job(
     reaches the emulated bucket through the gate named in its runtime env (`outcome.bucket`).
     The changes, the job id and its time go on `outcome`; a status other than SUCCEEDED, or a
     result (`outcome.trained`) `succeeded` refuses, raises LocalRunError with the log's tail."""
+    ray, run_dir, console, outcome = run.ray, run.run_dir, run.console, run.outcome
     os.environ.update(ray_auth_env())  # before Ray reads it: the client sends our token
     from ray.job_submission import JobStatus, JobSubmissionClient
 

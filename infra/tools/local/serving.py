@@ -1,0 +1,235 @@
+"""`park local`'s serving half: the RayService's serveConfigV2 run by `python -m
+workloads.serve.local` (its CPU profile: workloads/serve/cpu_profile.py) against the run's Ray,
+its output followed in a thread while training runs beside it, and the waits its replicas
+printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+from infra.tools.local import console as console_out
+from infra.tools.local.answers import check_local_model
+from infra.tools.local.outcome import LocalRun, Outcome
+from infra.tools.local.ray_head import LocalRay, LocalRunError, ray_auth_env
+from infra.tools.outdir import open_new, write_new
+from workloads import protocol
+
+SERVE_TIMEOUT_S = 1800.0
+
+
+def serve(run: LocalRun, rayservice: dict[str, Any], *, keep: bool, trained: list[str]) -> None:
+    """Deploy the RayService's serveConfigV2 with the serving workload's CPU profile and ask it
+    one question; a model that serves a run (`trained`) serves this run's export, which exists
+    (`park local rl`)."""
+    serving = start_serving(run, rayservice, keep=keep, trained=trained)
+    try:
+        serving.finish(run, keep=keep)
+    finally:
+        serving.stop()
+
+
+def start_serving(
+    run: LocalRun,
+    rayservice: dict[str, Any],
+    *,
+    keep: bool,
+    trained: list[str],
+    wait_for_model: bool = False,
+    config_from: str | None = None,
+) -> ServingRun:
+    """Start `python -m workloads.serve.local` on the RayService's serveConfigV2 and follow its
+    output in a thread. A model that serves a run (`trained`) serves `outcome.export`; with
+    `wait_for_model` that export is still being written and its replica waits for it."""
+    ray, run_dir, console, outcome = run.ray, run.run_dir, run.console, run.outcome
+    text = (rayservice.get("spec") or {}).get("serveConfigV2")
+    if not isinstance(text, str):
+        raise LocalRunError("the RayService has no serveConfigV2")
+    config_path = run_dir / "serveConfigV2.yaml"
+    write_new(config_path, text)
+    models = [
+        llm.get("model_loading_config", {}).get("model_id")
+        for app in (yaml.safe_load(text) or {}).get("applications") or []
+        for llm in ((app.get("args") or {}).get("llm_configs") or [])
+        if isinstance(llm, dict)
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        protocol.SERVE_LOCAL_MODULE,
+        "--serve-config",
+        str(config_path),
+        "--address",
+        ray.gcs_address,
+        "--smoke",
+        "--timeout",
+        str(int(SERVE_TIMEOUT_S)),
+    ]
+    if trained and outcome.export:
+        command += ["--model", trained[0], "--model-path", outcome.export]
+        command += ["--prompt", outcome.question or ""]
+        if wait_for_model:
+            command += ["--wait-for-model", "--config-from", str(config_from)]
+        else:
+            check_local_model(outcome.export, console)
+    elif len(models) > 1:  # each vLLM on CPU takes 2 CPUs and GBs: serve the first one
+        command += ["--model", str(models[0])]
+    if keep:
+        command.append("--keep")
+    console.rule("2. serving: the RayService's serveConfigV2 on Ray Serve LLM + vLLM (CPU)")
+    console.print(f"serveConfigV2 (as rendered): {config_path}", highlight=False)
+    console.print(f"running: {escape(shlex.join(command))}", highlight=False, soft_wrap=True)
+    if wait_for_model:
+        console.print(
+            "started with the job: its replica waits for the run's export "
+            f"({protocol.EXPORT_MARKER} in {outcome.export}) inside its start",
+            highlight=False,
+            soft_wrap=True,
+        )
+    stderr_path = run_dir / "serve.log"
+    # The pods' Ray env here too: cpu_profile reads direct streaming from it.
+    env = {**os.environ, **ray.env, **ray_auth_env(), "PYTHONUNBUFFERED": "1"}
+    with open_new(stderr_path) as stderr:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            cwd=run_dir,
+            start_new_session=True,  # park forwards Ctrl-C as SIGTERM, once
+        )
+    serving = ServingRun(process, stderr_path, time.monotonic())
+    serving.follow(run)
+    return serving
+
+
+@dataclass
+class ServingRun:
+    """The serving subprocess, its output followed in a thread (it runs beside training)."""
+
+    process: subprocess.Popen[str]
+    stderr_path: Path
+    started: float
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    def follow(self, run: LocalRun) -> None:
+        """Echo its output as it comes; note its CPU changes, endpoint and smoke reply."""
+        console, outcome = run.console, run.outcome
+
+        def read() -> None:
+            assert self.process.stdout is not None
+            in_changes = False
+            try:
+                for raw in self.process.stdout:
+                    line = raw.rstrip("\n")
+                    if line.startswith(protocol.CHANGES_HEADER):
+                        in_changes = True
+                        console.print(
+                            f"{line[:-1]} (workloads/serve/cpu_profile.py):", highlight=False
+                        )
+                        continue
+                    if in_changes and line.startswith(protocol.CHANGE_ITEM):
+                        outcome.changes.append(f"serving: {line[len(protocol.CHANGE_ITEM) :]}")
+                        console.print(escape(line), highlight=False, soft_wrap=True)
+                        continue
+                    in_changes = False
+                    if line.startswith(protocol.ENDPOINT_MARKER):
+                        outcome.endpoint = line.split(" ", 1)[1].strip()
+                    if line.startswith(protocol.REPLY_PREFIX):
+                        outcome.reply = json.loads(line[len(protocol.REPLY_PREFIX) :]).get("reply")
+                        continue
+                    console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+                    if line.startswith(protocol.SMOKE_MARKER):
+                        outcome.smoke = line
+                        outcome.serve_seconds = time.monotonic() - self.started
+                        self.ready.set()
+            finally:
+                self.ready.set()  # it ended without answering: finish() says so
+
+        threading.Thread(target=read, name="park-local-serve", daemon=True).start()
+
+    def finish(
+        self,
+        run: LocalRun,
+        *,
+        keep: bool,
+        on_ready: Callable[[Outcome, Console], None] | None = None,
+    ) -> None:
+        """Wait for its answer, then `on_ready`, the replica's waits and the summary; with
+        `keep`, serve until Ctrl-C. Raises LocalRunError when it ended without answering."""
+        console, outcome, ray = run.console, run.outcome, run.ray
+        try:
+            self.ready.wait(SERVE_TIMEOUT_S + 120)
+            if outcome.smoke is not None:
+                for record in replica_waits(ray):
+                    if record not in outcome.waits:
+                        outcome.waits.append(record)
+                        line = console_out.waited_line(record)
+                        console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+                if on_ready is not None:
+                    on_ready(outcome, console)
+                console_out.summary(console, outcome, ray, run.run_dir, keep=keep)
+                if keep:
+                    console.print("serving until Ctrl-C...", highlight=False)
+                # without --keep it shuts its deployment down and exits by itself
+                self.process.wait(timeout=None if keep else 180)
+        except subprocess.TimeoutExpired:
+            console.print("serving did not stop by itself: stopping it", highlight=False)
+        except KeyboardInterrupt:
+            console.print("interrupted: stopping the deployment", highlight=False)
+        finally:
+            self.stop()
+        if self.process.returncode not in (0, -signal.SIGTERM) or outcome.smoke is None:
+            tail = "\n".join(self.stderr_path.read_text().splitlines()[-30:])
+            console.print(escape(tail), highlight=False)
+            raise LocalRunError(
+                f"serving failed (exit {self.process.returncode}); log: {self.stderr_path}"
+            )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# What a replica's log may hold at most for us to read it (the waits it printed).
+_REPLICA_LOG_BYTES = 20 * 1024**2
+_REPLICA_LOGS = 400
+
+
+def replica_waits(ray: LocalRay) -> list[dict[str, Any]]:
+    """The PARK_WAITED lines the serving replicas printed (workloads/ready.py): in the replica's
+    Serve log when Serve redirects its prints, else in its worker's stdout, both kept in the
+    session's logs (bounded: the first files, the small ones)."""
+    logs = ray.temp_dir / "session_latest" / "logs"
+    found: list[dict[str, Any]] = []
+    paths = sorted(logs.glob("serve/replica_*.log")) + sorted(logs.glob("worker-*.out"))
+    for path in paths[:_REPLICA_LOGS]:
+        with suppress(OSError):
+            if path.stat().st_size > _REPLICA_LOG_BYTES:
+                continue
+            for line in path.read_text(errors="replace").splitlines():
+                parsed = protocol.parse_line(line)
+                if parsed and parsed[0] == protocol.WAITED and parsed[1] not in found:
+                    found.append(parsed[1])
+    return found
