@@ -296,3 +296,15 @@ def test_a_mirror_is_never_a_stale_or_partial_selection(tmp_path, monkeyenv):
     again = storage.mirror(f"file://{folder}")
     assert again != whole and (again / "model.safetensors").read_bytes() == b"22"
     assert storage.mirror(f"file://{folder}") == again  # and once per node
+
+
+def test_a_bucket_path_never_leads_out_of_the_mounts_folder(tmp_path):
+    """The FUSE mount's stand-in maps object names under its folder, and nothing else."""
+    from infra.tools.local.bucket import EmulatorError
+
+    bucket = _bucket(tmp_path, BUCKET_ROLES)
+    assert bucket.mounted(f"gs://{BUCKET}/a/b") == bucket.folder / "a" / "b"
+    assert bucket.mounted(f"{BUCKET}/a") == bucket.folder / "a"  # pyarrow's spelling
+    for uri in (f"gs://{BUCKET}/../x", f"gs://{BUCKET}/a/../../x", "gs://other/a"):
+        with pytest.raises(EmulatorError):
+            bucket.mounted(uri)

@@ -91,7 +91,10 @@ class EmulatedBucket:
         prefix = f"gs://{self.bucket}"
         if not (uri == prefix or uri.startswith(prefix + "/")):
             raise EmulatorError(f"{uri} is not in the stack's bucket gs://{self.bucket}")
-        return self.folder / uri[len(prefix) :].lstrip("/")
+        relative = uri[len(prefix) :].lstrip("/")
+        if ".." in relative.split("/"):  # an object name, never a way out of the folder
+            raise EmulatorError(f"{uri}: '..' names no object of gs://{self.bucket}")
+        return self.folder / relative
 
     def start(self) -> EmulatedBucket:
         self.folder.mkdir(parents=True, exist_ok=True)  # the bucket `up` created
