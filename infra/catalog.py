@@ -61,6 +61,13 @@ class TpuGeneration:
     # HBM bandwidth per device, bytes/s (0: not known; the serving drain then takes the slowest
     # known generation's, infra.engine.decode_step_ceiling_s).
     hbm_bytes_per_s_per_device: int = 0
+    # Hosts (VMs) in one reservation sub-block, the unit an All Capacity reservation hands out
+    # (None: not documented for the generation, no check).
+    sub_block_hosts: int | None = None
+    # Spot capacity documented by Google for the generation (TPU7x's page names reservations,
+    # calendar mode and the account team; cluster-toolkit's TPU7x blueprints: reservation,
+    # flex-start and queued only).
+    spot_documented: bool = True
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,8 @@ GENERATIONS: dict[str, TpuGeneration] = {
             boot_disk_type="hyperdisk-balanced",
             # torch_tpu 0.2.0 hardware.py _V7_TOPOLOGY: world sizes in devices, 4-D topologies
             torch_tpu_world_topologies=((2, "1,1,1,2"), (4, "1,2,1,2"), (8, "2,2,1,2")),
+            sub_block_hosts=16,  # 4x4x4 (FACTS.md, capacity: reservation paths)
+            spot_documented=False,
         ),
     )
 }

@@ -38,6 +38,9 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 # Taints beside the TPU one (which is a catalog fact).
 QUEUED_TAINT_KEY = "cloud.google.com/gke-queued"
+# A laddered pool's rung: its nodes' label and taint (value: the rung's tag, rsv / spot / ...),
+# so only a job Kueue admitted on that rung (its flavor's nodeSelector) lands there.
+RUNG_LABEL = "park-gke/capacity"
 GPU_TAINT_KEY = "nvidia.com/gpu"
 
 # ---- Kubernetes objects -------------------------------------------------------------------
@@ -204,5 +207,6 @@ def cluster_queue_name(pool: str) -> str:
     return f"park-{pool}"
 
 
-def flavor_name(pool: str) -> str:
-    return f"park-{pool}"
+def flavor_name(pool: str, rung: str | None = None) -> str:
+    """A queued pool's flavor, or one rung's of a laddered pool (`rung`: its tag)."""
+    return f"park-{pool}" if rung is None else f"park-{pool}-{rung}"

@@ -195,7 +195,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
         gate(gated.cert_manager),
     )
     ready = [*in_cluster.depends_on, *kuberay.ready, *space.ready]  # type: ignore[misc]
-    if plan.queued_pools:
+    if plan.kueue_pools:
         # Kueue and its queues; the training RayJob waits in its pool's LocalQueue.
         after_namespace = pulumi.ResourceOptions(depends_on=space.ready)
         queues = Kueue.of_plan(

@@ -24,6 +24,17 @@ class KubeconfigArgs(TypedDict):
     of its own; unset: the provider in its options (providers={"kubernetes": ...})."""
 
 
+class CapacityRungArgs(TypedDict):
+    """One rung of a TPU pool's capacity ladder: how its nodes are obtained, tried in order."""
+
+    capacity: CapacityArg
+    """on-demand, spot, reservation, flex-start or queued."""
+    reservation: NotRequired[str]
+    """Reservation, block or sub-block path (capacity `reservation` only)."""
+    max_run_duration: NotRequired[str]
+    """flex-start: longest a node lives, e.g. `86400s`."""
+
+
 class TpuPoolRefArgs(TypedDict):
     """The TPU pool a workload runs on: TpuSlicePool.pool_ref (in Python, the TpuSlicePool
     itself), or an existing pool's name, machine type and topology."""
@@ -40,6 +51,9 @@ class TpuPoolRefArgs(TypedDict):
     """on-demand, spot, reservation, flex-start or queued. Default: on-demand."""
     reservation: NotRequired[str]
     """Reservation name (capacity `reservation` only)."""
+    ladder: NotRequired[list[CapacityRungArgs]]
+    """Capacity tried in order (instead of `capacity`): one node pool per rung and slice; Kueue
+    admits each job on the first rung with room."""
 
 
 class TrainingArgs(TypedDict):

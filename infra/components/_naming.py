@@ -97,7 +97,7 @@ def cluster_pool_problems(pools: list[tuple[str, str]]) -> list[str]:
     ]
 
 
-_REF_DEFAULTS = {"slices": 1, "capacity": "on-demand", "reservation": None}
+_REF_DEFAULTS = {"slices": 1, "capacity": "on-demand", "reservation": None, "ladder": None}
 
 
 def pool_ref_problems(field: str, ref: dict[str, Any]) -> list[str]:

@@ -1,4 +1,5 @@
-"""Kueue for queued (DWS) TPU capacity: the Helm release, then its objects (CRDs come first)."""
+"""Kueue for queued (DWS) and laddered TPU capacity: the Helm release, then its objects (CRDs
+come first)."""
 
 from typing import Any, NotRequired
 
@@ -14,11 +15,12 @@ from infra.plan.operator import HelmReleasePlan
 
 
 class KueueArgs(KubeconfigArgs):
-    """Kueue and, per queued TPU pool, a ResourceFlavor, ClusterQueue and LocalQueue with the
-    DWS (ProvisioningRequest) admission check."""
+    """Kueue and, per queued or laddered TPU pool, a ResourceFlavor per rung, a ClusterQueue
+    walking them in order and a LocalQueue, with the DWS (ProvisioningRequest) admission check
+    on a queued rung."""
 
     queued_pools: list[TpuPoolRefArgs]
-    """The pools with capacity queued; jobs name a pool's LocalQueue (the pool's name)."""
+    """The pools with capacity queued or a ladder; jobs name a pool's LocalQueue (its name)."""
     namespace: NotRequired[str]
     """Kubernetes namespace of the Ray workloads. Default: park."""
     version: NotRequired[str]
@@ -34,12 +36,14 @@ class Kueue(KubernetesComponent):
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
         args = self.checked(args, KueueArgs)
+        refs = [
+            ref if ref.get("ladder") else {**ref, "capacity": ref.get("capacity", "queued")}
+            for ref in args["queued_pools"]
+        ]
         wrong = [
             problem
-            for i, ref in enumerate(args["queued_pools"])
-            for problem in pool_ref_problems(
-                f"queued_pools[{i}]", {**ref, "capacity": ref.get("capacity", "queued")}
-            )
+            for i, ref in enumerate(refs)
+            for problem in pool_ref_problems(f"queued_pools[{i}]", ref)
         ]
         if wrong:
             self.refuse(wrong)
@@ -49,9 +53,13 @@ class Kueue(KubernetesComponent):
                 "machineType": p["machine_type"],
                 "topology": p["topology"],
                 "slices": p.get("slices", 1),
-                "capacity": "queued",
+                **(
+                    {"ladder": p["ladder"]}  # the rungs' own (snake_case) keys read as well
+                    if p.get("ladder")
+                    else {"capacity": "queued"}
+                ),
             }
-            for p in args["queued_pools"]
+            for p in refs
         ]
         values = {
             "gcp:project": "project",

@@ -10,7 +10,7 @@ import pulumi
 from pulumi_gcp.compute import ResourcePolicy
 from pulumi_gcp.container import NodePool
 
-from infra.components._args import TpuPoolRefArgs
+from infra.components._args import CapacityRungArgs, TpuPoolRefArgs
 from infra.components._base import (
     PART_STACK,
     Component,
@@ -25,6 +25,7 @@ from infra.names import ROLE_LABEL
 from infra.plan import node_pools
 from infra.plan.node_pools import NodePoolPlan
 from infra.resolve import PoolPlan, StackPlan
+from infra.schema.models import CapacityRung
 
 _Args = TypeVar("_Args")
 _GKE_NODE_POOL = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
@@ -48,7 +49,19 @@ def pool_ref(pool: PoolPlan) -> TpuPoolRefArgs:
     )
     if spec.reservation:
         ref["reservation"] = spec.reservation
+    if spec.ladder:
+        ref["ladder"] = [_rung_args(rung) for rung in spec.ladder]
+        del ref["capacity"]
     return ref
+
+
+def _rung_args(rung: CapacityRung) -> CapacityRungArgs:
+    args = CapacityRungArgs(capacity=rung.capacity)
+    if rung.reservation:
+        args["reservation"] = rung.reservation
+    if rung.max_run_duration:
+        args["max_run_duration"] = rung.max_run_duration
+    return args
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,9 @@ class TpuSlicePoolArgs(_PoolArgs):
     """Scale each slice between 0 and its hosts. Default: true."""
     max_run_duration: NotRequired[str]
     """flex-start: longest a node lives, e.g. `86400s`."""
+    ladder: NotRequired[list[CapacityRungArgs]]
+    """Capacity tried in order (instead of `capacity`): one node pool per rung and slice; Kueue
+    admits each job on the first rung with room."""
     extra_zones: NotRequired[list[str]]
     """Zones to accept beyond the catalog's known zones of the TPU generation."""
 
@@ -317,7 +333,10 @@ class TpuSlicePool(_Pool):
     def _build(self, pool: PoolPlan, slices: Sequence[NodePoolPlan], joins: PoolCluster) -> None:
         name = self._component_name
         slices = self._placed(pool, slices, joins)
-        self.node_pools = [self.gke_node_pool(f"{name}-s{p.slice_index}", p, joins) for p in slices]
+        self.node_pools = [
+            self.gke_node_pool(f"{name}{f'-{p.rung}' if p.rung else ''}-s{p.slice_index}", p, joins)
+            for p in slices
+        ]
         self.pool = pool
         # What a RayTrainingJob or LlmService on this pool takes as its `pool` argument.
         self.ref = pool_ref(pool)

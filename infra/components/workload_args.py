@@ -111,7 +111,7 @@ def workload_values(args: Mapping[str, Any], section: str, body: dict[str, Any])
         "name": args["pool"]["name"],
         "machineType": args["pool"]["machine_type"],
         "topology": args["pool"]["topology"],
-        **stack_values(args["pool"], "slices", "capacity", "reservation"),
+        **stack_values(args["pool"], "slices", "capacity", "reservation", "ladder"),
     }
     values: dict[str, Any] = {
         "gcp:project": args["project"],

@@ -294,7 +294,7 @@ def stack_gates(plan: StackPlan) -> StackGates:
             wait_s=WEBHOOK_WAIT_S,
         )
     kueue = None
-    if plan.queued_pools:
+    if plan.kueue_pools:
         kueue = gate(
             "kueue",
             "Kueue's webhook answers, before its queue objects",

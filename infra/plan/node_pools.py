@@ -18,8 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from infra import catalog
-from infra.names import GPU_TAINT_KEY, POOL_LABEL, QUEUED_TAINT_KEY, ROLE_LABEL, SLICE_LABEL
+from infra.names import (
+    GPU_TAINT_KEY,
+    POOL_LABEL,
+    QUEUED_TAINT_KEY,
+    ROLE_LABEL,
+    RUNG_LABEL,
+    SLICE_LABEL,
+)
 from infra.resolve import PoolPlan, StackPlan, disk
+from infra.resolve.types import RungPlan
 from infra.schema.models import CpuPoolConfig, GpuPoolConfig
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -40,6 +48,8 @@ class NodePoolPlan:
     # TPU7x multi-host: the ResourcePolicy arguments (but its name) the pool's placement_policy
     # names; its component makes one per pool (region, topology) and fills in policy_name.
     workload_policy: dict[str, Any] | None = None
+    # A laddered pool's rung (its tag) this node pool stands for; None without a ladder.
+    rung: str | None = None
 
 
 def workload_policy_name(cluster: str, pool: str, topology: str) -> str:
@@ -124,72 +134,90 @@ def cpu_pool(cpu: CpuPoolConfig, zone: str, disk_gb: int | None = None) -> NodeP
     )
 
 
+def rung_taints(pool: PoolPlan, rung: RungPlan) -> list[dict[str, str]]:
+    """The TPU taint, and the rung's own: GKE's on queued nodes (it adds it itself), park's on
+    each rung of a ladder, so only a job Kueue admitted on that rung lands there."""
+    taints = [_taint(catalog.TPU_TAINT_KEY, catalog.TPU_TAINT_VALUE)]
+    if rung.capacity == "queued":
+        taints.append(_taint(QUEUED_TAINT_KEY, "true"))
+    elif pool.laddered:
+        taints.append(_taint(RUNG_LABEL, rung.tag))
+    return taints
+
+
+def rung_node_labels(pool: PoolPlan, rung: RungPlan) -> dict[str, str]:
+    """What the rung's nodes carry beside the slice's: the pool, and the rung on a ladder
+    (Kueue's flavor for the rung selects on exactly these)."""
+    labels = {POOL_LABEL: pool.name, ROLE_LABEL: "tpu"}
+    if pool.laddered:
+        labels[RUNG_LABEL] = rung.tag
+    return labels
+
+
 def tpu_slice_pools(plan: PoolPlan, zone: str, disk_gb: int | None = None) -> list[NodePoolPlan]:
-    """One node pool per slice of a config pool; `disk_gb` as for cpu_pool."""
+    """One node pool per rung and slice of a config pool (`<pool>-s<i>`, `<pool>-<rung>-s<i>`
+    on a ladder); `disk_gb` as for cpu_pool."""
+    return [
+        _slice_pool(plan, rung, index, zone, disk_gb)
+        for rung in plan.rungs
+        for index in range(plan.slices)
+    ]
+
+
+def _slice_pool(
+    plan: PoolPlan, rung: RungPlan, index: int, zone: str, disk_gb: int | None
+) -> NodePoolPlan:
     pool, tpu = plan.spec, plan.slice
     disk_gb = disk_gb or pool.disk_size_gb or disk.DEFAULT_BOOT_DISK_GB
-    taints = [_taint(catalog.TPU_TAINT_KEY, catalog.TPU_TAINT_VALUE)]
-    if pool.capacity == "queued":
-        taints.append(_taint(QUEUED_TAINT_KEY, "true"))
-    plans = []
-    for index in range(pool.slices):
-        labels = {POOL_LABEL: pool.name, SLICE_LABEL: str(index), ROLE_LABEL: "tpu"}
-        node_config = {
-            **_node_config(
-                pool.machine_type, labels, taints, disk_gb, tpu.generation.boot_disk_type
-            ),
-            **_capacity_args(pool.capacity, pool.reservation),
+    taints = rung_taints(plan, rung)
+    labels = {**rung_node_labels(plan, rung), SLICE_LABEL: str(index)}
+    node_config = {
+        **_node_config(pool.machine_type, labels, taints, disk_gb, tpu.generation.boot_disk_type),
+        **_capacity_args(rung.capacity, rung.reservation),
+    }
+    if rung.capacity in UNRESERVED_CAPACITY:
+        node_config["reservation_affinity"] = {"consume_reservation_type": "NO_RESERVATION"}
+    if rung.max_run_duration:
+        node_config["max_run_duration"] = rung.max_run_duration
+    args: dict[str, Any] = {
+        "location": zone,
+        "node_locations": [zone],
+        "node_config": node_config,
+        # flex-start and queued nodes must not be repaired into fresh capacity requests
+        "management": {"auto_repair": not rung.nodes_expire, "auto_upgrade": True},
+    }
+    if pool.autoscaling:
+        # per-zone bounds: GKE checks max against the slice size
+        args["initial_node_count"] = 0
+        args["autoscaling"] = {"min_node_count": 0, "max_node_count": tpu.hosts}
+        if rung.capacity == "queued":
+            args["autoscaling"]["location_policy"] = "ANY"
+    else:
+        args["node_count"] = tpu.hosts
+    workload_policy = None
+    if tpu.workload_policy:
+        args["placement_policy"] = {"type": "", "tpu_topology": tpu.topology}
+        workload_policy = {
+            "region": zone.rsplit("-", 1)[0],
+            "workload_policy": {"type": "HIGH_THROUGHPUT", "accelerator_topology": tpu.topology},
         }
-        if pool.capacity in UNRESERVED_CAPACITY:
-            node_config["reservation_affinity"] = {"consume_reservation_type": "NO_RESERVATION"}
-        if pool.max_run_duration:
-            node_config["max_run_duration"] = pool.max_run_duration
-        args: dict[str, Any] = {
-            "location": zone,
-            "node_locations": [zone],
-            "node_config": node_config,
-            # flex-start and queued nodes must not be repaired into fresh capacity requests
-            "management": {
-                "auto_repair": pool.capacity not in ("flex-start", "queued"),
-                "auto_upgrade": True,
-            },
-        }
-        if pool.autoscaling:
-            # per-zone bounds: GKE checks max against the slice size
-            args["initial_node_count"] = 0
-            args["autoscaling"] = {"min_node_count": 0, "max_node_count": tpu.hosts}
-            if pool.capacity == "queued":
-                args["autoscaling"]["location_policy"] = "ANY"
-        else:
-            args["node_count"] = tpu.hosts
-        workload_policy = None
-        if tpu.workload_policy:
-            args["placement_policy"] = {"type": "", "tpu_topology": tpu.topology}
-            workload_policy = {
-                "region": zone.rsplit("-", 1)[0],
-                "workload_policy": {
-                    "type": "HIGH_THROUGHPUT",
-                    "accelerator_topology": tpu.topology,
-                },
-            }
-        elif tpu.multi_host:
-            args["placement_policy"] = {"type": "COMPACT", "tpu_topology": tpu.topology}
-        if pool.capacity == "queued":
-            args["queued_provisioning"] = {"enabled": True}
-        plans.append(
-            NodePoolPlan(
-                name=f"{pool.name}-s{index}",
-                kind="tpu",
-                pool=pool.name,
-                args=args,
-                hosts=tpu.hosts,
-                chips=tpu.chips,
-                slice_index=index,
-                taints=taints,
-                workload_policy=workload_policy,
-            )
-        )
-    return plans
+    elif tpu.multi_host:
+        args["placement_policy"] = {"type": "COMPACT", "tpu_topology": tpu.topology}
+    if rung.capacity == "queued":
+        args["queued_provisioning"] = {"enabled": True}
+    rung_part = f"-{rung.tag}" if plan.laddered else ""
+    return NodePoolPlan(
+        name=f"{pool.name}{rung_part}-s{index}",
+        kind="tpu",
+        pool=pool.name,
+        args=args,
+        hosts=tpu.hosts,
+        chips=tpu.chips,
+        slice_index=index,
+        taints=taints,
+        workload_policy=workload_policy,
+        rung=rung.tag if plan.laddered else None,
+    )
 
 
 def gpu_pool(pool: GpuPoolConfig, zone: str) -> NodePoolPlan:

@@ -97,8 +97,14 @@ class StackPlan:
         return any(p.slice.multi_host for p in self.tpu_pools)
 
     @property
-    def queued_pools(self) -> tuple[PoolPlan, ...]:
-        return tuple(p for p in self.tpu_pools if p.queued)
+    def queued(self) -> bool:
+        """A rung of some pool is DWS's queued provisioning (Kueue's ProvisioningRequest check)."""
+        return any(p.queued for p in self.tpu_pools)
+
+    @property
+    def kueue_pools(self) -> tuple[PoolPlan, ...]:
+        """The pools whose jobs wait in a Kueue queue (a queued rung, or a ladder)."""
+        return tuple(p for p in self.tpu_pools if p.kueue)
 
     @property
     def total_chips(self) -> int:
@@ -335,7 +341,7 @@ def resolve(spec: StackConfig, *, partial: bool = False) -> StackPlan:
             image=image(spec, stack_names.registry_url, spec.training),
             run_name=run_name,
             storage_path=storage_path,
-            queue_name=names.local_queue_name(pool.name) if pool.queued else None,
+            queue_name=names.local_queue_name(pool.name) if pool.kueue else None,
             export_path=export_path(storage_path, run_name, spec.training),
             model_path=model_path,
             limits=run_limits(

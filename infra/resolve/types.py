@@ -33,6 +33,56 @@ WORKLOAD_IMAGE = engines.WORKLOAD_IMAGE
 CHECKPOINTS_PREFIX = "checkpoints"
 
 
+# A rung's short name in its node pools' names and its nodes' label (GKE node pool names
+# are at most 40 characters).
+RUNG_TAGS = {
+    "reservation": "rsv",
+    "spot": "spot",
+    "flex-start": "flex",
+    "queued": "dws",
+    "on-demand": "od",
+}
+
+
+@dataclass(frozen=True)
+class RungPlan:
+    """One rung of a pool's capacity ladder (infra.schema.models.CapacityRung), resolved:
+    its place in the ladder and the tag its node pools, label, taint and Kueue flavor carry."""
+
+    index: int  # position in the ladder: Kueue tries the rungs in this order
+    capacity: str
+    reservation: str | None
+    max_run_duration: str | None
+    tag: str  # unique in its pool: rsv, spot, flex, dws, od (rsv2... when a kind repeats)
+
+    @property
+    def nodes_expire(self) -> bool:
+        """Nodes that go away on a clock (flex-start's run duration, DWS's booking)."""
+        return self.capacity in ("flex-start", "queued")
+
+    @property
+    def preemptible(self) -> bool:
+        return self.capacity == "spot"
+
+
+def rungs_of(spec: TpuPoolConfig) -> tuple[RungPlan, ...]:
+    """The pool's ladder (its own capacity as one rung when it has none), tagged."""
+    rungs: list[RungPlan] = []
+    for index, rung in enumerate(spec.rungs()):
+        base = RUNG_TAGS[rung.capacity]
+        repeats = sum(1 for r in rungs if r.capacity == rung.capacity)
+        rungs.append(
+            RungPlan(
+                index=index,
+                capacity=rung.capacity,
+                reservation=rung.reservation,
+                max_run_duration=rung.max_run_duration,
+                tag=base if repeats == 0 else f"{base}{repeats + 1}",
+            )
+        )
+    return tuple(rungs)
+
+
 @dataclass(frozen=True)
 class PoolPlan:
     """One TPU pool of `park:tpuPools`: `slices` slices of one (machine type, topology)."""
@@ -52,12 +102,29 @@ class PoolPlan:
         return self.spec.slices
 
     @property
+    def rungs(self) -> tuple[RungPlan, ...]:
+        """The capacity ladder in the order Kueue tries it (one rung without a ladder)."""
+        return rungs_of(self.spec)
+
+    @property
+    def laddered(self) -> bool:
+        """More than one rung: one node pool per rung and slice, walked by Kueue."""
+        return len(self.rungs) > 1
+
+    @property
     def capacity(self) -> str:
-        return self.spec.capacity
+        """The first rung's: what the pool gets when all goes well."""
+        return self.rungs[0].capacity
 
     @property
     def queued(self) -> bool:
-        return self.spec.capacity == "queued"
+        """A rung is DWS's queued provisioning."""
+        return any(r.capacity == "queued" for r in self.rungs)
+
+    @property
+    def kueue(self) -> bool:
+        """Jobs on the pool wait in a Kueue queue: a queued rung, or a ladder to walk."""
+        return self.queued or self.laddered
 
     @property
     def key(self) -> str:

@@ -1,7 +1,8 @@
 """Every rule of a stack, run together: the spec's own rules, then those that need the
 resolved numbers. `check(spec)` returns the StackPlan or raises ConfigError with all problems.
 
-- `pools`: zone, GKE version, TPU and GPU pools (catalog entries, capacity preconditions);
+- `pools`: zone, GKE version, TPU and GPU pools (catalog entries); `capacity`: how a pool's
+  nodes are obtained (one capacity or a ladder) and what may run on them;
 - `workloads`: the training RayJob and the serving RayService (workers, TP, slices);
 - `platform`: names, network ranges, lifecycle, Kueue, observability;
 - `values`: values as what they are, counts GKE can hold; `security`: exposure (posture);
@@ -16,6 +17,7 @@ from dataclasses import replace
 from infra import catalog
 from infra.resolve import StackPlan, disk_plan, resolve
 from infra.rules import (
+    capacity,
     operator,
     platform,
     pools,
@@ -59,6 +61,7 @@ def warnings(spec: StackConfig, plan: StackPlan | None = None) -> list[ConfigPro
     plan = plan if plan is not None else resolve(spec, partial=True)
     return [
         *pools.version_warnings(spec),
+        *capacity.capacity_warnings(spec),
         *platform.observability_warnings(spec),
         *workloads.serving_warnings(plan),
         *training_memory.training_warnings(plan),

@@ -224,17 +224,20 @@ def gce_name_problem(value: str) -> str | None:
 _RESERVATION = re.compile(
     r"^(?:projects/[a-z][-a-z0-9.:]{4,62}[a-z0-9]/reservations/)?"
     r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
-    r"(?:/reservationBlocks/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)?$"
+    r"(?:/reservationBlocks/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+    r"(?:/reservationSubBlocks/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)?)?$"
 )
 
 
 def reservation_problem(value: str) -> str | None:
     """A reservation GKE can consume: its name, a shared one's `projects/P/reservations/NAME`,
-    either with `/reservationBlocks/BLOCK`."""
+    either with `/reservationBlocks/BLOCK`, that with `/reservationSubBlocks/SUB` (TPU7x's unit
+    of an All Capacity reservation)."""
     if not _RESERVATION.match(value):
         return (
             "a reservation: NAME or projects/PROJECT/reservations/NAME (optionally "
-            "/reservationBlocks/BLOCK), each name 1-63 lowercase letters, digits and '-'"
+            "/reservationBlocks/BLOCK[/reservationSubBlocks/SUB]), each name 1-63 lowercase "
+            "letters, digits and '-'"
         )
     return None
 

@@ -236,7 +236,7 @@ _CHART_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 def check_kueue(config: StackConfig) -> list[ConfigProblem]:
     """Kueue comes from its Helm chart only when a pool is queued (DWS); the chart version
     has no leading 'v'."""
-    queued = any(p.capacity == "queued" for p in config.tpu_pools)
+    queued = any(len(p.rungs()) > 1 or p.rungs()[0].capacity == "queued" for p in config.tpu_pools)
     if queued and not _CHART_VERSION_RE.match(config.kueue.version):
         return [
             ConfigProblem(

@@ -9,42 +9,12 @@ from __future__ import annotations
 import re
 
 from infra import catalog, gke
+from infra.rules import capacity
+from infra.rules.capacity import capacity_problems
 from infra.schema.errors import ConfigProblem
 from infra.schema.models import GpuPoolConfig, StackConfig, TpuPoolConfig
 
 POOL_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
-
-
-def capacity_problems(
-    prefix: str, capacity: str, reservation: str | None, autoscaling: bool
-) -> list[ConfigProblem]:
-    """Capacity rules shared by TPU and GPU pools (GKE's own preconditions)."""
-    out = []
-    if capacity == "reservation" and not reservation:
-        out.append(
-            ConfigProblem(
-                f"{prefix}.reservation",
-                reservation,
-                "capacity 'reservation' needs a reservation name",
-            )
-        )
-    if capacity != "reservation" and reservation:
-        out.append(
-            ConfigProblem(
-                f"{prefix}.reservation",
-                reservation,
-                f"a reservation name is only used with capacity 'reservation', not {capacity!r}",
-            )
-        )
-    if capacity in ("flex-start", "queued") and not autoscaling:
-        out.append(
-            ConfigProblem(
-                f"{prefix}.autoscaling",
-                autoscaling,
-                f"capacity {capacity!r} needs autoscaling (the pool starts at 0 nodes)",
-            )
-        )
-    return out
 
 
 def tpu_pool_problems(prefix: str, pool: TpuPoolConfig) -> list[ConfigProblem]:
@@ -68,33 +38,7 @@ def tpu_pool_problems(prefix: str, pool: TpuPoolConfig) -> list[ConfigProblem]:
         bad_key = "machineType" if pool.machine_type not in catalog.MACHINE_TYPES else "topology"
         value = pool.machine_type if bad_key == "machineType" else pool.topology
         problems.append(ConfigProblem(f"{prefix}.{bad_key}", value, str(err)))
-    problems += capacity_problems(prefix, pool.capacity, pool.reservation, pool.autoscaling)
-    if pool.max_run_duration and pool.capacity != "flex-start":
-        problems.append(
-            ConfigProblem(
-                f"{prefix}.maxRunDuration",
-                pool.max_run_duration,
-                "only used with capacity 'flex-start'",
-            )
-        )
-    elif pool.max_run_duration and not _run_duration_ok(pool.max_run_duration):
-        problems.append(
-            ConfigProblem(
-                f"{prefix}.maxRunDuration",
-                pool.max_run_duration,
-                f"seconds with an 's' (e.g. 86400s), from 1s to {MAX_RUN_DURATION_S}s: "
-                "flex-start nodes live seven days at most",
-            )
-        )
-    return problems
-
-
-MAX_RUN_DURATION_S = 7 * 86_400  # GKE flex-start: "for up to seven days" (the default too)
-
-
-def _run_duration_ok(value: str) -> bool:
-    match = re.fullmatch(r"([0-9]{1,7})s", value)
-    return match is not None and 1 <= int(match.group(1)) <= MAX_RUN_DURATION_S
+    return problems + capacity.tpu_capacity_problems(prefix, pool)
 
 
 def _zone(config: StackConfig, pool: TpuPoolConfig) -> list[ConfigProblem]:
@@ -126,12 +70,13 @@ def _feature_minimums(config: StackConfig) -> list[tuple[str, gke.GkeVersion, st
             floor = gke.parse(generation.min_gke_version)
             assert floor is not None
             needs.append((f"TPU {generation.name} (pool {pool.name})", floor, "the TPU catalog"))
-        feature = {"flex-start": "flex-start-tpu", "queued": "queued-provisioning-tpu"}.get(
-            pool.capacity
-        )
-        if feature:
-            version, source = gke.minimum(feature)
-            needs.append((f"{pool.capacity} TPU capacity (pool {pool.name})", version, source))
+        for rung in pool.rungs():
+            feature = {"flex-start": "flex-start-tpu", "queued": "queued-provisioning-tpu"}.get(
+                rung.capacity
+            )
+            if feature:
+                version, source = gke.minimum(feature)
+                needs.append((f"{rung.capacity} TPU capacity (pool {pool.name})", version, source))
     if config.kuberay.install == "addon":
         version, source = gke.minimum("ray-operator-addon")
         needs.append(("GKE's Ray Operator add-on", version, source))

@@ -10,7 +10,7 @@ from pydantic.alias_generators import to_camel
 
 from infra import catalog, engine, engines, model_facts
 from infra.resolve import ServedModelPlan, StackPlan
-from infra.rules import training_memory, workload_flags
+from infra.rules import capacity, training_memory, workload_flags
 from infra.schema.errors import ConfigProblem
 from infra.schema.models import RL_SOURCE, TRAINING_SOURCE, StackConfig
 from infra.versions import RAY_MULTISLICE_TORCH_MIN, RAY_VERSION, version_tuple
@@ -83,6 +83,7 @@ def check_training(plan: StackPlan) -> list[ConfigProblem]:
                 "training and serving must use different pools (a slice runs one of them)",
             )
         )
+    problems += capacity.training_pool_problems(training)
     problems += workload_flags.trainer_problems(plan)
     problems += _training_model_problems(plan)
     problems += training_memory.fit_problems(plan)
@@ -185,15 +186,7 @@ def check_serving(plan: StackPlan) -> list[ConfigProblem]:
         return problems
     pool = serving.pool
     tpu = pool.slice
-    if pool.queued:
-        problems.append(
-            ConfigProblem(
-                "park:serving.pool",
-                spec.pool,
-                "a queued pool only gets nodes for an admitted job that runs to completion; "
-                "serve from an on-demand, spot, reservation or flex-start pool",
-            )
-        )
+    problems += capacity.serving_pool_problems(pool, spec.pool)
     if tpu.ray_hosts != tpu.hosts:
         # Ray Serve LLM sizes a slice's placement group from the topology alone, as Ray places
         # the generation's slices (catalog.TpuGeneration.ray_single_vm_topologies): it does not
@@ -412,6 +405,7 @@ def serving_warnings(plan: StackPlan) -> list[ConfigProblem]:
     assumes = engines.get(plan.serving.spec.engine).fit_assumes
     if assumes:
         warnings.append(ConfigProblem("park:serving.engine", plan.serving.spec.engine, assumes))
+    warnings += capacity.spot_serving_warnings(plan.serving)
     for model in plan.serving.models:
         lookup = model.facts
         if lookup.facts is None and lookup.error is None:

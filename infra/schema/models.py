@@ -124,10 +124,30 @@ class KubeRayConfig(_Model):
 
 
 class KueueConfig(_Model):
-    """Kueue, installed by Helm only when a TPU pool has `capacity: queued` (DWS)."""
+    """Kueue, installed by Helm only when a TPU pool is queued (DWS) or has a capacity ladder."""
 
     version: str = KUEUE_VERSION
     """Kueue Helm chart version (OCI, registry.k8s.io)."""
+    pods_ready_timeout_s: int = Field(1800, ge=300, le=86_400)
+    """Seconds an admitted job's pods may take to start before Kueue evicts and requeues it
+    (a stockout on its rung): node creation, image pull and Ray's start."""
+
+
+# A ladder's rungs: one node pool per rung and slice, one Kueue flavor per rung. Bounded: past
+# this it is a typo (each rung is `slices` node pools), and Kueue's ConcurrentAdmission takes
+# at most 16 flavors per ClusterQueue.
+MAX_RUNGS = 6
+
+
+class CapacityRung(_Model):
+    """One rung of a TPU pool's capacity ladder: how its nodes are obtained, tried in order."""
+
+    capacity: Capacity
+    """on-demand, spot, reservation, flex-start or queued."""
+    reservation: str | None = None
+    """Reservation, block or sub-block path (capacity `reservation` only)."""
+    max_run_duration: str | None = None
+    """flex-start: longest a node lives, e.g. `86400s`."""
 
 
 class TpuPoolConfig(_Model):
@@ -147,10 +167,24 @@ class TpuPoolConfig(_Model):
     """Scale each slice between 0 and its hosts."""
     max_run_duration: str | None = None
     """flex-start: longest a node lives, e.g. `86400s`."""
+    ladder: list[CapacityRung] | None = Field(None, min_length=1, max_length=MAX_RUNGS)
+    """Capacity tried in order (instead of `capacity`): one node pool per rung and slice; Kueue
+    admits each job on the first rung with room."""
     # Boot disk, GB (GKE: 15 GB at least from 1.36.3-gke.1480000). Unset: what the pods
     # scheduled there need (infra.resolve.disk); set below that, validation refuses it.
     disk_size_gb: int | None = Field(None, ge=15, le=MAX_DISK_GB)
     """Boot disk, GB; unset: what its pods need (`park validate`)."""
+
+    def rungs(self) -> list[CapacityRung]:
+        """The ladder, or the pool's own capacity as a ladder of one rung."""
+        if self.ladder:
+            return list(self.ladder)
+        one = CapacityRung(
+            capacity=self.capacity,
+            reservation=self.reservation,
+            max_run_duration=self.max_run_duration,
+        )
+        return [one]
 
 
 class GpuPoolConfig(_Model):

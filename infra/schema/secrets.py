@@ -47,6 +47,9 @@ _TOKENIZER_WORDS = {"bos", "eos", "pad", "unk", "sep", "cls", "mask", "special",
 _REFERENCE_WORDS = {"path", "file", "dir", "name", "url", "ref", "id"}
 # A long run of letters and digits with both present and no spaces: an opaque token.
 _OPAQUE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[A-Za-z0-9_\-+/=.]{32,}$")
+# A Google resource path (projects/P/reservations/R/reservationBlocks/B/...): long, letters and
+# digits, but every segment a lowercase name or a camelCase collection; a token's are not.
+_RESOURCE_PATH = re.compile(r"^[a-z][-a-z0-9]*(?:/(?:[a-z][-a-z0-9]*|[a-z]+(?:[A-Z][a-z]+)+)){2,}$")
 # User-info before a host that is itself an opaque token (https://<token>@github.com/...).
 _URL_USER = re.compile(_URL_SCHEME + r"([^\s/?#@:]+)@")
 HIDDEN = "<hidden: looks like a credential>"
@@ -82,7 +85,9 @@ def credential_kind(value: str) -> str | None:
 
 
 def looks_like_credential(value: str) -> bool:
-    return credential_kind(value) is not None or bool(_OPAQUE.match(value.strip()))
+    stripped = value.strip()
+    opaque = bool(_OPAQUE.match(stripped)) and not _RESOURCE_PATH.match(stripped)
+    return credential_kind(value) is not None or opaque
 
 
 def redact(value: Any, key: str = "") -> Any:

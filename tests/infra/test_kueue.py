@@ -46,7 +46,7 @@ def _queued_pool(values: dict) -> dict:
 
 def test_queued_stack_is_valid_and_queued():
     plan = _plan()
-    assert [p.name for p in plan.queued_pools] == ["train-v6e-16"]
+    assert [p.name for p in plan.kueue_pools] == ["train-v6e-16"]
 
 
 def test_queued_pool_must_start_at_zero_nodes():
@@ -97,7 +97,7 @@ def test_queued_gpu_pool_is_still_rejected():
 def test_no_queued_pool_means_no_kueue():
     for stack in SHIPPED_STACKS:
         plan = _plan(_values(stack), stack)
-        if plan.queued_pools or plan.training is None:  # the rl stack runs no training RayJob
+        if plan.kueue_pools or plan.training is None:  # the rl stack runs no training RayJob
             continue
         assert kueue.manifests(plan) == []
         assert kueue.helm_release(plan) is None
@@ -117,7 +117,7 @@ def test_flavor_matches_the_node_pools_it_stands_for():
     """Kueue injects the flavor's labels as a nodeSelector and admits only pods tolerating its
     taints: both must be exactly what GKE puts on the queued pool's nodes."""
     stack = _plan()
-    pool = stack.queued_pools[0]
+    pool = stack.kueue_pools[0]
     flavor = kueue.resource_flavor(pool)["spec"]
     for plan in node_pools.tpu_slice_pools(pool, stack.spec.zone):
         node_labels = {**plan.args["node_config"]["labels"], **pool.slice.node_labels()}
@@ -130,7 +130,7 @@ def test_flavor_matches_the_node_pools_it_stands_for():
 
 def test_cluster_queue_tpu_quota_is_slices_times_chips():
     plan = _plan()
-    pool = plan.queued_pools[0]
+    pool = plan.kueue_pools[0]
     queue = kueue.cluster_queue(plan, pool)["spec"]
     tpu_group = queue["resourceGroups"][0]
     assert tpu_group["coveredResources"] == [catalog.TPU_RESOURCE]
@@ -183,7 +183,7 @@ def test_cluster_queue_covers_everything_the_training_job_requests():
 def test_objects_reference_each_other():
     plan = _plan()
     objects = {(m["kind"], m["metadata"]["name"]): m for m in kueue.manifests(plan)}
-    pool = plan.queued_pools[0]
+    pool = plan.kueue_pools[0]
     local = objects[("LocalQueue", local_queue_name(pool.name))]
     assert local["metadata"]["namespace"] == plan.spec.namespace
     cq = objects[("ClusterQueue", local["spec"]["clusterQueue"])]
@@ -197,6 +197,17 @@ def test_objects_reference_each_other():
     prc = objects[(params["kind"], params["name"])]
     assert prc["spec"]["provisioningClassName"] == "queued-provisioning.gke.io"
     assert prc["spec"]["managedResources"] == [catalog.TPU_RESOURCE]
+    # admitted pods pinned to the nodes DWS made for them, retries stated
+    (pin,) = prc["spec"]["podSetUpdates"]["nodeSelector"]
+    assert pin == {
+        "key": "autoscaling.gke.io/provisioning-request",
+        "valueFromProvisioningClassDetail": "ResizeRequestName",
+    }
+    assert set(prc["spec"]["retryStrategy"]) == {
+        "backoffLimitCount",
+        "backoffBaseSeconds",
+        "backoffMaxSeconds",
+    }
 
 
 def test_training_rayjob_waits_in_its_pools_queue():
@@ -226,7 +237,7 @@ def test_kueue_manifests_validate_against_vendored_crds():
         "ProvisioningRequestConfig",
     }
     assert validate_manifests(manifests) == []
-    broken = copy.deepcopy(kueue.cluster_queue(plan, plan.queued_pools[0]))
+    broken = copy.deepcopy(kueue.cluster_queue(plan, plan.kueue_pools[0]))
     broken["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "lots"
     assert validate_manifests([broken]), "the ClusterQueue schema must reject a bad quantity"
 
@@ -255,7 +266,11 @@ def test_queued_stack_renders_kueue_and_a_suspended_rayjob():
     assert pools["train-v6e-16-s0"]["queuedProvisioning"] == {"enabled": True}
 
 
-@pytest.mark.parametrize("stack", [s for s in SHIPPED_STACKS if s != QUEUED])
+def _kueue_free(stack: str) -> bool:
+    return not _plan(_values(stack), stack).kueue_pools
+
+
+@pytest.mark.parametrize("stack", [s for s in SHIPPED_STACKS if _kueue_free(s)])
 def test_stacks_without_queued_pools_have_no_kueue(stack):
     rendered = render_stack(stack)
     assert not [r for r in rendered.resources if "kueue.x-k8s.io" in r.type]

@@ -32,6 +32,7 @@ from infra.names import (
     RAY_NODE_TYPE_LABEL,
     RAY_UID,
     ROLE_LABEL,
+    RUNG_LABEL,
     TPU_DEVICE_PLUGIN_METRICS_PORT,
     WORKLOAD_LABEL,
 )
@@ -343,8 +344,12 @@ def tpu_tolerations(pool: PoolPlan) -> list[dict[str, str]]:
     tolerations = [
         {"key": catalog.TPU_TAINT_KEY, "operator": "Exists", "effect": catalog.TPU_TAINT_EFFECT}
     ]
+    # Every rung of the ladder: Kueue picks the rung (its flavor's nodeSelector), the pods must
+    # tolerate whichever it picks.
     if pool.queued:
         tolerations.append({"key": QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
+    if pool.laddered:
+        tolerations.append({"key": RUNG_LABEL, "operator": "Exists", "effect": "NoSchedule"})
     return tolerations
 
 
@@ -368,7 +373,7 @@ def tpu_worker_group(
     # serving on demand) must not take each other's nodes, nor make the autoscaler grow the
     # wrong one.
     node_selector = {**tpu.node_labels(), POOL_LABEL: pool.name}
-    if pool.capacity == "spot":
+    if pool.capacity == "spot" and not pool.laddered:  # on a ladder, Kueue adds the rung's
         node_selector[catalog.SPOT_LABEL] = "true"
     start_params = {"metrics-export-port": str(METRICS_PORT)}
     if tpu.devices_per_host != tpu.chips_per_host:
