@@ -26,7 +26,8 @@ from infra.schema.errors import ConfigError
 from infra.schema.read import StackFileError
 from infra.schema.safe import one_line
 from infra.schema.secrets import scrub
-from infra.tools import report, report_bucket, report_cost
+from infra.tools import report, report_bucket, report_cost, report_preflight
+from infra.tools.cli_args import ConfigFileOpt, ContextOpt, EscConfigOpt, JsonOpt, StackArg
 
 if TYPE_CHECKING:
     from infra.resolve import StackPlan
@@ -39,8 +40,8 @@ PACKAGE = "park-gke"
 OVERVIEW_HEAD = "park-gke: PyTorch training and LLM serving on Cloud TPU v6e, through Ray on GKE."
 OVERVIEW_TAIL = """\
 STACK names stacks/Pulumi.STACK.yaml, looked up in ./stacks and then beside the installed
-package; --config-file reads any stack file. Nothing here needs a cloud account. Exit codes:
-0 ok, 1 problems found, 2 usage errors. `park COMMAND -h` tells more of each.
+package; --config-file reads any stack file. Nothing but `park status` needs a cloud account.
+Exit codes: 0 ok, 1 problems found, 2 usage errors. `park COMMAND -h` tells more of each.
 """
 # Click keeps the usage lines as they are (\b) behind its 2-space indent: under 80 columns.
 _USAGE_WIDTH = 77
@@ -90,26 +91,6 @@ def _park(
     if ctx.invoked_subcommand is None:
         console.print(ctx.get_help(), highlight=False)
         raise typer.Exit(0)
-
-
-StackArg = Annotated[
-    str, typer.Argument(metavar="STACK", help="Stack name: stacks/Pulumi.STACK.yaml.")
-]
-ConfigFileOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--config-file", metavar="PATH", help="Read this stack file instead of the named stack's."
-    ),
-]
-EscConfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--esc-config",
-        metavar="PATH",
-        help="The stack imports a Pulumi ESC environment: read its pulumiConfig from PATH "
-        "(what `esc env open ENV --format json` prints); the stack file's own keys win.",
-    ),
-]
 
 
 class Only(StrEnum):
@@ -218,7 +199,7 @@ def render(
             err_console.print(f"[red]error:[/] {escape(one_line(str(err)))}", soft_wrap=True)
             raise typer.Exit(2) from None
         console.print(
-            f"wrote {_shown(out)}/resources.json and {_shown(out)}/manifests/", highlight=False
+            f"wrote {_shown(out)}/resources.json, resources.mmd and manifests/", highlight=False
         )
     report.render_summary(rendered, console)
 
@@ -294,14 +275,15 @@ def validate(
     console.print(f"[green]{_shown(plan.stack)}: valid[/]")
 
 
-@app.command(short_help="Chips, hosts, $/hour by capacity type, idle, one run.")
+@app.command(short_help="What the stack costs left up per month; --details: all of it.")
 def cost(
     stack: StackArg,
     config_file: ConfigFileOpt = None,
     esc_config: EscConfigOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    as_json: JsonOpt = False,
+    details: Annotated[bool, typer.Option(help="Every figure, the sources, the fits.")] = False,
 ) -> None:
-    """Chips, hosts, chip-hours and $/hour per pool by capacity type; idle; one training run.
+    """What the stack costs left up, per month first; everything up, idle, one run, per pool.
 
     Prices are list prices from infra/data/prices.yaml (source and date per region) unless the
     stack sets park:prices; the output says which it used.
@@ -313,8 +295,26 @@ def cost(
     if as_json:
         print(json.dumps(result.as_json(), indent=2))
         return
-    report_cost.cost(result, console)
-    report.fit_tables(plan, console)
+    report_cost.show(result, plan, console, details=details)
+
+
+@app.command(short_help="Why each workload of the deployed stack runs, waits or failed.")
+def status(
+    stack: StackArg,
+    context: ContextOpt = None,
+    as_json: JsonOpt = False,
+    config_file: ConfigFileOpt = None,
+    esc_config: EscConfigOpt = None,
+) -> None:
+    """Read the deployed stack's RayJobs and RayServices (as `park render` names them) from its
+    cluster, with your kubeconfig: per workload its state and one line of why, from Kueue's
+    Workload and the DWS ProvisioningRequest, the pods' scheduling events (quota, stockout,
+    reservation) and KubeRay's status, then the evidence. Read-only. Exit 1 when a workload
+    failed, is unhealthy or absent, or the cluster cannot be read."""
+    from infra.tools.report_status import show
+
+    rendered = _rendered(resolve_stack_file(stack, config_file), stack, esc_config)
+    raise typer.Exit(show(rendered, context, as_json, console, err_console))
 
 
 @app.command("stage-model", short_help="Jobs that copy the stack's hub models to its bucket.")
@@ -438,6 +438,7 @@ def _overview() -> str:
     return "\n\n".join([OVERVIEW_HEAD, "\b\n" + "\n".join(usage), OVERVIEW_TAIL])
 
 
+report_preflight.register(app)  # `park preflight` (its module: infra/tools/report_preflight.py)
 app.info.help = _overview()
 
 

@@ -47,6 +47,11 @@ class PoolCost:
     idle_why: str
     price: Price | None  # per chip-hour (TPU) or node-hour (CPU / GPU)
     generation: str = ""  # TPU generation, e.g. "v6e"
+    # A capacity ladder: (rung capacity, $/h at full size on that rung), in ladder order, and
+    # the band a running pool costs: best (every slice on the first rung) and worst (on the
+    # last), each with the reservations billed meanwhile. Empty / None without a ladder.
+    rungs: tuple[tuple[str, float | None], ...] = ()
+    band: tuple[float | None, float | None] | None = None
 
     @property
     def chip_hours_per_hour(self) -> int:
@@ -103,6 +108,10 @@ class StackCost:
                         "idle_per_hour": p.idle_per_hour,
                         "idle_why": p.idle_why,
                         "price_source": p.price.source if p.price else None,
+                        "ladder": [{"capacity": c, "per_hour": v} for c, v in p.rungs],
+                        "band_per_hour": None
+                        if p.band is None
+                        else {"best": p.band[0], "worst": p.band[1]},
                     }
                     for p in self.pools
                 ],
@@ -177,16 +186,27 @@ def _tpu_pool_cost(plan: PoolPlan, sheet: PriceSheet) -> PoolCost:
         )
         return None if price is None else chips * price.value
 
-    price = sheet.chip_hour(generation, pool.capacity) or sheet.chip_hour(
-        generation, _price_key(pool.capacity)
+    price = sheet.chip_hour(generation, plan.capacity) or sheet.chip_hour(
+        generation, _price_key(plan.capacity)
     )
-    full = per_hour(pool.capacity)
-    if pool.capacity == "reservation":
+    full = per_hour(plan.capacity)
+    rungs = tuple((r.capacity, per_hour(r.capacity)) for r in plan.rungs)
+    reserved = _sum([cost for capacity, cost in rungs if capacity == "reservation"])
+    if plan.laddered:
+        idle, why = reserved, "its reservation rungs are billed whether nodes run or not"
+    elif plan.capacity == "reservation":
         idle, why = full, "a reservation is billed whether nodes run or not"
     elif not pool.autoscaling:
         idle, why = full, "no autoscaling: its nodes stay up"
     else:
         idle, why = 0.0, "autoscaled to 0 nodes"
+    band = None
+    if plan.laddered:
+        (first, best), (last, worst) = rungs[0], rungs[-1]
+        band = (
+            reserved if first == "reservation" else _sum([reserved, best]),
+            reserved if last == "reservation" else _sum([reserved, worst]),
+        )
     return PoolCost(
         name=pool.name,
         kind="tpu",
@@ -195,13 +215,15 @@ def _tpu_pool_cost(plan: PoolPlan, sheet: PriceSheet) -> PoolCost:
         slices=pool.slices,
         hosts=hosts,
         chips=chips,
-        capacity=pool.capacity,
+        capacity=plan.capacity,
         by_capacity={c: per_hour(c) for c in SHOWN_CAPACITY_TYPES},
         full_per_hour=full,
         idle_per_hour=idle,
         idle_why=why,
         price=price,
         generation=generation,
+        rungs=rungs if plan.laddered else (),
+        band=band,
     )
 
 

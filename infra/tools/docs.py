@@ -1,7 +1,7 @@
-"""Generated README sections, so the docs cannot drift from the code.
+"""Generated sections of the docs site (docs/) and README, so the docs cannot drift from the code.
 
-`python -m infra.tools.docs` rewrites the marked blocks of README.md; a test fails when they
-are stale.
+`python -m infra.tools.docs` (`make docs`) rewrites the marked blocks of each page in `PAGES`; a
+test fails when they are stale.
 """
 
 from __future__ import annotations
@@ -19,7 +19,21 @@ from pydantic import BaseModel
 
 from infra.schema.models import StackConfig
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+# Which page holds each generated block.
+PAGES: dict[str, Path] = {
+    "readme-stacks": README,
+    "config-reference": DOCS / "config.md",
+    "stacks-summary": DOCS / "stacks.md",
+    "training-fit": DOCS / "stacks.md",
+    "flowcharts": DOCS / "stacks.md",
+    "cost": DOCS / "cost.md",
+    "deploy-roles": DOCS / "security.md",
+    "deploy-roles-script": DOCS / "security.md",
+    "component-inputs": DOCS / "components.md",
+}
 
 
 def _type_name(annotation: Any) -> str:
@@ -95,7 +109,7 @@ def config_reference() -> str:
 def replace_block(text: str, name: str, body: str) -> str:
     pattern = re.compile(rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", re.S)
     if not pattern.search(text):
-        raise ValueError(f"README has no {name} block")
+        raise ValueError(f"no {name} block in the page (infra.tools.docs.PAGES)")
     return pattern.sub(lambda m: f"{m.group(1)}{body}\n{m.group(2)}", text)
 
 
@@ -107,7 +121,7 @@ def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
     from infra.tools.render import render_stack_file
 
     out = []
-    for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml")):
+    for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
         rendered = render(stack_name_of(path)) if render else render_stack_file(path)
         plan, config = rendered.plan, rendered.config
         by_type = Counter(r.type for r in rendered.resources if r.custom)
@@ -117,7 +131,7 @@ def stacks_summary(render: Callable[[str], Any] | None = None) -> str:
             if m["apiVersion"].startswith("ray.io")
         ]
         out.append(
-            f"**{config.stack}** (`{path.relative_to(README.parent)}`): "
+            f"**{config.stack}** (`{path.relative_to(ROOT)}`): "
             f"{len(rendered.resources)} resources ({sum(by_type.values())} cloud/Kubernetes, "
             f"the rest components); KubeRay via {config.kuberay.install}; "
             f"{', '.join(workloads) or 'no Ray workloads'}.\n"
@@ -142,7 +156,7 @@ def _rendered_stacks(render: Callable[[str], Any] | None) -> list[Any]:
 
     return [
         render(stack_name_of(path)) if render else render_stack_file(path)
-        for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml"))
+        for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))
     ]
 
 
@@ -167,7 +181,8 @@ def deploy_roles_table(render: Callable[[str], Any] | None = None) -> str:
 
 
 def deploy_roles_script(render: Callable[[str], Any] | None = None) -> str:
-    """README's setup commands for the two CI identities, with every shipped stack's roles."""
+    """The setup commands for the two CI identities (docs/security.md), with every shipped
+    stack's roles."""
     from infra.tools.roles import PREVIEW_ROLES, deploy_roles
 
     stacks = _rendered_stacks(render)
@@ -194,21 +209,64 @@ def deploy_roles_script(render: Callable[[str], Any] | None = None) -> str:
     )
 
 
+def _shipped_plans() -> list[Any]:
+    from infra.stack import from_file
+
+    return [from_file(path) for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))]
+
+
 def _money(value: float | None) -> str:
     return "n/a" if value is None else f"${value:,.2f}"
+
+
+def flowcharts(render: Callable[[str], Any] | None = None) -> str:
+    """Each shipped stack's resources.mmd (infra/tools/flowchart.py), as the site shows it."""
+    from infra.tools.flowchart import flowchart
+
+    parts = []
+    for rendered in _rendered_stacks(render):
+        records = [r.as_json() for r in rendered.resources]
+        parts.append(f"### {rendered.plan.stack}\n\n```mermaid\n{flowchart(records)}```\n")
+    return "\n".join(parts).rstrip()
+
+
+def readme_stacks() -> str:
+    """README's line per shipped stack: the TPU chips it needs quota for, and what it costs left
+    up (idle plus the serving slices that stay up: `park cost`'s first figure)."""
+    from collections import Counter
+
+    from infra.tools.cost import HOURS_PER_MONTH, estimate
+
+    lines = [
+        "| stack | TPU chips to have quota (or a reservation) for | zone | left up, $/h "
+        "| left up, $/month |",
+        "|---|---|---|---|---|",
+    ]
+    for plan in _shipped_plans():
+        cost = estimate(plan)
+        chips: Counter[tuple[str, str]] = Counter()
+        for pool in cost.pools:
+            if pool.kind == "tpu":
+                chips[(pool.generation, pool.capacity)] += pool.chips
+        needs = ", ".join(f"{n} {gen} {cap}" for (gen, cap), n in chips.items())
+        left = cost.serving_floor_per_hour
+        month = "n/a" if left is None else f"${left * HOURS_PER_MONTH:,.0f}"
+        lines.append(f"| {plan.stack} | {needs} | {plan.spec.zone} | {_money(left)} | {month} |")
+    return "\n".join(lines)
 
 
 def cost_table() -> str:
     """`park cost` of every shipped stack, at the shipped list prices."""
     from infra.stack import from_file
     from infra.tools.cost import estimate
+    from infra.tools.report_cost import rl_total
 
     lines = [
         "| stack | TPU pools (chips / hosts) | everything up | idle | serving floor "
         "| one training run |",
         "|---|---|---|---|---|---|",
     ]
-    for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml")):
+    for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
         cost = estimate(from_file(path))
         tpu = [p for p in cost.pools if p.kind == "tpu"]
         pools = "; ".join(
@@ -217,10 +275,8 @@ def cost_table() -> str:
         run = cost.training_run
         run_text = "—" if run is None else f"{_money(run.cost)} ({run.steps:,} steps)"
         if cost.rl_run is not None:
-            learner, rollout = cost.rl_run
-            costs = (learner.cost, rollout.cost)
-            both = None if costs[0] is None or costs[1] is None else costs[0] + costs[1]
-            rl_text = f"RL {_money(both)} ({learner.steps:,} steps, both pools)"
+            steps = cost.rl_run[0].steps
+            rl_text = f"RL {_money(rl_total(cost))} ({steps:,} steps, both pools)"
             run_text = rl_text if run is None else f"{run_text}; {rl_text}"
         lines.append(
             f"| {cost.stack} | {pools} | {_money(cost.full_per_hour)}/h | "
@@ -233,7 +289,6 @@ def cost_table() -> str:
 def training_fit_table() -> str:
     """Each shipped stack's training step, per chip at its peak (infra.resolve.training_fit, at the
     micro-batch the plan picks): what `park validate` prints, one row a stack."""
-    from infra.stack import from_file
 
     gib = 1024**3
     lines = [
@@ -241,8 +296,7 @@ def training_fit_table() -> str:
         "| logits | reserve | total of usable (GiB) | peak at |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for path in sorted((README.parent / "stacks").glob("Pulumi.*.yaml")):
-        plan = from_file(path)
+    for plan in _shipped_plans():
         training = plan.training
         if training is None:
             continue
@@ -303,19 +357,28 @@ def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, st
         "deploy-roles": deploy_roles_table(render),
         "deploy-roles-script": deploy_roles_script(render),
         "component-inputs": component_inputs_table(),
+        "flowcharts": flowcharts(render),
+        "readme-stacks": readme_stacks(),
     }
 
 
-def render_readme(text: str, render: Callable[[str], Any] | None = None) -> str:
-    """README with its generated blocks rewritten (`render`: a cached stack renderer)."""
-    for name, body in generated_blocks(render).items():
-        text = replace_block(text, name, body)
-    return text
+def render_pages(render: Callable[[str], Any] | None = None) -> dict[Path, tuple[str, str]]:
+    """Each page of `PAGES`: (its text now, its text with every generated block rewritten);
+    `render` is a cached stack renderer."""
+    blocks = generated_blocks(render)
+    pages: dict[Path, tuple[str, str]] = {}
+    for name, page in PAGES.items():
+        now = pages[page][0] if page in pages else page.read_text()
+        rewritten = pages[page][1] if page in pages else now
+        pages[page] = (now, replace_block(rewritten, name, blocks[name]))
+    return pages
 
 
 def main() -> int:
-    README.write_text(render_readme(README.read_text()))
-    print(f"updated {README}")
+    for page, (now, rewritten) in render_pages().items():
+        if rewritten != now:
+            page.write_text(rewritten)
+            print(f"updated {page.relative_to(ROOT)}")
     return 0
 
 

@@ -21,7 +21,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -234,19 +234,24 @@ def _state(root: int, relative: str, out: Path) -> tuple[str, str | None]:
         return "file", _file_digest(name, parent, out / relative)
 
 
+def _open_out(out: Path, names: Iterable[str]) -> int:
+    """The folder `out` opened (created when missing) once every name is one park writes."""
+    bad = sorted(name for name in names if not ENTRY.match(name))
+    if bad:
+        raise OutputError(f"--out {out}: {bad[0]!r} is not a name park writes (a bug)")
+    try:
+        return open_folder(out)
+    except OutputError as err:
+        raise OutputError(f"--out {err}") from None
+
+
 def write_owned(out: Path, files: Mapping[str, bytes]) -> None:
     """Write `files` (relative name → bytes) into `out`, which holds only what park wrote
     there: RECORD lists each file and its digest. A file park did not write, or one changed
     since, is never overwritten or deleted (OutputError, naming it); files of an earlier
     write that this one no longer makes are deleted only when they are park's and unchanged.
     Everything is checked before the first byte is written."""
-    bad = sorted(name for name in files if not ENTRY.match(name))
-    if bad:
-        raise OutputError(f"--out {out}: {bad[0]!r} is not a name park writes (a bug)")
-    try:
-        root = open_folder(out)
-    except OutputError as err:
-        raise OutputError(f"--out {err}") from None
+    root = _open_out(out, files)
     try:
         previous = read_record(root, out)
         foreign, links = [], []
@@ -312,3 +317,22 @@ def open_new(path: Path, mode: str = "w") -> IO:
 def write_new(path: Path, text: str) -> None:
     with open_new(path) as handle:
         handle.write(text)
+
+
+def write_beside(out: Path, name: str, data: bytes, *, ours: Callable[[bytes], bool]) -> None:
+    """One file `name` into the folder `out` (created when missing) beside what else is there
+    (a render's files and record untouched): never through a link, and over an existing file
+    only when `ours` says park wrote it (`park preflight`'s report)."""
+    root = _open_out(out, [name, *(["/"] if "/" in name else [])])  # no sub-folder here
+    try:
+        found = _lstat(name, root)
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            raise OutputError(f"--out {out}: {name} is {_kind(found.st_mode)}; park writes no link")
+        if found is not None and not ours(_read_regular(name, root, out / name, MAX_RECORD_BYTES)):
+            raise OutputError(f"--out {out}: {name} exists and park did not write it; move it")
+        try:
+            _write(name, root, data)
+        except OSError as err:
+            raise OutputError(f"--out {out}: cannot write ({_why(err)})") from None
+    finally:
+        os.close(root)

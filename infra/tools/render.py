@@ -20,6 +20,7 @@ import yaml
 from infra import stack as stack_front
 from infra.resolve import StackPlan
 from infra.schema.models import SECRET_PLACEHOLDER, StackConfig
+from infra.tools.flowchart import flowchart
 from infra.tools.outdir import RECORD as RECORD
 from infra.tools.outdir import OutputError as OutputError
 from infra.tools.outdir import write_owned
@@ -398,13 +399,15 @@ def manifest_filename(manifest: dict[str, Any]) -> str:
 
 
 def write_outputs(rendered: Rendered, out: Path) -> None:
-    """resources.json (every registered resource) and manifests/<kind>-<name>.yaml, through
+    """resources.json (every registered resource), resources.mmd (its Mermaid flowchart,
+    infra/tools/flowchart.py) and manifests/<kind>-<name>.yaml, through
     the one writer (infra.tools.outdir): `out` holds only what park wrote there, no link is
     followed, and nothing outside it is written, replaced or deleted."""
     files: dict[str, bytes] = {
         "resources.json": (
             json.dumps([r.as_json() for r in rendered.resources], indent=2, sort_keys=True) + "\n"
         ).encode(),
+        "resources.mmd": flowchart([r.as_json() for r in rendered.resources]).encode(),
     }
     for manifest in rendered.manifests():
         text = yaml.safe_dump(manifest, sort_keys=False, width=100)

@@ -4,7 +4,8 @@ It runs the rl stack's RayJob entrypoint (GRPO: a Ray Train learner on gloo, a v
 rollout engine actor, one-step-off overlap, bf16 weights through Ray's object store) with the CPU
 profile on the shipped toy task, prints a line per step with the sync's seconds and bytes and the
 reward line; the exported final policy is served (started with the job, its replica waiting for
-the export) and asked one prompt. The reward must rise
+the export) and asked one prompt. The summary names the task and scores the served answer
+beside the starting policy's answer to the same prompt, which must score less. The reward must rise
 clearly (that it rises because of the updates, and stays flat at learning rate 0, is
 tests/workloads/test_rl_loop.py). Run it with `pytest -m e2e tests/e2e/test_park_local_rl.py`.
 """
@@ -43,6 +44,14 @@ def test_park_local_rl(tmp_path: Path) -> None:
     assert staleness[0] == 0 and set(staleness[1:]) == {1}  # one-step-off
     served = re.search(r"served policy rl-policy \((\S+)\) asked '([^']+)': '(.*)'", out)
     assert served, out[-4000:]
+    # the summary names the task and scores the served (greedy) answer with the task's reward
+    # beside the starting policy's greedy answer to the same question (the job's probe)
+    assert "task: share of vowels" in out, out[-4000:]
+    assert "--probe-prompts 1: added" in out
+    scored = re.search(r"answer reward  ([\d.]+) → ([\d.]+)  \(asked '([^']+)'", out)
+    assert scored and scored.group(3) == served.group(2), out[-4000:]
+    start, final = float(scored.group(1)), float(scored.group(2))
+    assert 0 <= start <= 1 and final > start, out[-4000:]
     export = Path(served.group(1))
     assert export.name == "final" and (export / "config.json").is_file()
     assert str(tmp_path / "cache") in str(export)

@@ -27,11 +27,11 @@ from infra.plan import kueue, node_pools
 from infra.plan import ray as ray_plan
 from infra.rules import problems as rule_problems
 from infra.rules import warnings as rule_warnings
-from infra.schema.read import parse_values, read_stack_file
+from infra.schema.read import parse_values
 from infra.stack import from_values
 from infra.tools.schemas import validate_manifests
-from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
-from tests.infra.stack_problems import problems_of
+from tests.conftest import SHIPPED_STACKS, render_stack
+from tests.infra.stack_problems import problems_of, shipped_values
 
 LADDER_STACK = "prod"
 
@@ -44,10 +44,7 @@ LADDER_POOL = "train-v6e-16"
 
 
 def _values(stack: str = LADDER_STACK) -> dict:
-    values, _ = read_stack_file(STACKS_DIR / f"Pulumi.{stack}.yaml")
-    values = copy.deepcopy(values)
-    values.pop("park:hfToken", None)
-    return values
+    return shipped_values(stack)
 
 
 def _pool(values: dict, name: str = LADDER_POOL) -> dict:
@@ -385,3 +382,23 @@ def test_a_stockout_is_evicted_and_the_job_moves_back_to_a_freed_reservation():
     cluster.finish(holder)
     assert cluster.assign(job) == f"park-{LADDER_POOL}-rsv"
     assert cluster.start(job)
+
+
+def test_cost_prices_each_rung_and_the_ladders_band():
+    from infra.tools.cost import estimate
+    from infra.tools.prices import load_prices
+
+    plan = from_values(_values(), LADDER_STACK)
+    sheet = load_prices(plan)
+    pool = next(p for p in plan.tpu_pools if p.name == LADDER_POOL)
+    cost = next(p for p in estimate(plan, sheet).pools if p.name == LADDER_POOL)
+
+    def full(capacity: str) -> float:
+        price = sheet.chip_hour("v6e", capacity) or sheet.chip_hour("v6e", "flex-start")
+        assert price is not None
+        return pool.total_chips * price.value
+
+    assert [c for c, _ in cost.rungs] == ["reservation", "queued"]
+    reserved, queued = full("reservation"), full("queued")
+    assert cost.idle_per_hour == pytest.approx(reserved)  # a reservation is billed idle
+    assert cost.band == (pytest.approx(reserved), pytest.approx(reserved + queued))

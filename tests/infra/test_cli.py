@@ -77,7 +77,7 @@ def test_render_writes_resources_and_manifests(tmp_path):
 
 
 def test_cost_prints_figures_and_says_which_prices():
-    result = park("cost", "dev")
+    result = park("cost", "dev", "--details")
     assert result.exit_code == 0, result.output
     assert "$8.64*" in result.output  # a spot v6e 2x4 slice, the configured capacity
     assert "idle" in result.output and "one training run" in result.output
@@ -90,7 +90,7 @@ def test_cost_says_when_stack_prices_are_used(tmp_path):
     stack["config"]["park:prices"] = {"source": "our contract", "tpuChipHour": {"spot": 1.0}}
     path = tmp_path / "Pulumi.dev.yaml"
     path.write_text(yaml.safe_dump(stack))
-    result = park("cost", "dev", "--config-file", str(path))
+    result = park("cost", "dev", "--details", "--config-file", str(path))
     assert result.exit_code == 0, result.output
     assert "park:prices (our contract)" in result.output
     assert "$8.00*" in result.output

@@ -1,4 +1,4 @@
-"""README's generated sections are current, and every config key is documented."""
+"""The generated sections of docs/ and README are current, and every config key is documented."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def test_every_config_key_has_a_description():
 
 
 def test_the_config_reference_reads_each_description_from_the_spec_field(monkeypatch):
-    """One definition: changing a spec field's docstring changes the README's line."""
+    """One definition: changing a spec field's docstring changes the config reference's line."""
     from infra.schema.models import CpuPoolConfig
 
     field = CpuPoolConfig.model_fields["machine_type"]
@@ -21,11 +21,21 @@ def test_the_config_reference_reads_each_description_from_the_spec_field(monkeyp
     assert rows["park:cpuPool.machineType"] == "Changed in one place."
 
 
-def test_readme_generated_blocks_are_current():
-    text = docs.README.read_text()
-    assert docs.render_readme(text, render_stack) == text, (
-        "README is stale: run `python -m infra.tools.docs`"
-    )
+def test_generated_blocks_are_current():
+    """Every generated table and flowchart of docs/ and README is what the code makes now."""
+    stale = [
+        str(page.relative_to(docs.ROOT))
+        for page, (now, rewritten) in docs.render_pages(render_stack).items()
+        if rewritten != now
+    ]
+    assert stale == [], f"{stale} are stale: run `make docs` (python -m infra.tools.docs)"
+
+
+def test_a_page_without_its_block_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="no cost block"):
+        docs.replace_block("# Cost\n", "cost", "| table |")
 
 
 def test_readme_gives_the_two_fresh_machine_commands():

@@ -12,20 +12,16 @@ from infra import catalog
 from infra.names import QUEUE_NAME_LABEL, QUEUED_TAINT_KEY, local_queue_name
 from infra.plan import kueue, node_pools
 from infra.plan import ray as ray_plan
-from infra.schema.read import read_stack_file
 from infra.stack import from_values
 from infra.tools.schemas import validate_manifests
-from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
-from tests.infra.stack_problems import problems_of
+from tests.conftest import SHIPPED_STACKS, render_stack
+from tests.infra.stack_problems import problems_of, shipped_values
 
 QUEUED = "queued"
 
 
 def _values(stack: str = QUEUED) -> dict:
-    values, _ = read_stack_file(STACKS_DIR / f"Pulumi.{stack}.yaml")
-    values = copy.deepcopy(values)
-    values.pop("park:hfToken", None)
-    return values
+    return shipped_values(stack)
 
 
 def _plan(values: dict | None = None, stack: str = QUEUED):

@@ -243,7 +243,16 @@ def test_the_cli_prints_the_fit_and_the_unknown_model_warning(tmp_path):
     config = serving_values("host", _model("someone/new-model", tensorParallelSize=8))
     path.write_text(yaml.safe_dump({"config": config}))
     done = subprocess.run(
-        [sys.executable, "-m", "infra.tools.cli", "cost", "w", "--config-file", str(path)],
+        [
+            sys.executable,
+            "-m",
+            "infra.tools.cli",
+            "cost",
+            "w",
+            "--details",
+            "--config-file",
+            str(path),
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,

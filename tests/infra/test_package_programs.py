@@ -1,6 +1,6 @@
-"""A new user's programs against park-gke, as printed: the README's Python (the program, and the
-park_gke.testing snippet that runs it) and whole programs on an existing and on a new cluster,
-each run under the mock engine and its manifests checked against the CRD schemas."""
+"""A new user's programs against park-gke, as printed: docs/components.md's Python (the program,
+and the park_gke.testing snippet that runs it) and whole programs on an existing and on a new
+cluster, each run under the mock engine and its manifests checked against the CRD schemas."""
 
 from __future__ import annotations
 
@@ -26,15 +26,13 @@ from tests.infra.test_package_compose import (
 RAY_JOB = "kubernetes:ray.io/v1:RayJob"
 
 
-# ---- the README's Python runs as printed --------------------------------------------------------
+# ---- the docs' Python runs as printed --------------------------------------------------------
 
 
 def _readme_python() -> list[str]:
     from tests.conftest import ROOT
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Use park-gke from your own Pulumi program") :]
-    section = section[: section.index("\n## ")]
+    section = (ROOT / "docs" / "components.md").read_text()
     return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
 
 
@@ -45,7 +43,7 @@ def test_the_readmes_python_runs_as_printed(tmp_path, monkeypatch):
     (tmp_path / "__main__.py").write_text(program)
     monkeypatch.chdir(tmp_path)
     scope: dict[str, Any] = {}
-    exec(compile(test, "README.md", "exec"), scope)
+    exec(compile(test, "docs/components.md", "exec"), scope)
     result = scope["result"]
     # The pods' bucket and the KSA are what Storage and Workspace create in this program.
     (bucket,) = result.of_type("gcp:storage/bucket:Bucket")
@@ -67,7 +65,7 @@ def test_the_readme_snippet_check_can_fail(tmp_path, monkeypatch):
     (tmp_path / "__main__.py").write_text(program.replace("import pulumi\n", "", 1))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ProgramError) as err:
-        exec(compile(test, "README.md", "exec"), {})
+        exec(compile(test, "docs/components.md", "exec"), {})
     assert "name 'pulumi' is not defined" in str(err.value)
 
 
