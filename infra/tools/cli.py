@@ -14,7 +14,6 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,8 +25,15 @@ from infra.schema.errors import ConfigError
 from infra.schema.read import StackFileError
 from infra.schema.safe import one_line
 from infra.schema.secrets import scrub
-from infra.tools import report, report_bucket, report_cost, report_preflight
-from infra.tools.cli_args import ConfigFileOpt, ContextOpt, EscConfigOpt, JsonOpt, StackArg
+from infra.tools import report, report_bucket, report_cost, report_preflight, report_tpus
+from infra.tools.cli_args import (
+    ConfigFileOpt,
+    ContextOpt,
+    EscConfigOpt,
+    JsonOpt,
+    Only,
+    StackArg,
+)
 
 if TYPE_CHECKING:
     from infra.resolve import StackPlan
@@ -91,13 +97,6 @@ def _park(
     if ctx.invoked_subcommand is None:
         console.print(ctx.get_help(), highlight=False)
         raise typer.Exit(0)
-
-
-class Only(StrEnum):
-    """What `park local --only` runs."""
-
-    train = "train"
-    serve = "serve"
 
 
 def _shown(value: object) -> str:
@@ -439,6 +438,7 @@ def _overview() -> str:
 
 
 report_preflight.register(app)  # `park preflight` (its module: infra/tools/report_preflight.py)
+report_tpus.register(app)  # `park tpus` (its module: infra/tools/report_tpus.py)
 app.info.help = _overview()
 
 

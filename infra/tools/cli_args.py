@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -34,3 +35,10 @@ ContextOpt = Annotated[
         help="The kubeconfig context of the stack's cluster (default: the current one).",
     ),
 ]
+
+
+class Only(StrEnum):
+    """What `park local --only` runs."""
+
+    train = "train"
+    serve = "serve"

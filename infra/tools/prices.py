@@ -43,10 +43,11 @@ class PriceSheet:
         return self.tpu.get(generation, {}).get(capacity)
 
 
-def load_prices(plan: StackPlan, path: Path = PRICES_FILE) -> PriceSheet:
-    """The price sheet for a stack: prices.yaml's row for its region, then `park:prices`."""
-    data: dict[str, Any] = datafile.load(path)
-    region = plan.spec.region
+def tpu_list_prices(
+    data: dict[str, Any], region: str
+) -> tuple[dict[str, dict[str, Price]], dict[str, bool]]:
+    """prices.yaml's TPU rows for `region` (its own row, else "*"): generation -> capacity type
+    -> per chip-hour, and whether the region had a row of its own. No stack override."""
     tpu: dict[str, dict[str, Price]] = {}
     matched: dict[str, bool] = {}
     for generation, rows in (data.get("tpu") or {}).items():
@@ -58,6 +59,14 @@ def load_prices(plan: StackPlan, path: Path = PRICES_FILE) -> PriceSheet:
             cap: Price(float(v), row["source"], basis.get(cap, ""), tuple(derived.get(cap, ())))
             for cap, v in (row.get("chip_hour") or {}).items()
         }
+    return tpu, matched
+
+
+def load_prices(plan: StackPlan, path: Path = PRICES_FILE) -> PriceSheet:
+    """The price sheet for a stack: prices.yaml's row for its region, then `park:prices`."""
+    data: dict[str, Any] = datafile.load(path)
+    region = plan.spec.region
+    tpu, matched = tpu_list_prices(data, region)
     machine_rows = data.get("machines") or {}
     machine_row = machine_rows.get(region) or machine_rows.get("*") or {}
     machines = {
