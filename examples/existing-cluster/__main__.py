@@ -37,7 +37,7 @@ cluster = ExistingCluster(
 slice_pool = TpuSlicePool(
     "serve-pool",
     {
-        "cluster": cluster,  # type: ignore[typeddict-item]
+        "cluster": cluster,
         "name": "serve-v6e-8",
         "machine_type": "ct6e-standard-8t",
         "topology": "2x4",
@@ -49,7 +49,7 @@ storage = Storage(  # names derive from the Pulumi stack: bucket <project>-<stac
         "project": project,
         "region": zone.rsplit("-", 1)[0],
         "node_service_account": cluster.node_service_account,
-        "cluster": cluster,  # type: ignore[typeddict-item]
+        "cluster": cluster,
     },
 )
 
@@ -71,8 +71,8 @@ staged = ModelStaging(
         "project": project,
         "models": ["Qwen/Qwen3-1.7B"],
         "image": image.ref,
-        "namespace": workspace,  # type: ignore[typeddict-item]
-        "bucket": storage,  # type: ignore[typeddict-item]
+        "namespace": workspace,
+        "bucket": storage,
     },
     in_cluster.merge(pulumi.ResourceOptions(depends_on=[*workspace.ready, storage])),
 )
@@ -82,9 +82,9 @@ service = LlmService(
     {
         "project": project,
         "location": zone,
-        "pool": slice_pool,  # type: ignore[typeddict-item]
-        "namespace": workspace,  # type: ignore[typeddict-item]
-        "bucket": storage,  # type: ignore[typeddict-item]
+        "pool": slice_pool,
+        "namespace": workspace,
+        "bucket": storage,
         "image": image.ref,
         "models": [{"name": "qwen3-1.7b", "source": "Qwen/Qwen3-1.7B"}],
     },

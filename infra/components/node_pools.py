@@ -19,6 +19,7 @@ from infra.components._base import (
     stack_values,
     with_cluster,
 )
+from infra.components._handles import ClusterRef
 from infra.components._naming import claim, declare_pool, renamed
 from infra.components._types import CapacityArg, TpuMachineTypeArg, TpuTopologyArg
 from infra.names import ROLE_LABEL
@@ -149,7 +150,7 @@ class _PoolArgs(TypedDict):
     """What every pool takes: the cluster it joins (a base: its subclasses' schema
     descriptions come from here, park_gke.provider.schema)."""
 
-    cluster: pulumi.Input[str]
+    cluster: ClusterRef
     """The cluster: Cluster.cluster_id or ExistingCluster.cluster_id (projects/<p>/locations/
     <zone>/clusters/<name>), or a name in `project`; in Python only, the Cluster or
     ExistingCluster itself, which also gives project, location and node_service_account."""

@@ -15,6 +15,7 @@ from infra.components._base import (
     stack_of,
     stack_values,
 )
+from infra.components._handles import ServiceRef
 from infra.components._naming import child_name, claim, renamed
 from infra.components.gates import GateRun, gated
 from infra.components.kubernetes import custom_resource
@@ -84,7 +85,7 @@ class DashboardAccessArgs(KubeconfigArgs):
     """Names derive from it (park-<stack>-ray-dashboard); default: the Pulumi stack's name."""
     namespace: NotRequired[str]
     """Kubernetes namespace of the Ray workloads. Default: park."""
-    service: NotRequired[str]
+    service: NotRequired[ServiceRef]
     """The LlmService whose Ray dashboard it exposes: the workload label of its pods (its
     name; default park-serve, the stack program's); in Python, the LlmService itself."""
 

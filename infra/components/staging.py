@@ -15,6 +15,7 @@ import pulumi
 from infra import model_facts, model_lookup
 from infra.components._args import KubeconfigArgs
 from infra.components._base import KubernetesComponent, bad_value, namespace_names
+from infra.components._handles import BucketRef, NamespaceRef, NodeSelectorRef
 from infra.components._naming import child_name
 from infra.plan import staging
 from infra.plan.ray.pods import RayPods
@@ -35,11 +36,11 @@ class ModelStagingArgs(KubeconfigArgs):
     """The image the Jobs run (a park-gke workload image: WorkloadImage.ref)."""
     stack: NotRequired[str]
     """Names derive from it (the KSA, the bucket); default: the Pulumi stack's name."""
-    namespace: NotRequired[str]
+    namespace: NotRequired[NamespaceRef]
     """The Jobs' namespace, the workloads' (default park; in Python, the Workspace itself)."""
-    bucket: NotRequired[str]
+    bucket: NotRequired[BucketRef]
     """The bucket (default <project>-<stack>-park; in Python, the Storage itself)."""
-    node_selector: NotRequired[pulumi.Input[dict[str, str]]]
+    node_selector: NotRequired[NodeSelectorRef]
     """Node labels the Jobs must run on (in Python, the CpuPool itself). Default: none."""
     hf_token: NotRequired[bool]
     """The workspace holds an HF token Secret (a gated model): the Jobs read it."""

@@ -9,6 +9,7 @@ from pulumi_gcp.serviceaccount import IAMMember as ServiceAccountIAMMember
 from pulumi_gcp.storage import Bucket, BucketIAMMember
 
 from infra.components._base import Component, stack_of, stack_values
+from infra.components._handles import ClusterRef
 from infra.components._naming import claim
 from infra.plan.storage import (
     REGISTRY_READER_ROLE,
@@ -28,7 +29,7 @@ class StorageArgs(TypedDict):
     """Region of the registry (and the bucket, unless bucket_location)."""
     node_service_account: pulumi.Input[str]
     """The nodes' service account e-mail: it may pull images from the registry."""
-    cluster: NotRequired[pulumi.Input[str]]
+    cluster: NotRequired[ClusterRef]
     """A cluster with Workload Identity in this project (its name or id; in Python, the Cluster
     or ExistingCluster itself): the binding waits for it, because the project's identity pool
     exists only once such a cluster does."""

@@ -9,6 +9,7 @@ import pulumi
 from infra.components._args import KubeconfigArgs, TrainingArgs
 from infra.components._args import TpuPoolRefArgs as TpuPoolRefArgs
 from infra.components._base import region_of, stack_values
+from infra.components._handles import BucketRef, NamespaceRef, NodeSelectorRef, PoolRef
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ServingEngineArg, UpgradeStrategyArg
 
@@ -21,16 +22,16 @@ class _RayWorkloadArgs(KubeconfigArgs):
     """The GCP project."""
     location: str
     """The cluster's zone."""
-    pool: TpuPoolRefArgs
+    pool: PoolRef
     """The TPU pool it runs on (in Python, the TpuSlicePool itself)."""
     stack: NotRequired[str]
     """Names derive from it (KSA, bucket, registry); default: the Pulumi stack's name."""
-    namespace: NotRequired[str]
+    namespace: NotRequired[NamespaceRef]
     """The Ray pods' namespace (default park; in Python, the Workspace itself)."""
-    bucket: NotRequired[str]
+    bucket: NotRequired[BucketRef]
     """The bucket the pods mount (default <project>-<stack>-park; in Python, the Storage
     itself)."""
-    head_node_selector: NotRequired[pulumi.Input[dict[str, str]]]
+    head_node_selector: NotRequired[NodeSelectorRef]
     """Node labels the Ray head (and a RayJob's submitter) must run on: CpuPool.node_selector
     (in Python, the CpuPool itself). Default: none, any untainted node (an existing cluster's
     own pools)."""

@@ -101,9 +101,9 @@ def test_an_existing_cluster_with_a_multi_host_training_job_composes():
             {
                 "project": "p",
                 "location": ZONE,
-                "pool": pool,  # type: ignore[typeddict-item]
-                "namespace": space,  # type: ignore[typeddict-item]
-                "bucket": storage,  # type: ignore[typeddict-item]
+                "pool": pool,
+                "namespace": space,
+                "bucket": storage,
                 "kubeconfig": cluster.kubeconfig,
                 "training": {"strategy": "fsdp2", "steps": 20, "global_batch_size": 64},
             },
@@ -125,7 +125,7 @@ def test_a_new_cluster_serving_an_open_model_composes():
     def build() -> None:
         office = [{"cidr": "203.0.113.0/24", "name": "office"}]
         cluster = _new_cluster("p", deletion_protection=False, master_authorized_networks=office)
-        cpu = park_gke.CpuPool("system", {"cluster": cluster})  # type: ignore[typeddict-item]
+        cpu = park_gke.CpuPool("system", {"cluster": cluster})
         pool, storage, space = _slice_bucket_and_workspace(
             cluster, "serve", "ct6e-standard-8t", "2x4"
         )
