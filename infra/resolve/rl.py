@@ -13,8 +13,10 @@ placement group): each engine takes `tensorParallelSize` chips, as many engines 
 hold (chips / TP per slice, every slice of the pool). TP follows the serving rules
 (infra.engine: the TP sizes torch_tpu forms on one host, and the model's heads); unset, it is
 the smallest allowed TP whose engine fits (infra.engine.fit_served at maxModelLen = prompt +
-response), so the slice holds the most engines. A GPU pool of park:gpuPools is accepted too:
-TP then divides a node's GPUs, and the memory fit (a TPU model) is not computed.
+response), so the slice holds the most engines. An engine's TP stays on one host: it loads
+each version from a folder in its host's memory (infra.rules.rl refuses a wider one). A GPU
+pool of park:gpuPools is accepted too: TP then divides a node's GPUs, and the memory fit (a TPU
+model) is not computed.
 
 The weight sync per learner step is estimated here too (:class:`SyncEstimate`): the bytes of the
 scheme the job runs (workloads/rl/sync.py: bf16 buckets through Ray's object store, pulled once
@@ -138,9 +140,10 @@ def resolve_rollout(
     if tpu is not None:
         options = tuple(engine.allowed_tensor_parallel(ROLLOUT_ENGINE, tpu.slice, facts.facts))
         tp = spec.tensor_parallel_size
-        if tp is None:
-            fitting = [t for t in options if (f := _engine_fit(facts, tpu, t, spec)) and f.fits]
-            tp = (fitting or list(options) or [tpu.slice.devices])[0]
+        if tp is None:  # an engine reads its weights on its own host: one host's TP first
+            local = [t for t in options if t <= tpu.slice.devices_per_host]
+            fitting = [t for t in local if (f := _engine_fit(facts, tpu, t, spec)) and f.fits]
+            tp = (fitting or local or list(options) or [tpu.slice.devices])[0]
         fit = _engine_fit(facts, tpu, tp, spec) if tp in options else None
         return RolloutPlan(
             kind="tpu",

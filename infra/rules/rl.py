@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic.alias_generators import to_camel
 
+from infra import engine
 from infra.resolve import StackPlan
 from infra.resolve.rl import learner_training, reference_bytes
 from infra.resolve.training import fit_training
@@ -93,7 +94,8 @@ def _pool_problems(plan: StackPlan) -> list[ConfigProblem]:
                         f"is park:{other}.pool: a slice runs one workload; give RL its own pool",
                     )
                 )
-    queued = {p.name for p in config.tpu_pools if p.capacity == "queued"}
+    queued = {p.name for p in config.tpu_pools if len(p.rungs()) > 1}
+    queued |= {p.name for p in config.tpu_pools if p.rungs()[0].capacity == "queued"}
     queued |= {g.name for g in config.gpu_pools if g.capacity == "queued"}
     for key, name in (("learnerPool", spec.learner_pool), ("rolloutPool", spec.rollout_pool)):
         if name in queued:
@@ -101,9 +103,9 @@ def _pool_problems(plan: StackPlan) -> list[ConfigProblem]:
                 ConfigProblem(
                     f"{KEY}.{key}",
                     name,
-                    "a queued pool: Kueue admits a job through one pool's queue, and the RL job "
-                    "holds two; allowed: a pool of on-demand, spot, reservation or flex-start "
-                    "capacity",
+                    "a queued or laddered pool: Kueue admits a job through one pool's queue, and "
+                    "the RL job holds two; allowed: a pool of one on-demand, spot, reservation "
+                    "or flex-start capacity",
                 )
             )
     return problems
@@ -272,6 +274,9 @@ def _rollout_problems(rl: RlPlan) -> list[ConfigProblem]:
         if rollout.gpu
         else "the rollout pool"
     )
+    wide = _wider_than_a_host(rl)
+    if wide:
+        return wide
     if tp not in rollout.options:
         return [
             ConfigProblem(
@@ -295,6 +300,37 @@ def _rollout_problems(rl: RlPlan) -> list[ConfigProblem]:
             f"{fit.usable_gib:.2f} GiB on {where}; allowed: a TP of "
             f"{', '.join(map(str, rollout.options))} that fits, shorter maxPromptTokens + "
             "maxResponseTokens, or a larger rollout slice",
+        )
+    ]
+
+
+def _wider_than_a_host(rl: RlPlan) -> list[ConfigProblem]:
+    """An engine whose TP spans hosts: each engine loads every weight version from a folder in
+    its own host's memory (workloads/rl/sync.py HostReceiver), which the TP ranks on another host
+    cannot read, so an engine's TP is at most one host's devices."""
+    rollout, spec = rl.rollout, rl.spec
+    tpu = rollout.tpu.slice if rollout.tpu else None
+    if tpu is None or rollout.tensor_parallel <= tpu.devices_per_host:
+        return []
+    word, limit = tpu.device_word, tpu.devices_per_host
+    hosts = -(-rollout.tensor_parallel // limit)
+    within = [t for t in rollout.options if t <= limit]
+    allowed = (
+        f"a TP of {', '.join(map(str, within))}"
+        if within
+        else f"none on this slice ({ROLLOUT_ENGINE}: "
+        f"{engine.tensor_parallel_rule(ROLLOUT_ENGINE, tpu)}): a single-host rollout pool"
+    )
+    set_by = "" if spec.tensor_parallel_size else " (tensorParallelSize unset: the slice's TP)"
+    return [
+        ConfigProblem(
+            f"{KEY}.tensorParallelSize" if spec.tensor_parallel_size else f"{KEY}.rolloutPool",
+            rollout.tensor_parallel if spec.tensor_parallel_size else spec.rollout_pool,
+            f"a rollout engine at TP {rollout.tensor_parallel}{set_by} spans "
+            f"{hosts} hosts of the {tpu.machine_type} {tpu.topology} "
+            f"slice, but the host limit is {limit} {word}s per host: each engine loads the "
+            "weights from a folder in its own host's memory (workloads/rl/sync.py), which ranks "
+            f"on other hosts cannot read; allowed: {allowed}",
         )
     ]
 

@@ -8,6 +8,7 @@ import shlex
 
 from infra.tools.local.rl import (
     RL_CPU_PROFILE,
+    answers_line,
     cpu_rl_entrypoint,
     reward_line,
     runs_rl,
@@ -42,6 +43,7 @@ def test_rl_profile_gives_a_cpu_run_the_workload_accepts():
     assert cfg.storage_path == split_entrypoint(rendered)[1]["storage_path"] and cfg.export
     assert cfg.storage_path.startswith("gs://")
     assert cfg.data == str(toy_prompts()) and cfg.rewards == "workloads.rl.toy:vowel_share"
+    assert cfg.probe_prompts == 1  # the starting policy's answer to the served question
     # what the profile does not name is kept as rendered (the run name, the temperature, ...)
     _, before = split_entrypoint(rendered)
     _, after = split_entrypoint(entrypoint)
@@ -69,3 +71,14 @@ def test_reward_line_and_serve_config():
     # its replica waits for the marker the export writes last (the job runs beside it)
     assert llm["callback_config"]["callback_class"] == protocol.SERVE_WAIT_CALLBACK
     assert llm["callback_config"]["callback_kwargs"]["marker"] == MARKER_NAME
+
+
+def test_answers_line_scores_both_answers_with_the_task_reward():
+    """The served answer's score beside the starting policy's (the run's probe), both by the
+    task's reward (the share of vowels)."""
+    start = {"prompt": "q", "reply": "xkcd", "reward": 0.0, "version": 0}
+    line = answers_line("q", start, "aeio u")
+    assert line.startswith("answer reward  0.00 → 1.00")
+    assert "'xkcd'" in line and "'aeio u'" in line
+    assert answers_line("q", {}, "ab").startswith("answer reward  n/a → 0.50")
+    assert "no probe" in answers_line("q", {}, "ab")

@@ -13,6 +13,7 @@ configured by the job's own RLRunConfig and driven by the per-rank loop Ray Trai
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ from typing import Any
 import pytest
 
 from tests.workloads.train_fixtures import ray_head, toy_rl
+from workloads.protocol import parse_line
 from workloads.rl.loop import rl_train, summary
+from workloads.rl.toy import vowel_share
 from workloads.train.distributed.runenv import LocalEnv
 from workloads.train.testing import process_group
 
@@ -34,10 +37,10 @@ def ray_and_gloo() -> Iterator[None]:
 
 
 def _run(
-    lr: float, root: Path, on_step: Any = None, overlap: bool = True, steps: int = 12
+    lr: float, root: Path, on_step: Any = None, overlap: bool = True, steps: int = 12, **run: Any
 ) -> list[dict[str, float]]:
     sampling = dict(prompts_per_step=2, group_size=8, max_response_tokens=16, max_prompt_tokens=64)
-    cfg = toy_rl(root, steps=steps, lr=lr, export=False, overlap=overlap, **sampling)
+    cfg = toy_rl(root, steps=steps, lr=lr, export=False, overlap=overlap, **sampling, **run)
     history = rl_train(cfg, LocalEnv(root / "checkpoints"), on_step)
     print(summary(history))
     return history
@@ -49,8 +52,13 @@ def _gain(history: list[dict[str, float]]) -> float:
     return last - first
 
 
+def _probes(out: str) -> list[list[dict[str, Any]]]:
+    lines = (parse_line(line) for line in out.splitlines())
+    return [r["probe"] for line in lines if line and "probe" in (r := line[1])]
+
+
 @pytest.mark.usefixtures("ray_and_gloo")
-def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path) -> None:
+def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path, capfd: Any) -> None:
     import ray
 
     killed: dict[str, int] = {}
@@ -81,8 +89,17 @@ def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path) -> Non
 
     # Six steps are enough for the control: _gain compares two windows of three steps, as
     # many samples as in the learning run's windows, so the same sampling noise.
-    frozen = _run(0.0, tmp_path / "zero", overlap=False, steps=6)
+    assert _probes(capfd.readouterr().out) == []  # no --probe-prompts: no probe
+    frozen = _run(0.0, tmp_path / "zero", overlap=False, steps=6, probe_prompts=2)
     assert len(frozen) == 6
+    # --probe-prompts 2: once, before the first step, the starting policy's greedy answers to
+    # the data's first two prompts, each scored by the run's reward
+    [probe] = _probes(capfd.readouterr().out)
+    asked = [json.loads(line)["prompt"] for line in (tmp_path / "zero" / "p.jsonl").open()][:2]
+    assert [p["prompt"] for p in probe] == asked and {p["version"] for p in probe} == {0}
+    for answer in probe:
+        assert answer["reward"] == pytest.approx(vowel_share(completion=answer["reply"]))
+        assert answer["reply"].strip(), probe
     assert abs(_gain(frozen)) < 0.06, summary(frozen)  # sampling noise only (measured 0.03)
     assert _gain(learning) > _gain(frozen) + 0.1
     assert all(m["staleness_max"] == 0 for m in frozen)  # synchronous: on the newest weights

@@ -160,6 +160,24 @@ class DiesDuringARound(FakeEngine):
         return super().sample(prompts, sampling, offset)
 
 
+class DiesStaging(HostReceiver):
+    """Dies in the middle of staging version 2, its first bucket pulled, once (a marker beside
+    PARK_TEST_MARKER makes it the only death: the restarted process finds it)."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stage(self, policy: PolicyVersion) -> Staged:
+        import ray
+
+        marker = Path(os.environ["PARK_TEST_MARKER"]).with_name("receiver-died")
+        if policy.version == 2 and policy.buckets and not marker.exists():
+            ray.get(policy.buckets[0].ref)
+            marker.write_text(str(os.getpid()))
+            os._exit(1)
+        return super().stage(policy)
+
+
 def _publish(store: Any, root: Path, version: int) -> None:
     """A folder version whose "w" tensor is the version number."""
     import ray
@@ -343,3 +361,39 @@ def test_an_engine_killed_during_a_round_costs_only_its_share(
     assert ray_cpu.exists()  # it did die, in the round of version 2
     assert int(ray_cpu.read_text()) != ray.get(dies.pid.remote())
     assert ray.get(lives.sample_calls.remote()) == 3  # the living engine's share: once a round
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_a_receiver_killed_mid_stage_is_staged_again_and_the_run_goes_on(ray_cpu: Path) -> None:
+    """The host's receiver dies while it pulls version 2 (pre-staged behind the sampling): Ray
+    restarts it, and the pool stages version 2 again on the new process instead of handing the
+    engines the failed stage for ever; the engines reach version 2 within a round or two (a
+    round whose load failed samples the old weights, which the staleness bound judges)."""
+    import ray
+
+    store = ray.remote(PolicyStore).options(num_cpus=0).remote(max_staleness=1, capacity=64)
+    engines = _engines(FakeEngine, 2)
+    receiver = ray.remote(DiesStaging).options(num_cpus=0, max_restarts=2)  # as parts.py
+    host = ray.get(engines[0].node_id.remote())
+    receivers = {host: receiver.remote(f"park-rl-test-dies-{os.getpid()}")}
+    pool = RolloutPool(engines, store, receivers=receivers)
+    _publish_buckets(store, 1)
+    rollouts, _ = pool.finish(pool.launch(["p0", "p1"], Sampling(group_size=1)))
+    assert {r.version for r in rollouts} == {1}
+    before = ray.get(receivers[host].pid.remote())
+
+    _publish_buckets(store, 2)
+    pool.prestage(ray.get(store.latest.remote()))  # the receiver dies under this one
+    versions = []
+    for _ in range(4):
+        rollouts, _ = pool.finish(pool.launch(["p0", "p1"], Sampling(group_size=1)))
+        versions.append({r.version for r in rollouts})
+        if versions[-1] == {2}:
+            break
+    assert versions[-1] == {2} and len(versions) <= 2, versions
+    assert {r.text.split(":")[1] for r in rollouts} == {"w2"}
+    died = ray_cpu.with_name("receiver-died")
+    assert died.exists() and int(died.read_text()) == before  # it died, mid-stage
+    assert ray.get(receivers[host].pid.remote()) != before  # the version came from its restart
+    ray.get(receivers[host].close.remote())

@@ -302,6 +302,12 @@ class RLRunConfig(FlagConfig):
         stack=key("Restarts from the last checkpoint after a lost learner worker.", ge=0),
     )
     report_every: int = opt(1, "print metrics every N steps", type=int)
+    probe_prompts: int = opt(
+        0,
+        "before the first step, the starting policy's greedy answers to the data's first N "
+        "prompts, scored by the rewards (a 'before' to set the final policy's answers against)",
+        type=int,
+    )
 
     @property
     def reward_names(self) -> list[str]:

@@ -84,7 +84,7 @@ def validate(cfg: RLRunConfig) -> None:
             raise ConfigError(f"{flag(name)} must be a finite number, got {value}")
     if cfg.temperature <= 0:
         raise ConfigError(f"--temperature must be > 0 (GRPO samples), got {cfg.temperature}")
-    for name in ("kl_coef", "lr", "max_staleness", "checkpoint_every"):
+    for name in ("kl_coef", "lr", "max_staleness", "checkpoint_every", "probe_prompts"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{flag(name)} must be >= 0, got {getattr(cfg, name)}")
     _validate_bounds(cfg)

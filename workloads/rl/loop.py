@@ -27,10 +27,11 @@ iterator, built for a fixed dataset, not per-step on-policy batches). Per step:
 
 Progress is a ``PARK_METRICS`` line per step (reward mean/spread, KL, the learner/sampler
 mismatch and the importance weights, response length, rollout tokens/s, learner step time,
-publish and sync time and bytes, staleness); checkpoints are the trainer's DCP ones with the
-prompt order and the policy version beside them; the final policy is exported where training
-exports (``<storage>/<run>/export/final``) for serving. The learner, the engines and rank 0's
-driver are built in workloads/rl/parts.py.
+publish and sync time and bytes, staleness), after, with ``--probe-prompts N``, one line of
+the starting policy's greedy answers to the data's first N prompts, scored; checkpoints are
+the trainer's DCP ones with the prompt order and the policy version beside them; the final
+policy is exported where training exports (``<storage>/<run>/export/final``) for serving.
+The learner, the engines and rank 0's driver are built in workloads/rl/parts.py.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ def rl_train(
         driver = parts.start_driver(cfg, learner, first.policy, store)
         if "order" in data_state:
             driver.order.load_state_dict(data_state["order"])
+        if cfg.probe_prompts and state.step == 0:  # the starting policy's answers, scored
+            emit(METRICS_PREFIX, {"probe": driver.probe(cfg)})
     history: list[dict[str, float]] = []
     pending: tuple[list[Prompt], Round] | None = None
     try:

@@ -161,6 +161,25 @@ class Driver:
         sampling = Sampling(cfg.group_size, cfg.temperature, cfg.max_response_tokens)
         return prompts, self.pool.launch([self.prompts_text(p) for p in prompts], sampling)
 
+    def probe(self, cfg: RLRunConfig) -> list[dict[str, Any]]:
+        """The first engine's greedy answers to the data's first ``cfg.probe_prompts`` prompts
+        with the rewards' scores: what the policy it holds says (before the first step, the
+        starting policy's answers, a demo's 'before')."""
+        import ray
+
+        prompts = self.order.prompts[: cfg.probe_prompts]
+        greedy = Sampling(1, 0.0, cfg.max_response_tokens, seed=cfg.seed)
+        texts = [self.prompts_text(p) for p in prompts]
+        rollouts = ray.get(self.pool.engines[0].sample.remote(texts, greedy))
+        found = []
+        for prompt, rollout in zip(prompts, rollouts, strict=True):
+            value = self.rewards(prompt=prompt.text, completion=rollout.text, answer=prompt.answer)
+            found.append(
+                {"prompt": prompt.text, "reply": rollout.text, "reward": value,
+                 "version": rollout.version}
+            )  # fmt: skip
+        return found
+
     def close(self) -> None:
         import ray
 

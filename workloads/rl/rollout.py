@@ -157,6 +157,7 @@ class RolloutEngine:
 ENGINE_RESTART_TIMEOUT_S = 1800.0
 RESTART_POLL_S = 0.5  # how often a restarting engine is asked again
 MAX_SHARE_RETRIES = 2
+MAX_STAGE_RETRIES = 2  # a version's stage on one host, after its receiver died under it
 
 
 @dataclass
@@ -204,6 +205,7 @@ class RolloutPool:
         self.hosts = hosts
         self._stages: dict[str, tuple[int, Any]] = {}  # host -> (version, stage ObjectRef)
         self._counted: set[tuple[str, int]] = set()  # (host, version) whose bytes were counted
+        self._stage_retries: dict[tuple[str, int], int] = {}  # (host, version) -> stages redone
         self.sync_s: list[float] = []  # every engine load's seconds (tests count the loads)
 
     def _call(self, target: Any, method: str, *args: Any) -> Any:
@@ -225,9 +227,22 @@ class RolloutPool:
         return self.hosts[index]
 
     def _stage(self, host: str, policy: PolicyVersion) -> Any:
-        """The stage call of ``policy`` on ``host`` (one per host and version)."""
+        """The stage call of ``policy`` on ``host`` (one per host and version). One that failed
+        (its receiver died under it: Ray restarts receivers) is made again, on the restarted
+        receiver, up to MAX_STAGE_RETRIES times a version; then its error is raised."""
+        import ray
+
         assert self.receivers is not None
         known = self._stages.get(host)
+        if known is not None and known[0] == policy.version and _failed(known[1]):
+            retries = self._stage_retries.get((host, policy.version), 0) + 1
+            if retries > MAX_STAGE_RETRIES:
+                ray.get(known[1])  # raises the stage's error: the run stops, saying why
+            self._stage_retries[(host, policy.version)] = retries
+            _when_up(self.receivers[host], "node_id")  # Ray's restart of it, come up
+            print(f"staging version {policy.version} on host {host} failed: staged again",
+                  flush=True)  # fmt: skip
+            known = None
         if known is None or known[0] != policy.version:
             self._stages[host] = (policy.version, self.receivers[host].stage.remote(policy))
         return self._stages[host][1]
@@ -247,19 +262,7 @@ class RolloutPool:
         return engine.load.remote(policy), None
 
     def _version_of(self, engine: Any) -> int:
-        """An engine's version, once it answers: a restarting engine (Ray brings it back after a
-        crash) refuses calls until it is up, so it is asked again until the restart timeout."""
-        import ray
-
-        deadline = time.monotonic() + ENGINE_RESTART_TIMEOUT_S
-        while True:
-            try:
-                left = max(deadline - time.monotonic(), 1.0)
-                return int(ray.get(engine.get_version.remote(), timeout=left))
-            except ray.exceptions.ActorUnavailableError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(RESTART_POLL_S)
+        return int(_when_up(engine, "get_version"))
 
     def _versions(self) -> list[int]:
         """Every engine's version (asked all at once; a restarting one waited for)."""
@@ -372,6 +375,37 @@ class RolloutPool:
         """One round, waited for."""
         rollouts, _ = self.finish(self.launch(prompts, sampling))
         return rollouts
+
+
+def _when_up(actor: Any, method: str) -> Any:
+    """An actor's answer to ``method``, once it answers: a restarting actor (Ray brings it back
+    after a crash) refuses calls until it is up, so it is asked again until the restart
+    timeout."""
+    import ray
+
+    deadline = time.monotonic() + ENGINE_RESTART_TIMEOUT_S
+    while True:
+        try:
+            left = max(deadline - time.monotonic(), 1.0)
+            return ray.get(getattr(actor, method).remote(), timeout=left)
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(RESTART_POLL_S)
+
+
+def _failed(ref: Any) -> bool:
+    """Whether a call has finished with an error (not waiting for one still running)."""
+    import ray
+
+    ready, _ = ray.wait([ref], timeout=0)
+    if not ready:
+        return False
+    try:
+        ray.get(ref, timeout=0)
+    except ray.exceptions.RayError:
+        return True
+    return False
 
 
 def _sampled_logprobs(steps: Any, ids: list[int]) -> list[float]:

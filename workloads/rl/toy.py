@@ -15,6 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+# What the task is, as a run's summary names it.
+TASK = (
+    "share of vowels: a completion's reward is the share of vowels among its letters (0 to 1). "
+    "The policy is a random-init tiny Llama that knows no words: success reads as vowels, "
+    "not as sense"
+)
 SUBJECTS = ("the river", "a country", "the moon", "your home", "the sea", "a friend")
 TEMPLATES = ("tell me about {}", "say something about {}", "describe {}", "name {}")
 

@@ -8,7 +8,10 @@ minutes instead of the stack's data set (workloads/rl/toy.py says why: a random-
 scores 0 on maths for far longer than a local run). The run prints one line per step and
 ``reward  <first> → <last>``. The final policy's Hugging Face export is served with
 ``workloads.serve.local``, started with the job as `park local dev` starts its serving: the
-replica waits for the export inside its start, then it is asked one of the prompts.
+replica waits for the export inside its start, then it is asked one of the prompts. The
+summary names the task and scores the served (greedy) answer with the task's reward beside the
+starting policy's greedy answer to the same prompt, which the job reports before its first
+step (``--probe-prompts 1``): ``answer reward  <start> → <served>``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from infra.tools.local.ray_head import LocalRunError
 from infra.tools.local.submit import LocalJob, export_of, run_job
 from workloads import protocol
 from workloads.rl.config import RLRunConfig
+from workloads.rl.rewards import Rewards
+from workloads.rl.toy import TASK
 
 RL_MODULE = "workloads.rl"
 RL_TIMEOUT_S = 1800.0
@@ -69,6 +74,10 @@ RL_CPU_PROFILE: ProfileTable = {
     "lr": ("0.01", "a tiny model learns fast"),
     "checkpoint_every": ("8", "two checkpoints in 16 steps"),
     "report_every": ("1", "a line per step"),
+    "probe_prompts": (
+        "1",
+        "the starting policy's greedy answer to the prompt the served policy is asked, scored",
+    ),
     **LOCAL_RUN,
 }
 
@@ -115,9 +124,14 @@ def run_rl(rayjob: dict[str, Any], run: LocalRun, *, start_serving: Any) -> None
     from workloads.train.models import tiny_llama
 
     console, outcome = run.console, run.outcome
+    start: dict[str, Any] = {}  # the starting policy's answer to the served question
 
     def on_record(kind: str, record: dict[str, Any]) -> None:
-        if kind == protocol.METRICS and "reward_mean" in record:
+        if kind == protocol.METRICS and isinstance(record.get("probe"), list):
+            start.update(
+                next((p for p in record["probe"] if p.get("prompt") == outcome.question), {})
+            )
+        elif kind == protocol.METRICS and "reward_mean" in record:
             if record.get("step") != (outcome.last_metrics or {}).get("step"):  # sent twice?
                 outcome.last_metrics = record
                 console.print(f"  {step_line(record)}", highlight=False)
@@ -167,18 +181,36 @@ def run_rl(rayjob: dict[str, Any], run: LocalRun, *, start_serving: Any) -> None
         serving.finish(run, keep=False)
     finally:
         serving.stop()
+    reply = (outcome.reply or "").strip()
     console.print(
-        f"served policy {SERVED_ID} ({outcome.export}) asked {outcome.question!r}: "
-        f"{(outcome.reply or '').strip()!r}",
+        f"served policy {SERVED_ID} ({outcome.export}) asked {outcome.question!r}: {reply!r}",
         highlight=False,
         soft_wrap=True,
     )
-    console.print(reward_line(first, last), highlight=False)
+    console.print(f"task: {TASK} (workloads/rl/toy.py, {TOY_REWARD})", highlight=False)
+    console.print(
+        f"{reward_line(first, last)}  (mean of a step's completions: first step, the starting "
+        "policy's → last step's)",
+        highlight=False,
+    )
+    console.print(answers_line(outcome.question or "", start, reply), highlight=False)
 
 
 def reward_line(first: float | None, last: float | None) -> str:
     """``reward  <first> → <last>``: the mean reward of the first and the last step (0..1)."""
     return f"reward  {console_out.fmt(first, '.2f')} → {console_out.fmt(last, '.2f')}"
+
+
+def answers_line(question: str, start: dict[str, Any], reply: str) -> str:
+    """``answer reward  <start> → <served>``: the task's reward of the starting policy's greedy
+    answer to ``question`` (the run's probe) and of the served final policy's (greedy too)."""
+    served = Rewards([TOY_REWARD])(prompt=question, completion=reply, answer="")
+    before = start.get("reward")
+    said = f"{start['reply'].strip()!r}" if "reply" in start else "n/a (no probe)"
+    return (
+        f"answer reward  {console_out.fmt(before, '.2f')} → {served:.2f}  (asked {question!r}, "
+        f"greedy: the starting policy said {said}, the served final policy {reply!r})"
+    )
 
 
 def step_line(m: dict[str, Any]) -> str:
