@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import inspect
 import json
-import sys
 import textwrap
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from infra.schema.errors import ConfigError
-from infra.schema.read import StackFileError
 from infra.schema.safe import one_line
 from infra.schema.secrets import scrub
 from infra.tools import report, report_bucket, report_cost, report_preflight, report_tpus
@@ -34,9 +29,12 @@ from infra.tools.cli_args import (
     Only,
     StackArg,
 )
+from infra.tools.cli_stack import console, err_console, resolve_stack_file
+from infra.tools.cli_stack import plan_of as _plan
+from infra.tools.cli_stack import shown as _shown
+from infra.tools.cli_stack import stack_errors as _stack_errors
 
 if TYPE_CHECKING:
-    from infra.resolve import StackPlan
     from infra.tools.render import Rendered
 
 PACKAGE = "park-gke"
@@ -58,9 +56,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-# Not a terminal (CI, tests, pipes): wide enough that a config key never wraps mid-word.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def version() -> str:
@@ -97,73 +92,6 @@ def _park(
     if ctx.invoked_subcommand is None:
         console.print(ctx.get_help(), highlight=False)
         raise typer.Exit(0)
-
-
-def _shown(value: object) -> str:
-    """Anything from the stack or the command line, as it may reach a terminal: control
-    characters escaped (a stack or file name holding an escape sequence is printed as text),
-    Rich markup escaped."""
-    return escape(one_line(str(value)))
-
-
-# ---------------------------------------------------------------------------------------------
-# Stack files
-
-
-def stack_dirs() -> list[Path]:
-    """Where `STACK` is looked up: ./stacks first, then the stacks/ beside the installed code.
-
-    The second makes `park local dev` work from any directory with the editable install (the
-    repo's own stacks/). A wheel does not ship stacks/; there, pass --config-file.
-    """
-    beside_package = Path(__file__).resolve().parents[2] / "stacks"
-    dirs = [Path.cwd() / "stacks"]
-    if beside_package.resolve() != dirs[0].resolve():
-        dirs.append(beside_package)
-    return dirs
-
-
-def resolve_stack_file(stack: str, config_file: Path | None) -> Path:
-    """The stack file to read, or exit 2 saying where we looked."""
-    if config_file is not None:
-        if not config_file.is_file():
-            err_console.print(f"[red]error:[/] no stack file at {_shown(config_file)}")
-            raise typer.Exit(2)
-        return config_file
-    looked = []
-    for directory in stack_dirs():
-        path = directory / f"Pulumi.{stack}.yaml"
-        if path.is_file():
-            return path
-        looked.append(str(path))
-    files = [p.name for d in stack_dirs() for p in d.glob("Pulumi.*.yaml")]
-    known = sorted({name[len("Pulumi.") : -len(".yaml")] for name in files})
-    err_console.print(
-        f"[red]error:[/] no stack {_shown(repr(stack))}: looked at {_shown(', '.join(looked))}. "
-        f"Known stacks: {_shown(', '.join(known) or 'none')}. Or pass --config-file PATH."
-    )
-    raise typer.Exit(2)
-
-
-@contextmanager
-def _stack_errors(out: Console = err_console) -> Iterator[None]:
-    """A stack that cannot be read or planned: its problems printed, exit 1."""
-    try:
-        yield
-    except ConfigError as err:
-        report.config_error(err, out)
-        raise typer.Exit(1) from None
-    except StackFileError as err:
-        shown = one_line(scrub(str(err)))
-        err_console.print(f"[red]error:[/] {escape(shown)}", soft_wrap=True)
-        raise typer.Exit(1) from None
-
-
-def _plan(path: Path, stack: str, esc_config: Path | None, out: Console = err_console) -> StackPlan:
-    from infra.stack import from_file
-
-    with _stack_errors(out):
-        return from_file(path, stack, esc_config)
 
 
 def _rendered(path: Path, stack: str, esc_config: Path | None) -> Rendered:

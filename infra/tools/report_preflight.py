@@ -80,11 +80,11 @@ def preflight(
     and what this machine needs to deploy (Pulumi, gcloud, the GKE auth plugin, Docker with
     BuildKit, credentials). Writes preflight.json beside the render. Exit 1 on a failed check
     or without credentials. No API promises N machines in a zone: quota is permission only."""
-    from infra.tools import cli
+    from infra.tools import cli_stack as cli
     from infra.tools.outdir import OutputError
     from infra.tools.preflight_read import NoCredentials, Reader, credentials
 
-    plan = cli._plan(cli.resolve_stack_file(stack, config_file), stack, esc_config)
+    plan = cli.plan_of(cli.resolve_stack_file(stack, config_file), stack, esc_config)
     console, err = cli.console, cli.err_console
     local = machine_findings(
         shutil.which, os.environ, Path.home(), Path.is_file, builds_images=bool(plan.images)

@@ -117,7 +117,7 @@ def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
         limits.model_wait_s or 0
     )
     assert spec["activeDeadlineSeconds"] == limits.active_deadline_s
-    pool, tpu = _pool(config, config.training.pool)
+    _, tpu = _pool(config, config.training.pool)
     entry = spec["entrypoint"]
     assert entry.startswith("python -m workloads.train ")
     for flag, value in [
@@ -130,9 +130,9 @@ def test_rayjob_runs_the_training_module_and_releases_tpus(rendered):
     ]:
         assert f"{flag} {value}" in entry
     assert yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]
-    # only queued capacity starts suspended (Kueue admits it when DWS has the slice)
-    queued = pool.capacity == "queued"
-    assert spec.get("suspend", False) is queued
+    # only a pool Kueue fronts (queued, or a ladder) starts suspended: Kueue admits it
+    kueue = next(p for p in rendered.plan.tpu_pools if p.name == config.training.pool).kueue
+    assert spec.get("suspend", False) is kueue
 
 
 def test_rayservice_serves_through_ray_serve_llm(rendered):

@@ -185,6 +185,9 @@ def test_an_older_add_on_loses_more_and_says_each():
     values, secrets = _values(
         "prod", **{"park:cluster": {"releaseChannel": "EXTENDED", "version": "1.32"}}
     )
+    # training on its reservation alone: the ladder's queued rung needs GKE 1.33 by itself
+    train = values["park:tpuPools"][0]
+    train.update(train.pop("ladder")[0])
     with pytest.raises(ConfigError) as refused:
         from_values(values, "prod", secrets)
     messages = " | ".join(p.message for p in refused.value.problems)

@@ -8,6 +8,7 @@ import pytest
 
 from infra import catalog
 from infra.plan.storage import BUCKET_ROLES
+from infra.resolve.types import rungs_of
 from infra.schema.errors import ConfigError
 from infra.schema.read import read_stack_file
 from infra.tools.render import ProgramError, run_program
@@ -22,7 +23,9 @@ def test_one_node_pool_per_slice(rendered):
     for pool in rendered.config.tpu_pools:
         tpu = catalog.lookup(pool.machine_type, pool.topology)
         pools = [r for r in rendered.of_type(NODE_POOL) if r.parent == pool.name]
-        assert sorted(p.name for p in pools) == [f"{pool.name}-s{i}" for i in range(pool.slices)]
+        rungs = [f"-{r.tag}" for r in rungs_of(pool)] if pool.ladder else [""]
+        expected = [f"{pool.name}{rung}-s{i}" for rung in rungs for i in range(pool.slices)]
+        assert sorted(p.name for p in pools) == sorted(expected)
         for node_pool in pools:
             inputs = node_pool.inputs
             if tpu.workload_policy:
@@ -127,7 +130,7 @@ def test_workloads_wait_for_the_operator_and_their_pools(rendered):
             )
             group = pool["workerGroupSpecs"][0]["groupName"]
             assert "gke" in workload.dependencies  # the cluster (add-on CRDs) exists first
-            assert f"{group}-s0" in workload.dependencies
+            assert any(d.startswith(group) and d.endswith("-s0") for d in workload.dependencies)
             (ksa,) = [
                 r.name  # the Workspace's child for the KSA (logical names follow the component)
                 for r in rendered.of_type("kubernetes:core/v1:ServiceAccount")
@@ -167,7 +170,8 @@ def test_helm_mode_installs_operator_webhook_and_cert_manager_in_order():
     values["park:kuberay"] = {"install": "helm"}
     rendered = run_program(values, "prod", secrets)
     releases = {r.inputs["name"]: r for r in rendered.of_type("kubernetes:helm.sh/v3:Release")}
-    assert set(releases) == {"kuberay-operator", "cert-manager", "kuberay-tpu-webhook"}
+    # and Kueue's, for prod's capacity ladder
+    assert set(releases) == {"kuberay-operator", "cert-manager", "kuberay-tpu-webhook", "kueue"}
     assert releases["kuberay-operator"].inputs["version"] == "1.7.0"
     waits = {releases[n].name for n in ("cert-manager", "kuberay-operator")}
     assert waits <= set(releases["kuberay-tpu-webhook"].dependencies)

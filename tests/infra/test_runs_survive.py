@@ -256,7 +256,9 @@ def test_the_clusters_node_config_is_not_diffed_after_create(stack):
 def test_every_tpu_pool_states_its_reservation_affinity(stack):
     offline = read_offline(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
     plan = from_values(dict(offline.values), offline.stack)
-    capacity = {p.spec.name: p.spec.capacity for p in plan.tpu_pools}
+    capacity = {
+        (p.name, r.tag if p.laddered else None): r.capacity for p in plan.tpu_pools for r in p.rungs
+    }
     enum = _api()["ReservationAffinity"]["properties"]["consumeReservationType"]["enum"]
     for pool in node_pools.all_node_pools(plan):
         if pool.kind != "tpu":
@@ -264,7 +266,9 @@ def test_every_tpu_pool_states_its_reservation_affinity(stack):
         affinity = pool.args["node_config"]["reservation_affinity"]
         assert affinity["consume_reservation_type"] in enum
         expected = (
-            "SPECIFIC_RESERVATION" if capacity[pool.pool] == "reservation" else "NO_RESERVATION"
+            "SPECIFIC_RESERVATION"
+            if capacity[(pool.pool, pool.rung)] == "reservation"
+            else "NO_RESERVATION"
         )
         assert affinity["consume_reservation_type"] == expected, (stack, pool.name)
 

@@ -87,9 +87,12 @@ def test_queued_opens_kueues_ports_from_the_control_plane_to_the_nodes():
     assert "9443" in allow["ports"]
 
 
-@pytest.mark.parametrize("stack", sorted(set(SHIPPED_STACKS) - {"queued"}))
-def test_stacks_whose_webhooks_need_no_rule_get_none(stack):
-    assert render_stack(stack).of_type(FIREWALL) == []
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_only_kueues_webhook_needs_a_rule(stack):
+    """Kueue's webhook (9443) is the one GKE's own rule does not admit: a stack that installs
+    Kueue (a queued pool, a capacity ladder) gets the rule, one that does not gets none."""
+    rendered = render_stack(stack)
+    assert bool(rendered.of_type(FIREWALL)) == bool(rendered.plan.kueue_pools)
 
 
 def _variant(stack: str, **values) -> object:
@@ -103,7 +106,11 @@ def test_helm_kuberay_with_cert_manager_and_the_tpu_webhook_needs_no_rule():
     rendered = _variant("prod", **{"park:kuberay": {"install": "helm"}})
     releases = {r.inputs["name"] for r in rendered.of_type("kubernetes:helm.sh/v3:Release")}
     assert {"kuberay-operator", "cert-manager", "kuberay-tpu-webhook"} <= releases
-    assert rendered.of_type(FIREWALL) == []
+    # the rule admits Kueue's port alone (prod's ladder installs it): none of KubeRay's
+    (rule,) = rendered.of_type(FIREWALL)
+    assert {int(p) for a in rule.inputs["allows"] for p in a["ports"]} == _ports("kueue") - set(
+        webhooks.gke_admitted()
+    )
 
 
 def test_in_cluster_objects_wait_for_the_rule():

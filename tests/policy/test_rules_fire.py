@@ -92,28 +92,28 @@ CASES = [
     Case(
         "tpu-pool-shape",
         "prod",
-        _set("autoscaling.maxNodeCount", 8, name="train-v6e-16-s0"),
+        _set("autoscaling.maxNodeCount", 8, name="train-v6e-16-rsv-s0"),
         "maxNodeCount is 8",
     ),
     Case(
         "tpu-pool-shape",
         "prod",
         _do(
-            _set("autoscaling", None, name="train-v6e-16-s0"),
-            _set("nodeCount", 2, name="train-v6e-16-s0"),
+            _set("autoscaling", None, name="train-v6e-16-rsv-s0"),
+            _set("nodeCount", 2, name="train-v6e-16-rsv-s0"),
         ),
         "nodeCount is 2; allowed: 0 or 4",
     ),
     Case(
         "tpu-pool-shape",
         "prod",
-        _set("autoscaling", {"totalMaxNodeCount": 4}, name="train-v6e-16-s0"),
+        _set("autoscaling", {"totalMaxNodeCount": 4}, name="train-v6e-16-rsv-s0"),
         "per-zone",
     ),
     Case(
         "tpu-pool-shape",
         "prod",
-        _set("placementPolicy.tpuTopology", "3x3", name="train-v6e-16-s0"),
+        _set("placementPolicy.tpuTopology", "3x3", name="train-v6e-16-rsv-s0"),
         "allowed: 2x2, 2x4",
     ),
     Case(
@@ -165,7 +165,7 @@ CASES = [
     Case(
         "pool-capacity",
         "prod",
-        _set("nodeConfig.reservationAffinity.values", ["a", "b"], name="train-v6e-16-s0"),
+        _set("nodeConfig.reservationAffinity.values", ["a", "b"], name="train-v6e-16-rsv-s0"),
         "exactly one",
     ),
     Case(
@@ -192,7 +192,7 @@ CASES = [
     Case(
         "tpu-idle-scale-to-zero",
         "prod",
-        _set("autoscaling.minNodeCount", 4, name="train-v6e-16-s0"),
+        _set("autoscaling.minNodeCount", 4, name="train-v6e-16-rsv-s0"),
         "while idle",
     ),
     Case(
