@@ -69,7 +69,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     resolved and checked once, as a whole, by load_plan; nothing is checked or resolved again,
     and deployed stacks keep their resources' URNs (the components' aliases)."""
     # Imported here: the render benchmark and `park validate` never pay for provider modules.
-    from infra.components.cluster import Cluster
+    from infra.components.cluster import Cluster, ClusterSite
     from infra.components.gates import GateRun
     from infra.components.images import WorkloadImage
     from infra.components.kubernetes import KubeRayOperator, Workspace, kubernetes_provider
@@ -80,7 +80,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     from infra.components.project import ProjectApis
     from infra.components.staging import ModelStaging
     from infra.components.storage import Storage
-    from infra.components.workloads import LlmService, RayTrainingJob
+    from infra.components.workloads import LlmService, RayRun, RayTrainingJob
     from infra.names import OPENAI_SERVICE_NAME
     from infra.plan import cluster as cluster_plan
     from infra.plan import (
@@ -106,16 +106,14 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
     network = Network.of_plan(
         "network", network_plan.network(plan), spec.project, spec.stack, after_apis
     )
-    cluster = Cluster.of_plan(
-        "gke",
-        cluster_plan.cluster(plan),
+    site = ClusterSite(
         zone,
         network.network_name,
         network.subnetwork_name,
         spec.observability.expose_dashboard,
         [(p.port, p.component) for p in cluster_plan.control_plane_ports(plan)],
-        after_apis,
     )
+    cluster = Cluster.of_plan("gke", cluster_plan.cluster(plan), site, after_apis)
     after_cluster: list[pulumi.Resource] = [cluster.resource]
     node_sa = cluster.node_service_account
     storage = Storage.of_plan(
@@ -230,14 +228,12 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
         return pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=waits)
 
     has_token = hf_token is not None
-    pods = ray_pods(plan)
+    run = RayRun(ray_pods(plan), has_token, cpu.selector)  # the Ray head runs on the CPU pool
     if plan.training is not None:
         RayTrainingJob.of_plan(
             "park-train",
             plan.training,
-            pods,
-            has_token,
-            cpu.selector,  # the Ray head runs on the CPU pool
+            run,
             image(plan.training.image),
             spec.stack,
             on_pool(plan.training.pool.name, [plan.training.spec.model]),
@@ -247,9 +243,7 @@ def build(plan: StackPlan, secrets: Secrets) -> None:
         LlmService.of_plan(
             "park-serve",
             plan.serving,
-            pods,
-            has_token,
-            cpu.selector,
+            run,
             image(plan.serving.image),
             OPENAI_SERVICE_NAME,
             on_pool(plan.serving.pool.name, sources),

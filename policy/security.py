@@ -20,7 +20,7 @@ from infra.names import EXPOSE_DASHBOARD_ANNOTATION, EXPOSE_SERVE_ANNOTATION
 from infra.rules.security import Exposure, open_to_everyone, posture_verdict
 from infra.schema import secrets
 from infra.schema.safe import load_yaml
-from infra.tools.manifests.pods import containers
+from infra.tools.manifests.pods import containers, hardening_problems
 from policy._props import get, is_true, items, mapping, stack_of, strings
 from policy.kuberay import kind_of, templates
 from policy.tpu import NODE_POOL
@@ -429,27 +429,8 @@ def no_plaintext_secrets(args: ResourceValidationArgs, report_violation: ReportV
 
 def pod_hardening(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """Every container of a Ray or workload pod: CPU and memory requests and limits, not
-    privileged, no privilege escalation, non-root (pod or container level)."""
+    privileged, no privilege escalation, non-root (pod or container level); no hostPath volume
+    (infra.tools.manifests.pods.hardening_problems, which `park validate --manifests` runs too)."""
     for ref in templates(args.resource_type, args.props):
-        pod_spec = mapping(ref.template.get("spec"))
-        pod_non_root = is_true(get(pod_spec, "securityContext.runAsNonRoot"))
-        for container in containers(ref.template):
-            where = f"{args.name}: {ref.path} container {container.get('name')}"
-            resources = mapping(container.get("resources"))
-            missing = [
-                f"{side}.{what}"
-                for side in ("requests", "limits")
-                for what in ("cpu", "memory")
-                if get(resources, f"{side}.{what}") in (None, "")
-            ]
-            if missing:
-                report_violation(f"{where}: set resources {', '.join(missing)}", None)
-            context = mapping(container.get("securityContext"))
-            if is_true(context.get("privileged")):
-                report_violation(f"{where}: privileged containers are not allowed", None)
-            if context.get("allowPrivilegeEscalation") is not False:
-                report_violation(
-                    f"{where}: set securityContext.allowPrivilegeEscalation false", None
-                )
-            if not (pod_non_root or is_true(context.get("runAsNonRoot"))):
-                report_violation(f"{where}: set runAsNonRoot true (pod or container)", None)
+        for problem in hardening_problems(ref.template):
+            report_violation(f"{args.name}: {ref.path} {problem}", None)

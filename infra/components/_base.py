@@ -145,11 +145,14 @@ def checked_plan(
     *,
     stack: str,
     rules: bool = True,
+    derived: Iterable[str] = (),
 ) -> StackPlan:
     """The StackPlan of the stack-config `values` a component's arguments make, or a
     ComponentArgsError whose problems name the argument (`fields`: (config-key prefix,
     argument prefix) pairs, longest first) instead of the stack key. `rules` False: types only,
     for a component that plans a part of a stack whose other parts it does not know.
+    `derived`: arguments the caller left out that default to the component's name: a refusal
+    of one says so, and that setting the argument is the way out.
 
     Only the public edge calls it: the stack program hands its components their pieces of the
     plan it resolved (`of_plan`), so every plan is resolved once."""
@@ -177,6 +180,8 @@ def checked_plan(
         field = argument(problem.key) or ("stack" if problem.key == "stack" else None)
         if field is None:
             return f"args: {message}"
+        if field in derived:
+            message += derived_hint(field, name)
         return f"args.{field} = {shown(redact(problem.value))}: {message}"
 
     try:
@@ -197,6 +202,11 @@ def checked_plan(
         if argument(warning.key) is not None:
             pulumi.log.warn(f"{component} {name!r}: {told(warning)}")
     return plan
+
+
+def derived_hint(field: str, name: str) -> str:
+    """What a refusal of an argument the caller left out adds: where its value came from."""
+    return f" (args.{field} defaults to the component's name {name!r}: set args.{field})"
 
 
 _STACK_KEY = re.compile(r"(?:park|gcp):[A-Za-z0-9_.\[\]]*[A-Za-z0-9_\]]")
@@ -315,17 +325,11 @@ class Component(pulumi.ComponentResource):
         return given
 
     def plan(
-        self,
-        values: dict[str, Any],
-        fields: Iterable[tuple[str, str]],
-        *,
-        stack: str,
-        rules: bool = True,
+        self, values: dict[str, Any], fields: Iterable[tuple[str, str]], **options: Any
     ) -> StackPlan:
-        """The StackPlan the component's arguments make (checked_plan), its piece taken next."""
-        return checked_plan(
-            self._component, self._component_name, values, fields, stack=stack, rules=rules
-        )
+        """The StackPlan the component's arguments make (checked_plan: `stack`, and `rules`
+        and `derived` as it takes them), its piece taken next."""
+        return checked_plan(self._component, self._component_name, values, fields, **options)
 
     def child_options(
         self, *, depends_on: list[pulumi.Resource] | None = None

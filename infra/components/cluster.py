@@ -1,5 +1,6 @@
 """The GKE Standard cluster and its minimal node service account."""
 
+from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 import pulumi
@@ -112,6 +113,18 @@ CLUSTER_NETWORK_FIELDS = ("master_cidr", "pods_range_name", "services_range_name
 READ_BACK_ONLY = ("nodeConfig",)
 
 
+@dataclass(frozen=True)
+class ClusterSite:
+    """Where a cluster stands and what reaches it: its zone, its network and subnet, whether
+    it serves the Gateway API, and the node ports its control plane calls ((port, component))."""
+
+    location: str
+    network: pulumi.Input[str]
+    subnetwork: pulumi.Input[str]
+    gateway_api: bool
+    control_plane_ports: list[tuple[int, str]]
+
+
 class Cluster(ClusterComponent):
     """A GKE Standard cluster ready for TPU slice pools and KubeRay."""
 
@@ -175,45 +188,34 @@ class Cluster(ClusterComponent):
         ]
         if bad_ports:
             self.refuse(bad_ports)
-        self._build(
-            plan,
+        site = ClusterSite(
             args["location"],
             args["network"],
             args["subnetwork"],
             bool(args.get("gateway_api")),
             [(p["port"], p.get("component", "")) for p in ports],
         )
+        self._build(plan, site)
 
     @classmethod
     def of_plan(
         cls,
         name: str,
         plan: ClusterPlan,
-        location: str,
-        network: pulumi.Input[str],
-        subnetwork: pulumi.Input[str],
-        gateway_api: bool,
-        control_plane_ports: list[tuple[int, str]],
+        site: ClusterSite,
         opts: pulumi.ResourceOptions | None = None,
     ) -> "Cluster":
         """The stack program's: its plan's cluster (infra.plan.cluster), in its network, with
         the ports of what the stack installs (infra.plan.cluster.control_plane_ports)."""
         self = cls.planned(name, opts)
-        self._build(plan, location, network, subnetwork, gateway_api, control_plane_ports)
+        self._build(plan, site)
         return self
 
-    def _build(
-        self,
-        plan: ClusterPlan,
-        location: str,
-        network: pulumi.Input[str],
-        subnetwork: pulumi.Input[str],
-        gateway_api: bool,
-        ports: list[tuple[int, str]],
-    ) -> None:
+    def _build(self, plan: ClusterPlan, site: ClusterSite) -> None:
         name = self._component_name
+        location, network = site.location, site.network
         cluster_args = dict(plan.args)
-        if gateway_api:
+        if site.gateway_api:
             cluster_args["gateway_api_config"] = {"channel": "CHANNEL_STANDARD"}
         owner, project = self.owner, plan.project
         taken = [
@@ -247,7 +249,7 @@ class Cluster(ClusterComponent):
             name,
             project=project,
             network=network,
-            subnetwork=subnetwork,
+            subnetwork=site.subnetwork,
             **cluster_args,
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(ignore_changes=list(READ_BACK_ONLY))
@@ -259,7 +261,7 @@ class Cluster(ClusterComponent):
             plan.name,
             plan.args["private_cluster_config"]["master_ipv4_cidr_block"],
             plan.args["private_cluster_config"]["enable_private_nodes"],
-            ports,
+            site.control_plane_ports,
         )
         if firewall is not None:
             # Named after the component, in the cluster's network, onto the nodes' service

@@ -14,6 +14,7 @@ from infra.components._args import CapacityRungArgs, TpuPoolRefArgs
 from infra.components._base import (
     PART_STACK,
     Component,
+    derived_hint,
     name_problems,
     region_of,
     stack_values,
@@ -91,11 +92,12 @@ class _Pool(Component):
         if missing:
             unless = "required (in Python, unless `cluster` is the Cluster or ExistingCluster)"
             self.refuse([f"args.{f}: {unless}" for f in missing])
+        self._derived = () if "name" in given else ("name",)
         given = {"name": name, **given}
         # GKE's node pool names: 1-40 characters, RFC 1035 (a TPU pool's slices add -s<i>)
         wrong = name_problems(given, {"name": _node_pool_name_problem})
         if wrong:
-            self.refuse(wrong)
+            self.refuse([w + derived_hint("name", name) if self._derived else w for w in wrong])
         return given
 
     def pool_spec(self, args: Mapping[str, Any], typed: type, *but: str) -> dict[str, Any]:
@@ -115,7 +117,7 @@ class _Pool(Component):
             "park:zone": args["location"],
             **keys,
         }
-        return self.plan(values, fields, stack=PART_STACK)
+        return self.plan(values, fields, stack=PART_STACK, derived=self._derived)
 
     def gke_node_pool(
         self,

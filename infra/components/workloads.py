@@ -5,6 +5,7 @@ model's facts) before a manifest exists; give them a Kubernetes provider in thei
 """
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -118,9 +119,41 @@ def _serve_config_when_known(
     return pulumi.Output.all(*(later[i] for i in order)).apply(render)
 
 
+@dataclass(frozen=True)
+class RayRun:
+    """How a workload's Ray pods run, the same for both workloads of a stack: the pods' plan,
+    whether the Workspace holds an HF token, and where the Ray head goes (None: no
+    nodeSelector)."""
+
+    pods: RayPods
+    hf_token: bool
+    head_node_selector: pulumi.Input[dict[str, str]] | None
+
+
 class _Workload(KubernetesComponent):
     """What both workloads share: the one-pool stack they stand for, and their planned Ray
     object created under the component's name once every object it makes is claimed."""
+
+    @staticmethod
+    def run_of(plan: StackPlan, args: Mapping[str, Any]) -> RayRun:
+        """The public edge's RayRun: the pods of the one-pool stack it planned."""
+        return RayRun(
+            ray_plan.ray_pods(plan), bool(args.get("hf_token")), args.get("head_node_selector")
+        )
+
+    def placed(
+        self,
+        manifest: dict[str, Any],
+        run: RayRun,
+        cluster: str,
+        pods: list[str],
+        planned_image: str,
+        image: Any,
+    ) -> dict[str, Any]:
+        """The planned Ray object under the component's name, its head placed (_named), its
+        containers running `image` where the plan names `planned_image` (with_image)."""
+        named = _named(manifest, self._component_name, cluster, run.head_node_selector, pods)
+        return with_image(named, planned_image, image)
 
     def workload_plan(
         self, args: Mapping[str, Any], section: str, body: dict[str, Any], argument: str
@@ -183,55 +216,38 @@ class RayTrainingJob(_Workload):
             body["image"] = image  # planned (and checked) as the stack's park:training.image
         plan = self.workload_plan(args, "training", body, "training.")
         assert plan.training is not None
-        self._build(
-            plan.training,
-            ray_plan.ray_pods(plan),
-            bool(args.get("hf_token")),
-            args.get("head_node_selector"),
-            image,
-            plan.spec.stack,
-        )
+        self._build(plan.training, self.run_of(plan, args), image, plan.spec.stack)
 
     @classmethod
     def of_plan(
         cls,
         name: str,
         training: TrainingPlan,
-        pods: RayPods,
-        hf_token: bool,
-        head_node_selector: pulumi.Input[dict[str, str]] | None,
+        run: RayRun,
         image: pulumi.Input[str],
         stack: str,
         opts: pulumi.ResourceOptions | None = None,
     ) -> "RayTrainingJob":
         """The stack program's: its plan's training job (infra.plan.ray.rayjob), its head on
-        `head_node_selector`, its pods running `image` (the build's digest)."""
+        `run.head_node_selector`, its pods running `image` (the build's digest)."""
         self = cls.planned(name, opts)
-        self._build(training, pods, hf_token, head_node_selector, image, stack)
+        self._build(training, run, image, stack)
         return self
 
-    def _build(
-        self,
-        training: TrainingPlan,
-        pods: RayPods,
-        hf_token: bool,
-        head: Any,
-        image: Any,
-        stack: str,
-    ) -> None:
+    def _build(self, training: TrainingPlan, run: RayRun, image: Any, stack: str) -> None:
         name = self._component_name
-        manifest = _named(
-            ray_plan.rayjob(training, pods, hf_token=hf_token),
-            name,
+        manifest = self.placed(
+            ray_plan.rayjob(training, run.pods, hf_token=run.hf_token),
+            run,
             "rayClusterSpec",
-            head,
             ["rayClusterSpec.headGroupSpec.template.spec", "submitterPodTemplate.spec"],
+            training.image,
+            image,
         )
         manifest["metadata"]["name"] = job_object_name(name, training.spec.run_id)
-        manifest = with_image(manifest, training.image, image)
         self.claimed([manifest])
         # Two jobs of one stack would write one run folder (checkpoints, export): one owner.
-        folder = f"training run folder {training.run_name} in gs://{pods.bucket}"
+        folder = f"training run folder {training.run_name} in gs://{run.pods.bucket}"
         taken = claim(self.owner, folder, ())
         if taken:
             self.refuse([f"args.stack = {stack!r}: {taken} (runs are named per stack)"])
@@ -278,58 +294,47 @@ class LlmService(_Workload):
         }
         plan = self.workload_plan(args, "serving", body, "")
         assert plan.serving is not None
-        self._build(
-            plan.serving,
-            ray_plan.ray_pods(plan),
-            bool(args.get("hf_token")),
-            args.get("head_node_selector"),
-            image,
-            args.get("endpoint_service") or f"{name}-openai",
-            later,
-        )
+        endpoint_service = args.get("endpoint_service") or f"{name}-openai"
+        self._build(plan.serving, self.run_of(plan, args), image, endpoint_service, later)
 
     @classmethod
     def of_plan(
         cls,
         name: str,
         serving: ServingPlan,
-        pods: RayPods,
-        hf_token: bool,
-        head_node_selector: pulumi.Input[dict[str, str]] | None,
+        run: RayRun,
         image: pulumi.Input[str],
         endpoint_service: str,
         opts: pulumi.ResourceOptions | None = None,
     ) -> "LlmService":
         """The stack program's: its plan's RayService (infra.plan.ray.rayservice), its head
-        on `head_node_selector`, its pods running `image` (the build's digest)."""
+        on `run.head_node_selector`, its pods running `image` (the build's digest)."""
         self = cls.planned(name, opts)
-        self._build(serving, pods, hf_token, head_node_selector, image, endpoint_service, {})
+        self._build(serving, run, image, endpoint_service, {})
         return self
 
     def _build(
         self,
         serving: ServingPlan,
-        pods: RayPods,
-        hf_token: bool,
-        head: Any,
+        run: RayRun,
         image: Any,
         endpoint_service: str,
         later: dict[int, Any],
     ) -> None:
         name = self._component_name
-        manifest = _named(
-            ray_plan.rayservice(serving, pods, hf_token=hf_token),
-            name,
+        manifest = self.placed(
+            ray_plan.rayservice(serving, run.pods, hf_token=run.hf_token),
+            run,
             "rayClusterConfig",
-            head,
             ["rayClusterConfig.headGroupSpec.template.spec"],
+            serving.image,
+            image,
         )
-        manifest = with_image(manifest, serving.image, image)
         if later:
-            manifest["spec"]["serveConfigV2"] = _serve_config_when_known(serving, pods, later)
+            manifest["spec"]["serveConfigV2"] = _serve_config_when_known(serving, run.pods, later)
         endpoint = manifest["spec"]["serveService"]["metadata"]
         endpoint["name"] = endpoint_service
-        service = {"kind": "Service", "metadata": {**endpoint, "namespace": pods.namespace}}
+        service = {"kind": "Service", "metadata": {**endpoint, "namespace": run.pods.namespace}}
         self.claimed([manifest, service])
         self.resource = self.create(manifest)
         self.service_name = pulumi.Output.from_input(manifest["metadata"]["name"])

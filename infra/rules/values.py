@@ -11,6 +11,7 @@ from typing import Literal
 
 from infra import catalog, model_facts
 from infra.rules import grammar
+from infra.rules.capacity import rung_keys
 from infra.schema.errors import ConfigProblem
 from infra.schema.models import MAX_TPU_SLICES, RL_SOURCE, TRAINING_SOURCE, StackConfig
 
@@ -83,7 +84,7 @@ Kind = Literal["model", "data", "image"]
 
 
 def _references(spec: StackConfig) -> Iterator[tuple[str, str, Kind]]:
-    """Every model, data set and image the stack hands to pods (RL's are infra/rules/rl.py's)."""
+    """Every model, data set and image the stack hands to pods: training's, serving's, RL's."""
     training = spec.training
     for field, kind in (("model", "model"), ("tokenizer", "model"), ("data", "data")):
         value = getattr(training, field)
@@ -92,6 +93,14 @@ def _references(spec: StackConfig) -> Iterator[tuple[str, str, Kind]]:
     for key, image in (("training", training.image), ("serving", spec.serving.image)):
         if image:
             yield f"park:{key}.image", image, "image"
+    rl = spec.rl
+    if rl.enabled:
+        for field, kind in (("model", "model"), ("data", "data")):
+            value = getattr(rl, field)
+            if value:
+                yield f"park:rl.{field}", value, kind  # type: ignore[misc]
+        if rl.image:
+            yield "park:rl.image", rl.image, "image"
     for i, model in enumerate(spec.serving.models):
         if model.source not in (TRAINING_SOURCE, RL_SOURCE):
             yield f"park:serving.models[{i}].source", model.source, "model"
@@ -188,6 +197,11 @@ def _name_problems(spec: StackConfig) -> Iterator[tuple[str, str, str]]:
             _matches(_NETWORK_PATH, "a subnetwork's name (or its projects/... path)"),
         ),
         ("park:training.dataSplit", spec.training.data_split, grammar.split_problem),
+        (
+            "park:rl.dataSplit",
+            spec.rl.data_split if spec.rl.enabled else None,
+            grammar.split_problem,
+        ),
     ]
     if spec.kuberay.install == "helm":
         version = _matches(_CHART_VERSION, "a Helm chart version, e.g. 1.7.0")
@@ -195,9 +209,10 @@ def _name_problems(spec: StackConfig) -> Iterator[tuple[str, str, str]]:
     for i, zone in enumerate(spec.extra_tpu_zones):
         checks.append((f"park:extraTpuZones[{i}]", zone, _zone))
     for i, tpu in enumerate(spec.tpu_pools):
-        checks.append(
-            (f"park:tpuPools[{i}].reservation", tpu.reservation, grammar.reservation_problem)
-        )
+        checks += [
+            (f"{at}.reservation", rung.reservation, grammar.reservation_problem)
+            for at, rung in rung_keys(f"park:tpuPools[{i}]", tpu)
+        ]
     for i, gpu in enumerate(spec.gpu_pools):
         checks += [
             (f"park:gpuPools[{i}].machineType", gpu.machine_type, grammar.machine_type_problem),

@@ -21,6 +21,7 @@ from infra.schema.safe import load_yaml, load_yaml_all, read_bounded
 from infra.schema.secrets import credential_kind, credentials_in
 from infra.tools import gke_api
 from infra.tools.checks import check_manifests, ray_serve_check
+from infra.tools.manifests.pods import hardening_problems, workload_pod_templates
 from infra.tools.netpol import flow_problems
 from infra.tools.schemas import crd_schemas, validate_manifests
 
@@ -125,6 +126,9 @@ def security_problems(docs: list[dict[str, Any]], plan: StackPlan) -> list[str]:
         for key, parsed in _embedded(doc).items():
             for path, what in credentials_in(parsed, f"spec.{key}"):
                 problems.append(f"{name}: {path}: holds {what} in plain text; use a Secret")
+        kind = str(doc.get("kind", ""))
+        for ref in workload_pod_templates(kind, doc):
+            problems += [f"{name}: {ref.path} {p}" for p in hardening_problems(ref.template)]
         exposed = _exposure(doc)
         if exposed is not None:
             verdict = posture_verdict(

@@ -402,3 +402,12 @@ def test_cost_prices_each_rung_and_the_ladders_band():
     reserved, queued = full("reservation"), full("queued")
     assert cost.idle_per_hour == pytest.approx(reserved)  # a reservation is billed idle
     assert cost.band == (pytest.approx(reserved), pytest.approx(reserved + queued))
+
+
+def test_a_rungs_reservation_is_held_to_the_grammar():
+    values = _values()
+    _pool(values)["ladder"][0]["reservation"] = "projects/p/reservations/R_1"
+    assert (
+        "a reservation"
+        in problems_of(values, LADDER_STACK)["park:tpuPools[0].ladder[0].reservation"]
+    )

@@ -267,6 +267,16 @@ def break_namespace(doc):
     doc["metadata"]["labelz"] = {"a": "b"}
 
 
+def _break_privileged(doc: dict) -> None:
+    head = doc["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    head["containers"][0]["securityContext"]["privileged"] = True
+
+
+def _break_host_path(doc: dict) -> None:
+    worker = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker.setdefault("volumes", []).append({"name": "host", "hostPath": {"path": "/"}})
+
+
 BROKEN_MANIFESTS = {
     # name: (file in prod's manifests/, edit, text the message must contain)
     "numOfHosts x chips != topology": (
@@ -318,6 +328,16 @@ BROKEN_MANIFESTS = {
         "rayservice-park-serve.yaml",
         break_serve_topology,
         "llm_configs[0].accelerator_config.topology",
+    ),
+    "privileged container (the policy pack's pod hardening)": (
+        "rayjob-park-train.yaml",
+        _break_privileged,
+        "headGroupSpec.template container ray-head: privileged containers are not allowed",
+    ),
+    "hostPath volume": (
+        "rayjob-park-train.yaml",
+        _break_host_path,
+        "hostPath volumes are not allowed",
     ),
     "core object with an unknown field": (
         "namespace-park.yaml",

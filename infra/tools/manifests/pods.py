@@ -103,6 +103,44 @@ def containers(template: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return out
 
 
+def _true(value: Any) -> bool:
+    """True for True and "true" (a manifest edited by hand may quote it)."""
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def hardening_problems(template: Mapping[str, Any]) -> Iterator[str]:
+    """What one pod template lacks or holds that a Ray or workload pod must not: each
+    container's CPU and memory requests and limits, privileged, privilege escalation, non-root
+    (pod or container level), and a hostPath volume (the node's files in the pod). One judge
+    for the policy pack (policy/security.py pod_hardening) and `park validate --manifests`."""
+    pod_spec = template.get("spec") or {}
+    pod_non_root = _true((pod_spec.get("securityContext") or {}).get("runAsNonRoot"))
+    for container in containers(template):
+        where = f"container {container.get('name')}"
+        resources = container.get("resources") or {}
+        missing = [
+            f"{side}.{what}"
+            for side in ("requests", "limits")
+            for what in ("cpu", "memory")
+            if (resources.get(side) or {}).get(what) in (None, "")
+        ]
+        if missing:
+            yield f"{where}: set resources {', '.join(missing)}"
+        context = container.get("securityContext") or {}
+        if _true(context.get("privileged")):
+            yield f"{where}: privileged containers are not allowed"
+        if context.get("allowPrivilegeEscalation") is not False:
+            yield f"{where}: set securityContext.allowPrivilegeEscalation false"
+        if not (pod_non_root or _true(context.get("runAsNonRoot"))):
+            yield f"{where}: set runAsNonRoot true (pod or container)"
+    for i, volume in enumerate(pod_spec.get("volumes") or []):
+        if isinstance(volume, Mapping) and volume.get("hostPath") is not None:
+            yield (
+                f"volumes[{i}] ({volume.get('name')}): hostPath volumes are not allowed (the "
+                "node's own files in the pod); use the bucket's mount or an emptyDir"
+            )
+
+
 def _plain(value: Any) -> Any:
     """A deep, mutable copy made of dicts and lists (Pulumi hands out read-only mappings)."""
     if isinstance(value, Mapping):
