@@ -118,6 +118,13 @@ class TrainingConfig(_Model):
     """Names the run; a new value re-runs training on the next `up` (new RayJob and folder)."""
 
 
+# The RL correction's choices (workloads/rl/config.py CORRECTIONS, held equal by
+# tests/workloads/test_rl_options.py), named so that its generated key fits a line.
+RlCorrection = Literal[
+    "token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "bypass"
+]
+
+
 class RlConfig(_Model):
     """`park:rl`: a GRPO job (workloads/rl) on two pools of one Ray cluster: a learner (Ray
     Train, one worker per chip, FSDP2) and vLLM rollout engines exchanging weights. Most keys
@@ -161,6 +168,16 @@ class RlConfig(_Model):
     """`exact_match`, `numeric`, `format`, or `module:function`; summed."""
     reward_weights: list[float] | None = None
     """One weight per reward (default 1 each)."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Advantage scale: the `group`'s reward std, the `batch`'s, or `none`."""
+    reward_gate: bool = False
+    """Rewards after the first count only where the first is right (> 0)."""
+    chat_template_args: list[str] | None = None
+    """Chat-template arguments, e.g. `[enable_thinking=false]`."""
+    mask_truncated: bool = False
+    """Truncated completions leave the loss (overlong masking)."""
+    dynamic_sampling: int = Field(0, ge=0, le=8)
+    """Extra rounds replacing flat groups (DAPO; 0: off, ≤ 8)."""
     group_size: int = Field(8, ge=1, le=64)
     """Completions sampled per prompt (2 to 64: advantages are within a group)."""
     prompts_per_step: int = Field(32, ge=1)
@@ -177,12 +194,16 @@ class RlConfig(_Model):
     """A reward call taking longer scores 0 (rewards run concurrently)."""
     kl_coef: float = Field(0.0, ge=0, allow_inf_nan=False)
     """Weight of the KL to the frozen reference policy (0: none)."""
-    off_policy_correction: Literal["token_truncate", "token_mask", "bypass"] = "token_truncate"
-    """Loss weights π_old/π_sampler: `token_truncate` (min(·, cap)), `token_mask`, `bypass`."""
+    off_policy_correction: RlCorrection = "token_truncate"
+    """Loss weights π_old/π_sampler: `token_`/`sequence_` + `truncate`/`mask`, or `bypass`."""
     importance_sampling_cap: float = Field(2.0, ge=1, allow_inf_nan=False)
     """C of the importance weights (TRL's and verl's default 2)."""
     clip_ratio_c: float = Field(3.0, gt=1, allow_inf_nan=False)
     """Dual-clip: a token's loss with a negative advantage is at most -A·c."""
+    ppo_epochs: int = Field(1, ge=1, le=8)
+    """Passes over each batch (> 1: the ratio leaves 1, the clip acts)."""
+    mini_batches: int = Field(1, ge=1, le=64)
+    """Optimizer steps per pass over a batch."""
     max_staleness: int = Field(1, ge=0, le=8)
     """Policy versions a rollout may lag the learner (≤ 8, ≤ steps)."""
     overlap: bool = True
@@ -195,6 +216,12 @@ class RlConfig(_Model):
     """Learner steps in total."""
     learning_rate: float = Field(1e-06, ge=0, allow_inf_nan=False)
     """Learning rate (AdamW)."""
+    eval_every: int = Field(0, ge=0)
+    """Score held-out prompts (greedy) every N steps (0: never)."""
+    eval_data: str = ""
+    """Held-out prompts with answers (as `data`); unset: `evalShare` of it."""
+    eval_share: float = Field(0.0, ge=0, le=0.5, allow_inf_nan=False)
+    """Share of the prompts held out for evaluation."""
     checkpoint_every: int = Field(50, ge=1)
     """Learner steps between checkpoints."""
     export: bool = True

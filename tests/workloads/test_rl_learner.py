@@ -256,3 +256,25 @@ def test_a_non_finite_step_is_skipped_and_reported(
     assert learner.version == 2
     moved = [k for k, v in model.module.state_dict().items() if not torch.equal(v, params[k])]
     assert moved  # the good step updated the weights
+
+
+@pytest.mark.usefixtures("gloo_world1")
+def test_the_clip_acts_only_with_more_than_one_optimizer_step_per_batch(
+    tiny_llama_folder: Path,
+) -> None:
+    """One optimizer step per batch: π_old is the loss forward's own, the ratio is exactly 1
+    and nothing is clipped. Two PPO epochs: π_old is the no-grad pass before the first update,
+    the second epoch's ratio departs from 1 and the clip acts (verl's and TRL's
+    ``ppo_epochs`` / ``num_iterations``)."""
+    found = {}
+    for epochs in (1, 2):
+        model = _model("ddp")
+        batch = _on_policy_batch(model, 1.0)
+        optimizer = build_optimizer(model.module, lr=0.0, weight_decay=0.0)
+        learner = GRPOLearner(model, optimizer, settings=LossSettings(), temperature=1.0,
+                              device=torch.device("cpu"), ppo_epochs=epochs)  # fmt: skip
+        found[epochs] = learner.step(batch, lr=5e-2)
+        assert learner.version == 1 and found[epochs]["optimizer_steps"] == epochs
+    assert found[1]["clip_fraction"] == 0.0 and found[1]["ratio"] == 1.0
+    assert found[2]["clip_fraction"] > 0.0, found[2]
+    assert found[2]["ratio"] != 1.0

@@ -90,8 +90,14 @@ def test_reward_rises_with_updates_and_stays_flat_without(tmp_path: Path, capfd:
     # Six steps are enough for the control: _gain compares two windows of three steps, as
     # many samples as in the learning run's windows, so the same sampling noise.
     assert _probes(capfd.readouterr().out) == []  # no --probe-prompts: no probe
-    frozen = _run(0.0, tmp_path / "zero", overlap=False, steps=6, probe_prompts=2)
+    # --eval-every 3 on a separate file (the data's own prompts): held-out greedy answers scored
+    # at steps 3 and 6, beside the reward; lr 0 keeps the policy, so the two agree
+    evals = dict(eval_every=3, eval_data=str(tmp_path / "zero" / "p.jsonl"), eval_prompts=4)
+    frozen = _run(0.0, tmp_path / "zero", overlap=False, steps=6, probe_prompts=2, **evals)
     assert len(frozen) == 6
+    scored = [m for m in frozen if "eval_reward" in m]
+    assert [m["step"] for m in scored] == [3, 6] and [m["eval_version"] for m in scored] == [3, 6]
+    assert 0 < scored[0]["eval_reward"] == pytest.approx(scored[1]["eval_reward"], abs=1e-6)
     # --probe-prompts 2: once, before the first step, the starting policy's greedy answers to
     # the data's first two prompts, each scored by the run's reward
     [probe] = _probes(capfd.readouterr().out)

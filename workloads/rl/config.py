@@ -35,7 +35,17 @@ PROMPT_DATA_KINDS = ("text", "hf", "folder")  # .jsonl/.json/.parquet, hf:, a fo
 # The off-policy corrections of the loss (workloads/rl/grpo.py says what each is) and their
 # defaults: TRL's vllm_importance_sampling_cap and verl's rollout_is_threshold (2), verl's
 # clip_ratio_c (3).
-CORRECTIONS = ("token_truncate", "token_mask", "bypass")
+CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "bypass")
+# How advantages are scaled (TRL's scale_rewards): by the group's std, the batch's, or not.
+REWARD_SCALINGS = ("group", "batch", "none")
+# Bounds of the options of issue 40: PPO epochs and mini-batches per batch (each an optimizer
+# step), extra rounds of dynamic sampling, chat-template arguments, and evaluation.
+MAX_PPO_EPOCHS = 8
+MAX_MINI_BATCHES = 64
+MAX_RESAMPLE_ROUNDS = 8
+MAX_TEMPLATE_ARGS = 8
+MAX_EVAL_PROMPTS = 1024
+MAX_EVAL_SHARE = 0.5
 DEFAULT_IS_CAP = 2.0
 DEFAULT_CLIP_RATIO_C = 3.0
 # How new weights reach the engines (workloads/rl/sync.py): bf16 buckets through Ray's object
@@ -155,6 +165,35 @@ class RLRunConfig(FlagConfig):
         "comma-separated weights, one per reward (default 1)",
         stack=key("One weight per reward (default 1 each).", type=list[float]),
     )
+    scale_rewards: str = opt(
+        "group",
+        "advantages divided by the group's reward std, the batch's, or none (TRL's scale_rewards)",
+        choices=REWARD_SCALINGS,
+        stack=key("Advantage scale: the `group`'s reward std, the `batch`'s, or `none`."),
+    )
+    reward_gate: bool = opt(
+        False,
+        "rewards after the first count only where the first is > 0 (a format bonus when right)",
+        type=bool,
+        stack=key("Rewards after the first count only where the first is right (> 0)."),
+    )
+    chat_template_args: str | None = opt(
+        None,
+        "comma-separated key=value for the chat template, e.g. enable_thinking=false (Qwen3)",
+        stack=key("Chat-template arguments, e.g. `[enable_thinking=false]`.", type=list[str]),
+    )
+    mask_truncated: bool = opt(
+        False,
+        "completions cut at --max-response-tokens leave the loss (overlong masking)",
+        type=bool,
+        stack=key("Truncated completions leave the loss (overlong masking)."),
+    )
+    dynamic_sampling: int = opt(
+        0,
+        "extra rounds at most that replace groups whose rewards are all equal (0: off)",
+        type=int,
+        stack=key("Extra rounds replacing flat groups (DAPO; 0: off, ≤ 8).", ge=0, le=8),
+    )
     # GRPO.
     group_size: int = opt(
         8,
@@ -217,10 +256,11 @@ class RLRunConfig(FlagConfig):
     clip_high: float = opt(0.28, "policy-ratio clip above 1", type=float)
     off_policy_correction: str = opt(
         "token_truncate",
-        "how the loss corrects for the sampler: token_truncate, token_mask or bypass",
+        "how the loss corrects for the sampler: token_/sequence_ truncate or mask, or bypass",
         choices=CORRECTIONS,
         stack=key(
-            "Loss weights π_old/π_sampler: `token_truncate` (min(·, cap)), `token_mask`, `bypass`."
+            "Loss weights π_old/π_sampler: `token_`/`sequence_` + `truncate`/`mask`, or `bypass`.",
+            enum="RlCorrection",
         ),
     )
     importance_sampling_cap: float = opt(
@@ -234,6 +274,18 @@ class RLRunConfig(FlagConfig):
         "dual-clip: a token's loss with A < 0 is at most -A·c",
         type=float,
         stack=key("Dual-clip: a token's loss with a negative advantage is at most -A·c.", gt=1),
+    )
+    ppo_epochs: int = opt(
+        1,
+        "passes over each batch (each mini-batch an optimizer step; >1: the clip acts)",
+        type=int,
+        stack=key("Passes over each batch (> 1: the ratio leaves 1, the clip acts).", ge=1, le=8),
+    )
+    mini_batches: int = opt(
+        1,
+        "optimizer steps per pass over a batch",
+        type=int,
+        stack=key("Optimizer steps per pass over a batch.", ge=1, le=MAX_MINI_BATCHES),
     )
     max_staleness: int = opt(
         1,
@@ -280,6 +332,24 @@ class RLRunConfig(FlagConfig):
         stack=key("Learning rate (AdamW).", key="learning_rate", ge=0),
     )
     seed: int = opt(0, "seed for the prompt order and sampling", type=int)
+    eval_every: int = opt(
+        0,
+        "score the held-out prompts (greedy, the run's rewards) every N steps (0: never)",
+        type=int,
+        stack=key("Score held-out prompts (greedy) every N steps (0: never).", ge=0),
+    )
+    eval_data: str = opt(
+        "",
+        "held-out prompts with answers (as --data; default: --eval-share of --data)",
+        stack=key("Held-out prompts with answers (as `data`); unset: `evalShare` of it."),
+    )
+    eval_share: float = opt(
+        0.0,
+        "share of --data held out for evaluation (0 to 0.5)",
+        type=float,
+        stack=key("Share of the prompts held out for evaluation.", ge=0, le=MAX_EVAL_SHARE),
+    )
+    eval_prompts: int = opt(64, "held-out prompts scored each time at most", type=int)
     # Checkpoints, export, reporting.
     checkpoint_every: int = opt(
         50,

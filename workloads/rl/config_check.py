@@ -19,12 +19,20 @@ from workloads import flags
 from workloads.flags import ConfigError
 from workloads.protocol import flag, render_entrypoint
 from workloads.rl.config import (
+    CORRECTIONS,
     MAX_BATCH,
+    MAX_EVAL_PROMPTS,
+    MAX_EVAL_SHARE,
     MAX_GROUP_SIZE,
+    MAX_MINI_BATCHES,
+    MAX_PPO_EPOCHS,
+    MAX_RESAMPLE_ROUNDS,
     MAX_STALENESS,
+    MAX_TEMPLATE_ARGS,
     PROMPT_DATA_KINDS,
     PROMPT_PLACEHOLDER,
     REWARD_NAME,
+    REWARD_SCALINGS,
     RL_COMMAND,
     STORE_ROUNDS,
     RLRunConfig,
@@ -96,18 +104,26 @@ def validate(cfg: RLRunConfig) -> None:
         raise ConfigError("--model is required: the policy's Hugging Face model")
     _validate_data(cfg)
     _validate_rewards(cfg)
+    _validate_options(cfg)
+    _validate_eval(cfg)
     if cfg.num_workers is not None and cfg.batch % cfg.num_workers:
         raise ConfigError(
             f"--prompts-per-step {cfg.prompts_per_step} x --group-size {cfg.group_size} = "
             f"{cfg.batch} completions per step must be a multiple of --num-workers "
             f"({cfg.num_workers}, one learner worker per chip)"
         )
-    if cfg.num_workers and cfg.micro_batch_size:
+    if cfg.num_workers:
         share = cfg.batch // cfg.num_workers
-        if share % cfg.micro_batch_size:
+        if share % cfg.mini_batches:
             raise ConfigError(
-                f"--micro-batch-size {cfg.micro_batch_size} does not divide the {share} "
-                "completions each learner worker takes per step"
+                f"--mini-batches {cfg.mini_batches} does not divide the {share} completions "
+                "each learner worker takes per step"
+            )
+        mini = share // cfg.mini_batches
+        if cfg.micro_batch_size and mini % cfg.micro_batch_size:
+            raise ConfigError(
+                f"--micro-batch-size {cfg.micro_batch_size} does not divide the {mini} "
+                "completions each learner worker takes per optimizer step"
             )
     if cfg.accelerator == "tpu":
         if not cfg.tpu_topology:
@@ -132,6 +148,7 @@ FLOAT_FLAGS = (
     "lr",
     "gpu_memory_utilization",
     "reward_timeout_s",
+    "eval_share",
 )
 
 
@@ -213,3 +230,90 @@ def _validate_rewards(cfg: RLRunConfig) -> None:
         raise ConfigError(
             f"--reward-weights gives {len(weights)} weight(s) for {len(names)} reward(s)"
         )
+
+
+def _within(cfg: RLRunConfig, name: str, low: float, high: float) -> None:
+    value = getattr(cfg, name)
+    if not low <= value <= high:
+        raise ConfigError(f"{flag(name)} must be in [{low:g}, {high:g}], got {value}")
+
+
+def _validate_options(cfg: RLRunConfig) -> None:
+    """Reward scaling and gating, chat-template arguments, dynamic sampling, PPO epochs and
+    mini-batches, the correction (issue 40), each bounded."""
+    for name, allowed in (
+        ("scale_rewards", REWARD_SCALINGS),
+        ("off_policy_correction", CORRECTIONS),
+    ):
+        if getattr(cfg, name) not in allowed:
+            raise ConfigError(f"{flag(name)} {getattr(cfg, name)!r}: allowed {', '.join(allowed)}")
+    if cfg.reward_gate and len(cfg.reward_names) < 2:
+        raise ConfigError(
+            f"--reward-gate gates the rewards after the first on it; --rewards {cfg.rewards!r} "
+            "names one"
+        )
+    try:
+        args = parse_template_args(cfg.chat_template_args or "")
+    except ValueError as err:
+        raise ConfigError(f"--chat-template-args {cfg.chat_template_args!r}: {err}") from err
+    if len(args) > MAX_TEMPLATE_ARGS:
+        raise ConfigError(
+            f"--chat-template-args gives {len(args)} arguments; allowed at most {MAX_TEMPLATE_ARGS}"
+        )
+    _within(cfg, "dynamic_sampling", 0, MAX_RESAMPLE_ROUNDS)
+    _within(cfg, "ppo_epochs", 1, MAX_PPO_EPOCHS)
+    _within(cfg, "mini_batches", 1, MAX_MINI_BATCHES)
+    if cfg.batch % cfg.mini_batches:
+        raise ConfigError(
+            f"--mini-batches {cfg.mini_batches} does not divide the {cfg.batch} completions "
+            "of a step"
+        )
+
+
+def _validate_eval(cfg: RLRunConfig) -> None:
+    """Evaluation: every N steps on held-out prompts, a separate file or a share of --data."""
+    _within(cfg, "eval_every", 0, cfg.steps)
+    _within(cfg, "eval_share", 0, MAX_EVAL_SHARE)
+    _within(cfg, "eval_prompts", 1, MAX_EVAL_PROMPTS)
+    held_out = bool(cfg.eval_data) or cfg.eval_share > 0
+    if cfg.eval_data and cfg.eval_share > 0:
+        raise ConfigError(
+            f"--eval-data {cfg.eval_data!r} and --eval-share {cfg.eval_share}: give one"
+        )
+    if cfg.eval_every and not held_out:
+        raise ConfigError(
+            f"--eval-every {cfg.eval_every} needs held-out prompts: --eval-data or --eval-share"
+        )
+    if held_out and not cfg.eval_every:
+        raise ConfigError(
+            "--eval-data / --eval-share hold prompts out, but --eval-every is 0: set how often "
+            "they are scored"
+        )
+    if cfg.eval_data and (
+        data_kind(cfg.eval_data) not in PROMPT_DATA_KINDS or cfg.eval_data.endswith(".txt")
+    ):
+        raise ConfigError(
+            f"--eval-data {cfg.eval_data!r}: records as --data (.jsonl, .json, .parquet, hf:)"
+        )
+
+
+def parse_template_args(text: str) -> dict[str, bool | int | float | str]:
+    """``key=value,key=value`` as keywords: ``true``/``false`` as booleans, numbers as numbers,
+    anything else as text. ValueError on a word without ``=`` or with an empty key."""
+    out: dict[str, bool | int | float | str] = {}
+    for word in (w.strip() for w in text.split(",") if w.strip()):
+        name, sep, raw = (part.strip() for part in word.partition("="))
+        if not sep or not name.isidentifier():
+            raise ValueError(f"{word!r} is not key=value with a Python name for the key")
+        value: bool | int | float | str = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(raw)
+                    break
+                except ValueError:
+                    continue
+        out[name] = value
+    return out

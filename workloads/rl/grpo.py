@@ -30,11 +30,18 @@ The formulas are the field's, written here in a few lines rather than imported:
   ``bypass``: ``π_old`` is the sampler's own log-probability and no weight (verl's bypass mode:
   the clipped ratio is the correction). The weights are detached (they change the measure, not
   the objective) and computed from a log-ratio clamped to ±20 like the ratio.
-  ``π_old`` is the learner's log-probability *before* the update. The learner takes one
-  optimizer step per batch, so the forward that computes the loss runs on exactly those
-  weights: its log-probabilities, detached, are ``π_old``, and the separate no-grad forward
-  verl and TRL run (they take several PPO mini-batch steps per batch) would compute the same
-  numbers again (tests/workloads/test_rl_learner.py holds them equal).
+  ``sequence_truncate`` / ``sequence_mask`` (TRL's sequence modes): one weight per completion,
+  ``w = exp(Σ_t (log π_old - log π_sampler))`` over its response tokens, truncated at C or set
+  to 0 above C (TRL masks only above C).
+  ``π_old`` is the learner's log-probability *before* the update. With one optimizer step per
+  batch (``--ppo-epochs 1 --mini-batches 1``, the default) the forward that computes the loss
+  runs on exactly those weights: its log-probabilities, detached, are ``π_old``, and the
+  separate no-grad forward verl and TRL run would compute the same numbers again
+  (tests/workloads/test_rl_learner.py holds them equal). Then the ratio is exactly 1 in every
+  mode but ``bypass``: ``clip_low``, ``clip_high`` and the dual clip act only on ``bypass``'s
+  ratio ``π_learner/π_sampler``, or with several optimizer steps per batch (``--ppo-epochs`` or
+  ``--mini-batches`` > 1), where the learner computes ``π_old`` in a no-grad pass first
+  (``old_logprobs``) and the ratio departs from 1 after the first step.
 - **Per-token normalisation** (DAPO; verl ``loss_agg_mode="token-mean"``; TRL
   ``loss_type="dapo"``): the sum over every response token of the batch divided by the number
   of those tokens, so a long completion weighs by its length instead of being averaged down
@@ -58,7 +65,12 @@ from dataclasses import dataclass
 
 import torch
 
-from workloads.rl.config import CORRECTIONS, DEFAULT_CLIP_RATIO_C, DEFAULT_IS_CAP
+from workloads.rl.config import (
+    CORRECTIONS,
+    DEFAULT_CLIP_RATIO_C,
+    DEFAULT_IS_CAP,
+    REWARD_SCALINGS,
+)
 
 KL_CLAMP = 10.0
 # The log-ratio's bound before exp (verl compute_policy_loss and rollout_corr_helper
@@ -66,21 +78,34 @@ KL_CLAMP = 10.0
 LOG_RATIO_CLAMP = 20.0
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, eps: float = 1e-6, scale: str = "group"
+) -> torch.Tensor:
     """Advantages ``[N]`` for rewards ``[N]`` laid out as contiguous groups of ``group_size``
-    completions of one prompt each (prompt 0's completions first, then prompt 1's, ...).
-    Always finite: a group that would give a non-finite advantage gets zeros."""
+    completions of one prompt each (prompt 0's completions first, then prompt 1's, ...): the
+    reward minus its group's mean, divided by ``scale``'s std plus ``eps`` (TRL's
+    ``scale_rewards``): ``group``, the group's; ``batch``, every reward's of the batch; ``none``,
+    not divided (Dr. GRPO). Always finite: a group that would give a non-finite advantage, or
+    whose rewards are all equal, gets zeros."""
     if group_size <= 0 or rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(
             f"{rewards.numel()} rewards do not split into groups of {group_size} completions"
         )
+    if scale not in REWARD_SCALINGS:
+        raise ValueError(f"scale {scale!r}: allowed {', '.join(REWARD_SCALINGS)}")
     grouped = rewards.reshape(-1, group_size).to(torch.float64)
     mean = grouped.mean(dim=1, keepdim=True)
     spread = grouped.amax(dim=1, keepdim=True) - grouped.amin(dim=1, keepdim=True)
     if group_size == 1:  # one completion: no group to compare with
         return torch.zeros_like(rewards, dtype=torch.float32)
-    std = grouped.std(dim=1, keepdim=True)
-    advantages = torch.where(spread > 0, (grouped - mean) / (std + eps), torch.zeros_like(grouped))
+    if scale == "group":
+        std = grouped.std(dim=1, keepdim=True) + eps
+    elif scale == "batch":  # over the finite rewards: a non-finite one is its own group's loss
+        finite_values = grouped[torch.isfinite(grouped)]
+        std = (finite_values.std() if finite_values.numel() > 1 else grouped.new_zeros(())) + eps
+    else:
+        std = grouped.new_ones(())
+    advantages = torch.where(spread > 0, (grouped - mean) / std, torch.zeros_like(grouped))
     finite = torch.isfinite(advantages).all(dim=1, keepdim=True)
     advantages = torch.where(finite, advantages, torch.zeros_like(advantages))
     return advantages.reshape(-1).to(torch.float32)
@@ -115,17 +140,37 @@ def bounded_exp(log_ratio: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
+def sampler_ratio(
+    old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor, level: str
+) -> torch.Tensor:
+    """``π_old/π_sampler`` (detached) per token, or for ``level == "sequence"`` per sequence
+    (the product over its response tokens, TRL's sequence modes), broadcast to ``[B, T]``."""
+    log_ratio = (old_logprobs - sampler_logprobs).detach() * mask.to(old_logprobs.dtype)
+    if level == "sequence":
+        log_ratio = log_ratio.sum(dim=-1, keepdim=True).expand_as(old_logprobs)
+    return bounded_exp(log_ratio)
+
+
 def importance_weights(
-    old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, settings: LossSettings
+    old_logprobs: torch.Tensor,
+    sampler_logprobs: torch.Tensor,
+    settings: LossSettings,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token weights ``π_old/π_sampler`` as ``settings.correction`` bounds them (detached;
-    all ones for ``bypass``)."""
+    all ones for ``bypass``): ``*_truncate`` ``min(w, C)``; ``token_mask`` ``w`` inside
+    ``[1/C, C]``, else 0; ``sequence_mask`` the sequence's ``w`` unless above ``C``, else 0
+    (TRL's ``masked_fill(w > C, 0)``)."""
     if settings.correction == "bypass":
         return torch.ones_like(old_logprobs)
-    rho = bounded_exp((old_logprobs - sampler_logprobs).detach())
-    if settings.correction == "token_truncate":
+    level, _, bound = settings.correction.partition("_")
+    keep = torch.ones_like(old_logprobs) if mask is None else mask
+    rho = sampler_ratio(old_logprobs, sampler_logprobs, keep, level)
+    if bound == "truncate":
         return rho.clamp(max=settings.is_cap)
-    inside = (rho >= 1.0 / settings.is_cap) & (rho <= settings.is_cap)
+    inside = rho <= settings.is_cap
+    if level == "token":
+        inside = inside & (rho >= 1.0 / settings.is_cap)
     return torch.where(inside, rho, torch.zeros_like(rho))
 
 
@@ -153,6 +198,7 @@ def policy_loss(
     mask: torch.Tensor,
     settings: LossSettings = LossSettings(),
     *,
+    old_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     total_tokens: torch.Tensor | float | None = None,
@@ -163,6 +209,8 @@ def policy_loss(
     weights that sampled) and ``ref_logprobs`` are ``[B, T]`` log-probabilities of the sampled
     tokens; ``mask`` ``[B, T]`` marks response tokens; ``advantages`` is ``[B]`` (one per
     completion) or ``[B, T]``; ``entropy`` ``[B, T]`` (optional, a metric only).
+    ``old_logprobs``: ``π_old``, the learner's before this batch's first update (several
+    optimizer steps per batch); default: ``logprobs`` detached (one step: the same numbers).
     ``total_tokens``: the divisor (default: this batch's response tokens). Metrics are detached
     token means over the response tokens of this batch: ``policy_loss``, ``kl``,
     ``clip_fraction`` (tokens whose clipped term was the one taken, verl's ``pg_clipfrac``),
@@ -175,16 +223,18 @@ def policy_loss(
     adv = advantages if advantages.ndim == 2 else advantages[:, None]
     adv = adv.to(logprobs.dtype)
     sampler = sampler_logprobs.detach().to(logprobs.dtype)
-    old = sampler if settings.correction == "bypass" else logprobs.detach()
+    before = logprobs.detach() if old_logprobs is None else old_logprobs.detach()
+    old = sampler if settings.correction == "bypass" else before.to(logprobs.dtype)
     ratio = bounded_exp(logprobs - old)
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high)
     surrogate = torch.maximum(unclipped, clipped)
     dual = -adv * settings.clip_ratio_c
     per_token = torch.where(adv < 0, torch.minimum(surrogate, dual), surrogate)
-    weights = importance_weights(old, sampler, settings)
+    weights = importance_weights(old, sampler, settings, keep)
     per_token = per_token * weights
-    raw = bounded_exp(old - sampler)
+    level = "sequence" if settings.correction.startswith("sequence") else "token"
+    raw = sampler_ratio(old, sampler, keep, level)
     metrics: dict[str, torch.Tensor] = {
         "policy_loss": _mean(per_token, keep, count),
         "clip_fraction": _mean((clipped > unclipped).to(keep.dtype), keep, count),

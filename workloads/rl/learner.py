@@ -40,24 +40,17 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from workloads.rl.grpo import LossSettings, policy_loss
-from workloads.rl.rollout import Rollout
-from workloads.rl.sync import (
-    SYNC_BUCKET_BYTES,
-    SYNC_DTYPE_NAME,
-    PolicyVersion,
-    WeightBucket,
-    folder_bytes,
-    version_folder,
-)
-from workloads.train import storage
+
+# Publishing is workloads/rl/publish.py's; its names stay importable from here.
+from workloads.rl.publish import Published as Published
+from workloads.rl.publish import publish_buckets as publish_buckets
+from workloads.rl.publish import write_folder as write_folder
+from workloads.rl.rollout import TRUNCATED, Rollout
 from workloads.train.config import LOSS_CHUNK_TOKENS
 from workloads.train.inputs.batches import IGNORE
 from workloads.train.models.loss import Head, _base_model, hf_head
 from workloads.train.models.modeling import TrainModel
-from workloads.train.outputs.export import export_model, owned_tensors
 from workloads.train.run.step import global_targets, gradient_sync
-
-SYNC_DTYPE = getattr(torch, SYNC_DTYPE_NAME)
 
 
 def _chunk_logprobs(
@@ -151,8 +144,17 @@ class RolloutBatch:
         )
 
 
-def collate(rollouts: Sequence[Rollout], advantages: torch.Tensor, pad_id: int) -> RolloutBatch:
-    """Rollouts (with one advantage each) into a right-padded batch in the trainer's layout."""
+def collate(
+    rollouts: Sequence[Rollout],
+    advantages: torch.Tensor,
+    pad_id: int,
+    *,
+    mask_truncated: bool = False,
+) -> RolloutBatch:
+    """Rollouts (with one advantage each) into a right-padded batch in the trainer's layout.
+    ``mask_truncated``: a completion cut at the token limit (``finish_reason`` ``length``)
+    keeps no target, so it leaves the loss and its token count (DAPO's overlong filtering,
+    TRL's ``mask_truncated_completions``)."""
     width = max(len(r.prompt_ids) + len(r.completion_ids) for r in rollouts)
     rows = len(rollouts)
     input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
@@ -161,6 +163,8 @@ def collate(rollouts: Sequence[Rollout], advantages: torch.Tensor, pad_id: int) 
     for row, rollout in enumerate(rollouts):
         ids = rollout.prompt_ids + rollout.completion_ids
         input_ids[row, : len(ids)] = torch.tensor(ids)
+        if mask_truncated and rollout.finish_reason == TRUNCATED:
+            continue
         first = len(rollout.prompt_ids) - 1  # the position that predicts the first completion token
         count = len(rollout.completion_ids)
         targets[row, first : first + count] = torch.tensor(rollout.completion_ids)
@@ -195,6 +199,8 @@ class GRPOLearner:
         reference: TrainModel | None = None,
         grad_clip: float = 1.0,
         amp: contextlib.AbstractContextManager[None] | None = None,
+        ppo_epochs: int = 1,
+        mini_batches: int = 1,
     ) -> None:
         if settings.kl_coef and reference is None:
             raise ValueError("a KL coefficient needs a reference model")
@@ -204,18 +210,71 @@ class GRPOLearner:
         self.model, self.reference, self.optimizer = model, reference, optimizer
         self.settings, self.temperature, self.device = settings, temperature, device
         self.micro_batch, self.grad_clip = micro_batch, grad_clip
+        self.ppo_epochs, self.mini_batches = ppo_epochs, mini_batches
         self.amp = amp or contextlib.nullcontext()
         self.version = 0
         self.skipped_steps = 0  # steps skipped for a non-finite loss or gradient, this process
         self.world = dist.get_world_size() if dist.is_initialized() else 1
 
     def step(self, batch: RolloutBatch, lr: float) -> dict[str, float]:
-        """Accumulate the GRPO loss over micro-batches, then one optimizer step at ``lr``;
-        none when the loss or the gradient norm is not finite (``step_skipped`` 1, the module
-        docstring)."""
+        """``ppo_epochs`` passes over the batch, each ``mini_batches`` optimizer steps at ``lr``
+        (one, by default), each accumulating the GRPO loss over micro-batches; a step whose loss
+        or gradient norm is not finite is not taken (``step_skipped`` 1, the module docstring).
+        With more than one optimizer step, ``π_old`` is a no-grad pass over the batch first, so
+        the ratio of the later steps departs from 1 and the clip acts. Metrics: token-weighted
+        means over each optimizer step, averaged over the steps."""
         started = time.perf_counter()
         rows = batch.input_ids.shape[0]
-        size = self.micro_batch or rows
+        if rows % self.mini_batches:
+            raise ValueError(
+                f"{rows} completions do not split into {self.mini_batches} mini-batches"
+            )
+        several = self.ppo_epochs * self.mini_batches > 1
+        old = (
+            self._old_logprobs(batch) if several and self.settings.correction != "bypass" else None
+        )
+        size = rows // self.mini_batches
+        sums: dict[str, float] = {}
+        norms, skipped = [], 0
+        count = self.ppo_epochs * self.mini_batches
+        for _epoch in range(self.ppo_epochs):
+            for start in range(0, rows, size):
+                part_old = None if old is None else old[start : start + size]
+                metrics, norm, skip = self._optimizer_step(
+                    batch.rows(start, start + size), part_old, lr
+                )
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + value / count
+                norms.append(norm)
+                skipped += skip
+        self.version += 1
+        sums["grad_norm"] = sum(norms) / len(norms)
+        sums["step_skipped"] = float(skipped > 0)
+        sums["skipped_steps"] = float(self.skipped_steps)
+        sums["optimizer_steps"] = float(count - skipped)
+        sums["step_s"] = time.perf_counter() - started
+        return sums
+
+    def _old_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``π_old``: the batch's log-probabilities under the weights before any update of
+        this step (no grad, micro-batch by micro-batch)."""
+        size = self.micro_batch or batch.input_ids.shape[0]
+        parts = []
+        with torch.no_grad(), self.amp:
+            for start in range(0, batch.input_ids.shape[0], size):
+                part = batch.rows(start, start + size)
+                ids, targets = part.input_ids.to(self.device), part.targets.to(self.device)
+                logprobs, _ = policy_logprobs(self.model, ids, targets, self.temperature)
+                parts.append(logprobs.float())
+        return torch.cat(parts)
+
+    def _optimizer_step(
+        self, batch: RolloutBatch, old: torch.Tensor | None, lr: float
+    ) -> tuple[dict[str, float], float, bool]:
+        """One optimizer step on ``batch`` (``old``: its ``π_old``, None: the loss forward's
+        own): its metrics, its gradient norm, and whether it was skipped."""
+        rows = batch.input_ids.shape[0]
+        size = min(self.micro_batch or rows, rows)
         total = global_targets(batch.n_tokens, self.world, self.device, vary=True)
         sums: dict[str, float] = {}
         finite = torch.ones((), device=self.device)
@@ -237,6 +296,7 @@ class GRPOLearner:
                     part.advantages.to(self.device),
                     mask,
                     self.settings,
+                    old_logprobs=None if old is None else old[start : start + size],
                     ref_logprobs=ref,
                     entropy=entropy,
                     total_tokens=total,
@@ -264,144 +324,4 @@ class GRPOLearner:
             print(f"step {self.version + 1}: the loss or the gradient norm ({float(norm)}) is not "
                   "finite: optimizer step skipped, weights unchanged", flush=True)  # fmt: skip
         self.optimizer.zero_grad(set_to_none=True)
-        self.version += 1
-        sums["grad_norm"] = float(norm)
-        sums["step_skipped"] = float(skip)
-        sums["skipped_steps"] = float(self.skipped_steps)
-        sums["step_s"] = time.perf_counter() - started
-        return sums
-
-
-def _rank_world() -> tuple[int, int]:
-    if dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _call(store: Any, method: str, *args: Any) -> Any:
-    """A PolicyStore method, on the object or through a Ray actor handle of one."""
-    fn = getattr(store, method)
-    remote = getattr(fn, "remote", None)
-    if remote is None:
-        return fn(*args)
-    import ray
-
-    return ray.get(remote(*args))
-
-
-@dataclass(frozen=True)
-class Published:
-    """A publication as the learner saw it: the version, its bytes, the seconds it took."""
-
-    policy: PolicyVersion | None  # rank 0's view; None on other ranks
-    nbytes: int
-    seconds: float
-
-
-def write_folder(
-    learner: GRPOLearner,
-    root: str,
-    store: Any,
-    *,
-    keep: int = 2,
-    protect: int | None = None,
-    group: Any = None,
-) -> Published:
-    """Write the learner's weights as a bf16 Hugging Face folder, version ``learner.version``
-    under ``root`` (every rank calls this: the exporter gathers shard by shard), and record it
-    in ``store`` (rank 0). Rank 0 then deletes the version ``keep`` publications back (an engine
-    may still be reading the ones in between), except ``protect``: the run's start folder, the
-    one engines are started and restarted from."""
-    source = learner.model.source
-    if source is None:
-        raise ValueError("only a Hugging Face model can be published to vLLM engines")
-    started = time.perf_counter()
-    path = version_folder(root, learner.version)
-    export_model(
-        learner.model.inner,
-        path,
-        source=source,
-        dtype=SYNC_DTYPE,
-        max_shard_bytes=2 * 1024**3,
-        metadata={"policy_version": learner.version, "source": source.spec},
-        group=group,
-    )
-    rank, _ = _rank_world()
-    policy = None
-    nbytes = 0
-    if rank == 0:
-        nbytes = folder_bytes(path) if storage.local_path(path) is not None else 0
-        policy = _call(store, "publish", learner.version, path, (), nbytes)
-        old = learner.version - keep
-        if keep > 0 and old >= 0 and old != protect:
-            storage.remove_folder(version_folder(root, old))
-    return Published(policy, nbytes, time.perf_counter() - started)
-
-
-def publish_buckets(
-    learner: GRPOLearner,
-    store: Any,
-    *,
-    group: Any = None,
-    bucket_bytes: int = SYNC_BUCKET_BYTES,
-) -> Published:
-    """Put the learner's weights into Ray's object store as bf16 buckets of about
-    ``bucket_bytes`` (safetensors bytes, in the model's order) and publish them as version
-    ``learner.version`` (every rank calls this). Each tensor is gathered once
-    (``DTensor.full_tensor``, a collective of every rank); bucket ``i`` is kept, packed and put by
-    the ``i``-th of the ranks that are Ray workers (round robin), which offers its object
-    references to ``store`` (a Ray actor handle on those ranks, None elsewhere); rank 0
-    publishes once every rank has offered. Nothing holds more than a bucket and a tensor."""
-    import numpy as np
-    from safetensors.torch import save as safetensors_bytes
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-    from workloads.train.models import hf
-    from workloads.train.outputs.export import plan_shards
-
-    started = time.perf_counter()
-    rank, world = _rank_world()
-    model = learner.model.inner
-    owners = _ray_ranks(group)
-    tied = hf.tied_export_keys(model)
-    state = {
-        key: value
-        for key, value in get_model_state_dict(model).items()
-        if isinstance(value, torch.Tensor) and key not in tied
-    }
-    itemsize = torch.empty((), dtype=SYNC_DTYPE).element_size()
-    plan = plan_shards([(k, int(t.numel()) * itemsize) for k, t in state.items()], bucket_bytes)
-    mine: list[WeightBucket] = []
-    for index, keys in enumerate(plan):
-        owner = owners[index % len(owners)]
-        tensors = owned_tensors(state, keys, rank, owner, SYNC_DTYPE)
-        if rank == owner:
-            import ray
-
-            data = np.frombuffer(safetensors_bytes(tensors), dtype=np.uint8)
-            mine.append(WeightBucket(index, ray.put(data), int(data.nbytes)))
-            del tensors, data
-    if mine:
-        _call(store, "offer", learner.version, mine)
-    if dist.is_initialized() and world > 1:
-        dist.barrier(group=group)
-    policy = None
-    if rank == 0:
-        policy = _call(store, "publish_offered", learner.version, len(plan))
-    nbytes = policy.nbytes if policy is not None else sum(b.nbytes for b in mine)
-    return Published(policy, nbytes, time.perf_counter() - started)
-
-
-def _ray_ranks(group: Any) -> list[int]:
-    """The ranks that are Ray workers (every rank under Ray Train; rank 0 in a bare test)."""
-    import ray
-
-    mine = ray.is_initialized()
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return [0]
-    flags: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(flags, mine, group=group)
-    ranks = [r for r, flag in enumerate(flags) if flag]
-    if not ranks:
-        raise RuntimeError("no learner rank is a Ray worker: nothing can put the weights")
-    return ranks
+        return sums, float(norm), skip

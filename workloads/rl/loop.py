@@ -13,7 +13,8 @@ iterator, built for a fixed dataset, not per-step on-policy batches). Per step:
 1. rank 0: the round sampled for this step is collected (an engine that died during it costs
    only its share, sampled again), checked against the staleness bound in one store call each
    way, and scored (rewards concurrently, each call bounded by ``--reward-timeout-s``);
-   advantages within each group;
+   advantages within each group (scaled by ``--scale-rewards``); with ``--dynamic-sampling N``
+   groups whose rewards are all equal are replaced from at most N more rounds;
 2. with ``--overlap`` (one-step-off, as verl's and TRL's async trainers), rank 0 launches the
    next round at once, on the weights the engines hold, so the engines sample step n+1 while
    the learner takes step n; those rollouts are one update stale, and the loss's importance
@@ -27,7 +28,8 @@ iterator, built for a fixed dataset, not per-step on-policy batches). Per step:
 
 Progress is a ``PARK_METRICS`` line per step (reward mean/spread, KL, the learner/sampler
 mismatch and the importance weights, response length, rollout tokens/s, learner step time,
-publish and sync time and bytes, staleness), after, with ``--probe-prompts N``, one line of
+publish and sync time and bytes, staleness; with ``--eval-every`` the held-out prompts' greedy
+reward), after, with ``--probe-prompts N``, one line of
 the starting policy's greedy answers to the data's first N prompts, scored; checkpoints are
 the trainer's DCP ones with the prompt order and the policy version beside them; the final
 policy is exported where training exports (``<storage>/<run>/export/final``) for serving.
@@ -49,16 +51,10 @@ from workloads.rl import parts
 from workloads.rl.config import RLRunConfig
 from workloads.rl.config_check import validate
 from workloads.rl.grpo import group_advantages
-from workloads.rl.learner import (
-    GRPOLearner,
-    Published,
-    RolloutBatch,
-    collate,
-    publish_buckets,
-    write_folder,
-)
-from workloads.rl.prompts import Prompt, round_metrics, score
-from workloads.rl.rollout import RolloutPool, Round
+from workloads.rl.learner import GRPOLearner, RolloutBatch, collate
+from workloads.rl.prompts import Prompt, Scores, flat_groups, round_metrics, score
+from workloads.rl.publish import Published, publish_buckets, write_folder
+from workloads.rl.rollout import Rollout, RolloutPool, Round, SyncStats
 from workloads.rl.sync import PolicyStore, Put, StoreFull, Taken
 from workloads.train.distributed.runenv import RayTrainEnv, RunEnv
 from workloads.train.outputs import checkpointing
@@ -161,6 +157,8 @@ def rl_train(
                 metrics.update(publish_s=published.seconds, publish_bytes=float(published.nbytes))
                 if driver is not None and published.policy is not None and step < cfg.steps:
                     driver.pool.prestage(published.policy)  # the hosts pull it now
+            if driver is not None and cfg.eval_every and step % cfg.eval_every == 0:
+                metrics.update(driver.evaluate(cfg, learner.version))  # held-out, greedy
             state.step = step
             metrics.update(step=step, version=float(learner.version), resumes=state.resumes)
             if rank == 0:
@@ -198,15 +196,14 @@ def rl_train(
     return history
 
 
-def _finish(
+def _collect(
     cfg: RLRunConfig,
     driver: parts.Driver,
     pending: tuple[list[Prompt], Round],
     learner: GRPOLearner,
-    world: int,
-) -> tuple[list[RolloutBatch | None], dict[str, float]]:
-    """Rank 0: collect, check, score and split one step's batch into ``world`` shares (all
-    None when the round must be sampled again)."""
+) -> tuple[list[Rollout], Scores, SyncStats, float] | None:
+    """Rank 0: one round collected, checked against the staleness bound and scored (None when
+    a rollout was stale: the round must be sampled again)."""
     import ray
 
     prompts, round_ = pending
@@ -223,11 +220,64 @@ def _finish(
     if len(used) != len(rollouts):
         print(f"{put.stale + taken.dropped} stale rollouts dropped; sampling the round again",
               flush=True)  # fmt: skip
-        return [None] * world, {}
+        return None
     scored = score(used, prompts, driver.rewards, timeout_s=cfg.reward_timeout_s)
-    advantages = group_advantages(torch.tensor(scored.values), cfg.group_size)
+    return used, scored, sync, sample_s
+
+
+def _informative(
+    cfg: RLRunConfig,
+    driver: parts.Driver,
+    learner: GRPOLearner,
+    used: list[Rollout],
+    values: list[float],
+) -> tuple[list[Rollout], list[float], int]:
+    """Dynamic sampling (DAPO): the groups whose rewards are not all equal, topped up from at
+    most ``--dynamic-sampling`` more rounds; short of a full step, flat groups fill it (their
+    advantages are zero). Returns the step's rollouts, their rewards, the extra rounds."""
+    size = cfg.group_size
+    keep: list[tuple[list[Rollout], list[float]]] = []
+    flat: list[tuple[list[Rollout], list[float]]] = []
+    rounds = 0
+    while True:
+        for index, is_flat in enumerate(flat_groups(values, size)):
+            group = (
+                used[index * size : (index + 1) * size],
+                values[index * size : (index + 1) * size],
+            )
+            (flat if is_flat else keep).append(group)
+        if len(keep) >= cfg.prompts_per_step or rounds >= cfg.dynamic_sampling:
+            break
+        rounds += 1
+        got = _collect(cfg, driver, driver.launch(cfg), learner)
+        used, values = ([], []) if got is None else (got[0], got[1].values)
+    chosen = (keep + flat)[: cfg.prompts_per_step]
+    return [r for g in chosen for r in g[0]], [v for g in chosen for v in g[1]], rounds
+
+
+def _finish(
+    cfg: RLRunConfig,
+    driver: parts.Driver,
+    pending: tuple[list[Prompt], Round],
+    learner: GRPOLearner,
+    world: int,
+) -> tuple[list[RolloutBatch | None], dict[str, float]]:
+    """Rank 0: collect, check, score and split one step's batch into ``world`` shares (all
+    None when the round must be sampled again)."""
+    got = _collect(cfg, driver, pending, learner)
+    if got is None:
+        return [None] * world, {}
+    used, scored, sync, sample_s = got
     metrics = round_metrics(used, scored.values, cfg.group_size, learner.version)
     tokens = sum(len(r.completion_ids) for r in used)
+    values = scored.values
+    if cfg.dynamic_sampling:
+        used, values, rounds = _informative(cfg, driver, learner, used, values)
+        metrics["resample_rounds"] = float(rounds)
+        metrics["flat_groups_used"] = (
+            sum(flat_groups(values, cfg.group_size)) / cfg.prompts_per_step
+        )
+    advantages = group_advantages(torch.tensor(values), cfg.group_size, scale=cfg.scale_rewards)
     metrics.update(
         rollout_tokens_per_s=tokens / max(sample_s, 1e-9),
         sync_s=sync.seconds,
@@ -238,7 +288,7 @@ def _finish(
     )
     source = learner.model.source
     pad = 0 if source is None else source.tokenizer.pad_token_id
-    full = collate(used, advantages, int(pad or 0))
+    full = collate(used, advantages, int(pad or 0), mask_truncated=cfg.mask_truncated)
     share = len(used) // world  # the config makes the batch a multiple of the workers
     return [full.rows(i * share, (i + 1) * share) for i in range(world)], metrics
 
@@ -276,7 +326,9 @@ def summary(history: list[dict[str, float]]) -> str:
     """``reward  <first> → <last>``: the mean reward of the first and the last step."""
     if not history:
         return "reward  n/a"
-    return f"reward  {history[0]['reward_mean']:.2f} → {history[-1]['reward_mean']:.2f}"
+    line = f"reward  {history[0]['reward_mean']:.2f} → {history[-1]['reward_mean']:.2f}"
+    evals = [m["eval_reward"] for m in history if "eval_reward" in m]
+    return line + (f"   eval reward  {evals[0]:.2f} → {evals[-1]:.2f}" if evals else "")
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:

@@ -7,12 +7,14 @@ and their hosts' receivers). workloads/rl/loop.py runs the steps with them.
 from __future__ import annotations
 
 import contextlib
+import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from workloads.rl.config import RLRunConfig, render_prompt
+from workloads.rl.config_check import parse_template_args
 from workloads.rl.grpo import LossSettings
 from workloads.rl.learner import (
     GRPOLearner,
@@ -20,9 +22,12 @@ from workloads.rl.learner import (
 from workloads.rl.prompts import (
     Prompt,
     PromptOrder,
-    chat_prompt,
+    Scores,
     fit_prompts,
+    prompt_token_ids,
     read_prompts,
+    round_metrics,
+    score,
 )
 from workloads.rl.rewards import Rewards
 from workloads.rl.rollout import CPU_ENGINE_KWARGS, RolloutEngine, RolloutPool, Round, Sampling
@@ -136,6 +141,8 @@ def build_learner(cfg: RLRunConfig, env: RunEnv, directory: str | None) -> GRPOL
             correction=cfg.off_policy_correction,
             is_cap=cfg.importance_sampling_cap,
         ),
+        ppo_epochs=cfg.ppo_epochs,
+        mini_batches=cfg.mini_batches,
         temperature=cfg.temperature,
         device=device,
         micro_batch=cfg.micro_batch_size or share,
@@ -149,11 +156,12 @@ class Driver:
     """Rank 0's part: the prompts, rewards, store and engines."""
 
     order: PromptOrder
-    prompts_text: Callable[[Prompt], str]
+    prompts_text: Callable[[Prompt], Any]  # what the engines are asked: token ids (or text)
     rewards: Rewards
     store: Any
     pool: RolloutPool
     receivers: dict[str, Any]
+    held_out: list[Prompt] = field(default_factory=list)  # scored every --eval-every steps
 
     def launch(self, cfg: RLRunConfig) -> tuple[list[Prompt], Round]:
         """The next prompts, sampled by the engines on the newest weights they can load."""
@@ -180,6 +188,21 @@ class Driver:
             )  # fmt: skip
         return found
 
+    def evaluate(self, cfg: RLRunConfig, version: int) -> dict[str, float]:
+        """The held-out prompts (the first ``--eval-prompts``), one greedy answer each from the
+        engines on the newest published weights, scored by the run's rewards: ``eval_reward``
+        (their mean), ``eval_truncated``, and the policy version that answered."""
+        prompts = self.held_out[: cfg.eval_prompts]
+        greedy = Sampling(1, 0.0, cfg.max_response_tokens, seed=cfg.seed)
+        rollouts = self.pool.sample([self.prompts_text(p) for p in prompts], greedy)
+        scored: Scores = score(rollouts, prompts, self.rewards, timeout_s=cfg.reward_timeout_s)
+        found = round_metrics(rollouts, scored.values, 1, version)
+        return {
+            "eval_reward": found["reward_mean"],
+            "eval_truncated": found["truncated"],
+            "eval_version": float(min(r.version for r in rollouts)),
+        }
+
     def close(self) -> None:
         import ray
 
@@ -202,18 +225,24 @@ def start_driver(
         split=cfg.data_split,
     )
     tokenizer = learner.model.source.tokenizer if learner.model.source else None
+    template_args = parse_template_args(cfg.chat_template_args or "")
 
-    def text_of(prompt: Prompt) -> str:
-        return chat_prompt(tokenizer, render_prompt(cfg.prompt_template, prompt.text))
+    def asked(prompt: Prompt) -> Any:
+        """Token ids with one BOS (workloads/rl/prompts.py prompt_token_ids), or the text."""
+        text = render_prompt(cfg.prompt_template, prompt.text)
+        if tokenizer is None:
+            return text
+        return prompt_token_ids(tokenizer, text, template_args)
 
     def tokens_of(prompt: Prompt) -> int:
-        text = text_of(prompt)
-        return len(tokenizer(text)["input_ids"]) if tokenizer is not None else len(text.split())
+        ids = asked(prompt)
+        return len(ids) if isinstance(ids, list) else len(ids.split())
 
     prompts, left_out = fit_prompts(prompts, tokens_of, cfg.max_prompt_tokens)
     if left_out:
         print(f"{left_out} prompts longer than --max-prompt-tokens {cfg.max_prompt_tokens} left "
               f"out; {len(prompts)} kept", flush=True)  # fmt: skip
+    prompts, held_out = _held_out(cfg, prompts, tokens_of)
     accelerator = rollout_accelerator(cfg, learner.device.type)
     actor = ray.remote(RolloutEngine).options(**engine_options(cfg, accelerator))
     kwargs = engine_kwargs(cfg, accelerator)
@@ -235,9 +264,37 @@ def start_driver(
             receivers[host] = receiver.remote(staging)
     return Driver(
         order=PromptOrder(prompts, cfg.seed),
-        prompts_text=text_of,
-        rewards=Rewards(cfg.reward_names, cfg.weights),
+        prompts_text=asked,
+        rewards=Rewards(cfg.reward_names, cfg.weights, gate=cfg.reward_gate),
         store=store,
         pool=RolloutPool(engines, store, receivers=receivers or None, hosts=hosts),
         receivers=receivers,
+        held_out=held_out,
     )
+
+
+def _held_out(
+    cfg: RLRunConfig, prompts: list[Prompt], tokens_of: Callable[[Prompt], int]
+) -> tuple[list[Prompt], list[Prompt]]:
+    """The training prompts and the held-out ones: ``--eval-data``'s (fitted to the prompt
+    limit), or a seeded ``--eval-share`` of ``prompts`` (the same on every resume); none
+    without evaluation."""
+    from workloads.train.inputs.batches import DataError
+
+    if not cfg.eval_every:
+        return prompts, []
+    if cfg.eval_data:
+        found = read_prompts(cfg.eval_data, prompt_field=cfg.prompt_field,
+                             answer_field=cfg.answer_field, split=cfg.data_split)  # fmt: skip
+        return prompts, fit_prompts(found, tokens_of, cfg.max_prompt_tokens)[0]
+    order = list(range(len(prompts)))
+    random.Random(cfg.seed).shuffle(order)
+    count = round(len(prompts) * cfg.eval_share)
+    if not 1 <= count < len(prompts):
+        raise DataError(
+            f"--eval-share {cfg.eval_share} of {len(prompts)} prompts holds out {count}: at "
+            "least one must be held out and one left to train on"
+        )
+    held = set(order[:count])
+    train = [p for i, p in enumerate(prompts) if i not in held]
+    return train, [prompts[i] for i in sorted(held)]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workloads.rl.rewards import Rewards
-from workloads.rl.rollout import Rollout
+from workloads.rl.rollout import TRUNCATED, Rollout
 
 
 @dataclass(frozen=True)
@@ -91,14 +91,37 @@ class PromptOrder:
         self.seed = int(state["seed"])
 
 
-def chat_prompt(tokenizer: Any, text: str) -> str:
-    """``text`` as the model's chat turn when its tokenizer has a template, else as is."""
+def chat_prompt(tokenizer: Any, text: str, template_args: dict[str, Any] | None = None) -> str:
+    """``text`` as the model's chat turn when its tokenizer has a template, else as is;
+    ``template_args`` go to the template (Qwen3's ``enable_thinking``)."""
     if getattr(tokenizer, "chat_template", None):
         rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+            [{"role": "user", "content": text}],
+            tokenize=False,
+            add_generation_prompt=True,
+            **(template_args or {}),
         )
         return str(rendered)
     return text
+
+
+def prompt_token_ids(
+    tokenizer: Any, text: str, template_args: dict[str, Any] | None = None
+) -> list[int]:
+    """The token ids the engine is handed for ``text``, with one BOS at most. A chat template
+    renders its own BOS (Llama 3's and Gemma's write ``{{ bos_token }}``): its text is tokenized
+    without special tokens, as ``apply_chat_template(tokenize=True)`` does, since vLLM given that
+    text would add a second BOS; a plain prompt gets the tokenizer's own. A doubled BOS left at
+    the start (a template and a tokenizer that both add one) is cut to one."""
+    if getattr(tokenizer, "chat_template", None):
+        rendered = chat_prompt(tokenizer, text, template_args)
+        ids = list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+    else:
+        ids = list(tokenizer(text)["input_ids"])
+    bos = getattr(tokenizer, "bos_token_id", None)
+    while bos is not None and len(ids) > 1 and ids[0] == bos and ids[1] == bos:
+        ids = ids[1:]
+    return ids
 
 
 def fit_prompts(
@@ -210,16 +233,26 @@ def round_metrics(
     rollouts: Sequence[Rollout], scores: Sequence[float], group_size: int, learner_version: int
 ) -> dict[str, float]:
     """What a round reports: reward mean and spread, the share of groups that teach nothing
-    (all rewards equal), response length, and the staleness of what was used."""
+    (all rewards equal), the share of completions cut at the token limit (``truncated``), response
+    length, and the staleness of what was used."""
     count = max(len(scores), 1)
     mean = sum(scores) / count
     spread = (sum((s - mean) ** 2 for s in scores) / count) ** 0.5
     groups = [scores[i : i + group_size] for i in range(0, len(scores), group_size)]
-    flat = sum(1 for g in groups if max(g) == min(g)) / max(len(groups), 1)
+    flat = sum(flat_groups(scores, group_size)) / max(len(groups), 1)
+    cut = sum(1 for r in rollouts if r.finish_reason == TRUNCATED)
     return {
         "reward_mean": mean,
         "reward_std": spread,
         "flat_groups": flat,
+        "truncated": cut / max(len(rollouts), 1),
         "response_length": sum(len(r.completion_ids) for r in rollouts) / count,
         "staleness_max": float(max((learner_version - r.version for r in rollouts), default=0)),
     }
+
+
+def flat_groups(scores: Sequence[float], group_size: int) -> list[bool]:
+    """Per group of ``group_size`` consecutive scores: whether its rewards are all equal (its
+    advantages are all zero: it teaches nothing)."""
+    groups = [scores[i : i + group_size] for i in range(0, len(scores), group_size)]
+    return [max(g) == min(g) for g in groups]

@@ -196,7 +196,9 @@ def resolve(name: str) -> RewardFn:
 class Rewards:
     """Several rewards, each with a weight, summed into one number per completion."""
 
-    def __init__(self, names: Sequence[str], weights: Sequence[float] | None = None) -> None:
+    def __init__(
+        self, names: Sequence[str], weights: Sequence[float] | None = None, *, gate: bool = False
+    ) -> None:
         if not names:
             raise RewardError("no reward named: give at least one")
         if weights is not None and len(weights) != len(names):
@@ -204,6 +206,7 @@ class Rewards:
         self.names = list(names)
         self.fns = [resolve(name) for name in names]
         self.weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
+        self.gate = gate  # the rewards after the first count only where the first is > 0
 
     def __call__(self, *, prompt: str, completion: str, answer: str | None) -> float:
         return self.evaluate(prompt=prompt, completion=completion, answer=answer)[0]
@@ -211,13 +214,22 @@ class Rewards:
     def evaluate(self, *, prompt: str, completion: str, answer: str | None) -> tuple[float, int]:
         """The weighted sum, and how many rewards returned a non-finite value (±inf, NaN): each
         such value contributes 0 instead (module docstring). A value that is no number at all
-        (a string, None) is a bug in the reward and raises, naming it."""
-        total, nonfinite = 0.0, 0
-        for name, fn, weight in zip(self.names, self.fns, self.weights, strict=True):
+        (a string, None) is a bug in the reward and raises, naming it. With ``gate``, the rewards
+        after the first are not asked where the first is not > 0 (wrong): a format bonus is
+        paid only beside a right answer, so it cannot become a full-size advantage in a group
+        whose answers are all wrong."""
+        total, nonfinite, first = 0.0, 0, 0.0
+        for index, (name, fn, weight) in enumerate(
+            zip(self.names, self.fns, self.weights, strict=True)
+        ):
+            if self.gate and index > 0 and not first > 0:
+                break
             value = fn(prompt=prompt, completion=completion, answer=answer)
             if not isinstance(value, int | float):
                 raise RewardError(f"reward {name!r} returned {value!r}, not a number")
             weighted = weight * float(value)
+            if index == 0:
+                first = float(value)
             if not math.isfinite(weighted):  # inf, NaN, or a finite value the weight overflows
                 nonfinite += 1
                 continue

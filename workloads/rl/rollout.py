@@ -32,6 +32,7 @@ from typing import Any
 from workloads.rl.sync import PolicyStore, PolicyVersion, Staged
 
 EXTENSION = "workloads.rl.sync.VLLMWeightLoader"
+TRUNCATED = "length"  # vLLM's finish_reason of a completion cut at max_tokens
 CPU_ENGINE_KWARGS: dict[str, Any] = {
     "dtype": "float32",
     "enforce_eager": True,
@@ -120,10 +121,12 @@ class RolloutEngine:
         self.last_sync_s = time.perf_counter() - started
         return self.last_sync_s
 
-    def sample(self, prompts: list[str], sampling: Sampling, offset: int = 0) -> list[Rollout]:
+    def sample(self, prompts: list[Any], sampling: Sampling, offset: int = 0) -> list[Rollout]:
         """``group_size`` completions of each prompt, grouped by prompt (prompt 0's first);
-        ``offset`` is added to the prompt indices (a pool's share of a round)."""
+        ``offset`` is added to the prompt indices (a pool's share of a round). A prompt is
+        text, or token ids (a list) handed to vLLM as they are (no BOS added)."""
         from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
 
         params = SamplingParams(
             n=sampling.group_size,
@@ -132,7 +135,9 @@ class RolloutEngine:
             logprobs=0,  # the sampled token's own log-probability
             seed=sampling.seed,
         )
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        inputs: list[Any] = [TokensPrompt(prompt_token_ids=p) if isinstance(p, list) else p
+                             for p in prompts]  # fmt: skip
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
         rollouts = []
         for index, output in enumerate(outputs):
             for completion in output.outputs:
@@ -174,7 +179,7 @@ class SyncStats:
 class Round:
     """A round in flight: each engine's share of the prompts and its calls."""
 
-    prompts: list[str]
+    prompts: list[Any]  # text, or token ids
     sampling: Sampling
     shares: list[tuple[int, int]]
     samples: list[Any]  # per engine: the ObjectRef of its sample call (None: no share)
@@ -290,7 +295,7 @@ class RolloutPool:
         self.sync_s += [float(s) for s in ray.get(loads)]
         return len(loads)
 
-    def launch(self, prompts: list[str], sampling: Sampling) -> Round:
+    def launch(self, prompts: list[Any], sampling: Sampling) -> Round:
         """Start a round: engines behind the newest version load it (all at once), then each
         samples its contiguous share of ``prompts``. Returns without waiting."""
 
@@ -371,7 +376,7 @@ class RolloutPool:
             stats.seconds = max(stats.seconds, seconds)
         return stats
 
-    def sample(self, prompts: list[str], sampling: Sampling) -> list[Rollout]:
+    def sample(self, prompts: list[Any], sampling: Sampling) -> list[Rollout]:
         """One round, waited for."""
         rollouts, _ = self.finish(self.launch(prompts, sampling))
         return rollouts
