@@ -85,7 +85,27 @@ class _Recording:
 
     def save(self) -> None:
         if self.rank == 0:
-            Path(self.out).write_text(json.dumps(self.reports))
+            Path(self.out).write_text(
+                json.dumps({"reports": self.reports, "worker": worker_settings()})
+            )
+
+
+def worker_settings() -> dict[str, Any]:
+    """What decides how a worker's threads share the cores: its priority, torch's intra- and
+    inter-op threads, the OpenMP variable, its CPU affinity and how many threads it runs."""
+    import threading
+
+    return {
+        "nice": os.nice(0),
+        "own_session": os.getsid(0) != int(os.environ.get("PARK_BENCH_CALLER_SID", "-1")),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
+        "os_threads": len(os.listdir("/proc/self/task")),
+        "python_threads": threading.active_count(),
+        "loop_in_main_thread": threading.current_thread() is threading.main_thread(),
+    }
 
 
 class _Silent(LocalEnv):
@@ -121,18 +141,31 @@ def _ray_worker(config: dict[str, Any]) -> None:
     env.save()
 
 
+def _plain_group(cfg: dict[str, Any], workers: int, threads: int, out: str) -> None:
+    """The plain side's workers, in a session of their own as Ray's workers are (the Ray head's):
+    where the kernel groups CPU time by session (CONFIG_SCHED_AUTOGROUP, on here), a side's
+    workers then share the machine with other sessions alike, not with this benchmark's
+    caller's session (measured: under other jobs' load the plain side ran at 0.4-0.6x Ray's
+    speed while its workers sat in the caller's session)."""
+    os.setsid()
+    mp.spawn(
+        _plain_worker, args=(workers, free_port(), cfg, threads, out), nprocs=workers, join=True
+    )
+
+
 def run_plain(cfg: TrainConfig, threads: int, out: Path) -> float:
     # Ray starts a 1-CPU worker with OMP_NUM_THREADS=1; give the plain processes the same.
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     start = time.time()
     try:
-        mp.spawn(
-            _plain_worker,
-            args=(cfg.workers, free_port(), cfg.to_dict(), threads, str(out)),
-            nprocs=cfg.workers,
-            join=True,
+        group = mp.get_context("spawn").Process(
+            target=_plain_group, args=(cfg.to_dict(), cfg.workers, threads, str(out))
         )
+        group.start()
+        group.join()
+        if group.exitcode != 0:
+            raise RuntimeError(f"the plain side exited with {group.exitcode}")
     finally:
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS")
@@ -179,7 +212,7 @@ def _llama_folder(work: Path, name: str, **shape: Any) -> str:
 
 
 # Every case writes only its final checkpoint, no export: the loop's own work, timed.
-UNSAVED = {"checkpoint_every": 0, "export": False}
+UNSAVED: dict[str, Any] = {"checkpoint_every": 0, "export": False}
 
 
 def cases(args: argparse.Namespace, work: Path) -> dict[str, TrainConfig]:
@@ -224,9 +257,9 @@ def run_case(cfg: TrainConfig, repeats: int, threads: int, work: Path, name: str
             load = train_figures.Load(os.getloadavg()[0])
             start = run(cfg, threads, out)
             end = time.time()
-            reports = json.loads(out.read_text())
-            figures = train_figures.side_figures(reports, start, end)
-            runs[side].append(figures | {"load": load.stop().as_dict()})
+            saved = json.loads(out.read_text())
+            figures = train_figures.side_figures(saved["reports"], start, end)
+            runs[side].append(figures | {"load": load.stop().as_dict(), "worker": saved["worker"]})
             print(f"{name} {side} #{i}: {runs[side][-1]}", file=sys.stderr)
     return train_figures.compare(cfg, threads, runs)
 
@@ -236,7 +269,7 @@ def gpu_case(work: Path, repeats: int) -> dict[str, Any]:
     # ~350M parameters: 1024 wide, 24 layers, a 32K vocabulary
     size = dict(hidden=1024, intermediate=2816, layers=24, heads=16, kv_heads=8, positions=2048)
     model = _llama_folder(work, "llama-350m", **size, vocab=32768)
-    schedule = dict(steps=40, report_every=10, seq_len=2048, global_batch_size=8)
+    schedule: dict[str, Any] = dict(steps=40, report_every=10, seq_len=2048, global_batch_size=8)
     cfg = TrainConfig(
         accelerator="gpu",
         num_workers=1,
@@ -247,9 +280,28 @@ def gpu_case(work: Path, repeats: int) -> dict[str, Any]:
         **UNSAVED,
     )
     result = run_case(cfg, repeats, torch.get_num_threads(), work, "gpu")
-    reports = json.loads((work / "gpu-plain-0.json").read_text())
+    reports = json.loads((work / "gpu-plain-0.json").read_text())["reports"]
     result |= {"device": torch.cuda.get_device_name(0), "mfu": reports[-1]["mfu"]}
     return result
+
+
+def _autogroup() -> str | None:
+    """Whether the kernel shares CPU time out by session first (then each side's session
+    matters: ``_plain_group``)."""
+    path = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    return path.read_text().strip() if path.exists() else None
+
+
+def pods_train_env() -> dict[str, str]:
+    """Ray Train's settings as the RayJob's pods run it. The rendered RayJob sets no
+    ``RAY_TRAIN_*`` variable (tests/golden/*/manifests/rayjob-park-train.yaml), so its controller
+    polls the workers at Ray's default interval (2 s), not park local's 0.25 s (LOCAL_RAY_ENV,
+    there to notice a finished worker group sooner; it adds 8x the polls during the steps).
+    The workers themselves get what the launcher gives them (``build_run_config``: nice 0) and
+    what Ray gives a 1-CPU worker (OMP_NUM_THREADS=1: torch's 1 intra-op thread)."""
+    # Ray 2.60's default (ray/train/v2/_internal/constants.py: DEFAULT_HEALTH_CHECK_INTERVAL_S);
+    # not imported: Ray must not be imported before its auth token is in the environment.
+    return {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2"}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -276,6 +328,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(json.dumps(section, indent=2))
         return section
 
+    os.environ["PARK_BENCH_CALLER_SID"] = str(os.getsid(0))  # workers say if they left it
     work = Path(tempfile.mkdtemp(prefix="park-overhead-"))
     configs = cases(args, work)
     # A private Ray head on free ports (others may run Ray here), as `park local` starts it;
@@ -283,7 +336,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from infra.tools.local import LocalRay, ray_auth_env
 
     head = LocalRay(
-        temp_dir=Path(tempfile.mkdtemp(prefix="rt", dir="/tmp")), log_path=work / "ray-head.log"
+        temp_dir=Path(tempfile.mkdtemp(prefix="rt", dir="/tmp")),
+        log_path=work / "ray-head.log",
+        env=pods_train_env(),
     )
     machine_before = os.getloadavg()
     head.start()
@@ -306,12 +361,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "load_1m_5m_15m_before": [round(v, 2) for v in machine_before],
             "load_1m_5m_15m_after": [round(v, 2) for v in os.getloadavg()],
             "note": "shared machine: see each run's load; ratios are best-of-N, alternating",
+            "sched_autogroup": _autogroup(),
         },
         "method": (
             "same loop both sides; step time = median of report windows after the first, "
             "best of --repeats; cpu = rank 0's process CPU seconds per step; time to first "
             "step from the side's start"
         ),
+        "settings": {
+            "ray_head_env": pods_train_env(),
+            "workers": "Ray: the launcher's run config (nice 0), 1 CPU each (OMP_NUM_THREADS=1); "
+            "plain: the same threads, nice 0, in a session of their own as Ray's are (each "
+            "run's 'worker' record says what its rank 0 had)",
+        },
         "cases": results,
         "gpu": gpu if gpu is not None else "no GPU on this machine",
         "load": train_figures.noise(results),

@@ -9,8 +9,11 @@ CBA, ...); each figure is reported as its median and spread (min-max) over the r
 per round, and a verdict only where the spreads separate (``stats``). The self-check runs the
 bare server as a second side (``vllm_check``): bare vs bare must span 1.0, else the cell is
 marked unreliable. Beside the ratios: Ray's CPU per request outside the engine, by group (the
-figure that carries to an accelerator host). The default run is the goal's cell: completions,
-64/64 tokens, concurrency 8, 640 prompts, 6 rounds. One JSON document on stdout.
+figure that carries to an accelerator host). By default every side is driven at the same offered
+rate (``--rate``: a probe pass per side, then 0.6x the slower side's closed-loop rate; or
+given), and ``matched`` reports each figure with a paired sign test and issue 39's goals;
+``--rate none`` runs the closed-loop cell of issue 23 (completions, 64/64 tokens, concurrency 8,
+640 prompts). 6 rounds. One JSON document on stdout.
 
     python benchmarks/serve_overhead.py                 # the goal's cell, ~30 min on 2 cores
     python benchmarks/serve_overhead.py --concurrency 1 8 --profile --plain-check
@@ -44,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.serve import cpu, load, passes, profile, servers, stats  # noqa: E402
+from benchmarks.serve import cpu, load, matched, passes, profile, servers, stats  # noqa: E402
 from benchmarks.serve.servers import BARE, DIRECT, SELF_CHECK, SHIPPED  # noqa: E402
 from infra.plan import serve_tuning  # noqa: E402
 from workloads.serve import local  # noqa: E402
@@ -101,11 +104,31 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep-logs", type=Path, default=None, help="copy server logs here")
     parser.add_argument("--gpu", action="store_true", help="CUDA vLLM: benchmarks/serve/gpu.py")
     parser.add_argument("--gpu-model", default="Qwen/Qwen3-8B", help="--gpu: catalogued shape")
+    parser.add_argument(
+        "--rate",
+        default="probe",
+        help="matched offered load, requests/s for every side; 'probe' (default): "
+        f"{matched.PROBE_FRACTION}x the slower side's closed-loop rate in a probe pass per side; "
+        "'none': closed loop at --concurrency (issue 23's cell)",
+    )
+    parser.add_argument(
+        "--pass-seconds", type=float, default=matched.PASS_SECONDS, help="matched: per pass"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error(f"--rounds {args.rounds}: at least 2 (a spread needs two rounds)")
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.rate not in ("probe", "none"):
+        try:
+            args.rate = float(args.rate)
+        except ValueError:
+            parser.error(f"--rate {args.rate!r}: a number of requests/s, 'probe' or 'none'")
     return args
+
+
+def cell_key(endpoint: str, c: int, rate: float | None) -> str:
+    """``completions/c8`` (closed loop) or ``completions/rate9.5`` (matched, c only a ceiling)."""
+    return f"{endpoint}/rate{rate:g}" if rate else f"{endpoint}/c{c}"
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -154,6 +177,7 @@ def run(
         raise SystemExit(f"unknown sides {unknown}; known: {', '.join(known)}")
     started, load_at_start = time.time(), [round(x, 2) for x in os.getloadavg()]
     cells = [(e, c) for c in args.concurrency for e in args.endpoints]
+    probe: dict[str, Any] = {}
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     budgets: dict[str, dict[str, Any]] = {}
     plain: dict[str, dict[str, Any]] = {}
@@ -163,12 +187,20 @@ def run(
         b = Bench(
             args, known, model, served, flags, work, passes.Run(f"{os.getpid()}-{int(started)}")
         )
+        if args.rate == "probe":
+            probe = probed_rate(b, [s for s in sides if s != SELF_CHECK])
+            b.rate = probe["rate"]
+        elif args.rate != "none":
+            b.rate = float(args.rate)
+        if b.rate:
+            cells = [(e, max(args.concurrency)) for e in args.endpoints]
         for r, round_sides in enumerate(passes.order(sides, args.rounds)):
             for side in round_sides:
                 with b.alone(side, f"round{r}") as server:
                     for endpoint, c in cells:
                         t = b.measured(server, endpoint, c)
-                        results.setdefault(side, {}).setdefault(f"{endpoint}/c{c}", []).append(t)
+                        key = cell_key(endpoint, c, b.rate)
+                        results.setdefault(side, {}).setdefault(key, []).append(t)
                         log(
                             f"round {r} {side} {endpoint} c={c}: {t['output_tokens_per_s']} "
                             f"tok/s, TTFT {t['ttft_ms']['mean']} ms, TPOT {t['tpot_ms']['mean']} "
@@ -192,7 +224,10 @@ def run(
                     dest = args.keep_logs / f.relative_to(work)
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     dest.write_bytes(f.read_bytes())
-    report = build_report(args, served, engine_kwargs, known, sides, cells, results, b.passes)
+    report = build_report(
+        args, served, engine_kwargs, known, sides, cells, results, b.passes, rate=b.rate
+    )
+    report["matched_load"] = matched_report(args, sides, cells, results, b.rate, probe)
     report.update(
         plain_client_check=plain,
         profiles=budgets,
@@ -217,6 +252,7 @@ class Bench:
     work: Path
     run: passes.Run
     passes: list[dict[str, Any]] = field(default_factory=list)  # one record per server started
+    rate: float | None = None  # matched offered load (requests/s), None: closed loop
 
     def start(self, side: str, tag: str) -> contextlib.AbstractContextManager[servers.Server]:
         v = self.known[side]
@@ -256,11 +292,16 @@ class Bench:
             self.served,
             endpoint=endpoint,
             concurrency=c,
-            prompts=prompts_for(c, a.prompts),
+            prompts=(
+                a.prompts or matched.prompts_at(self.rate, a.pass_seconds)
+                if self.rate
+                else prompts_for(c, a.prompts)
+            ),
             input_len=a.input_len,
             output_len=a.output_len,
             warmups=a.warmups,
             seed=a.seed,
+            request_rate=self.rate,
         )
 
     def measured(self, server: servers.Server, endpoint: str, c: int) -> dict[str, Any]:
@@ -268,6 +309,68 @@ class Bench:
             self.run.check_alone(server.tag, when)
 
         return load.trial(server.sid, self.argv(server, endpoint, c), alone)
+
+
+def probed_rate(b: Bench, sides: list[str]) -> dict[str, Any]:
+    """The offered rate for the matched rounds: one short closed-loop pass per side (each alone,
+    fresh, at the first --concurrency, 160 prompts) and ``matched.rate_from_probe`` of the
+    slower side's requests/s."""
+    e, c = b.args.endpoints[0], max(b.args.concurrency)
+    capacity: dict[str, float] = {}
+    for side in sides:
+        with b.alone(side, "probe") as server:
+            argv = load.client_argv(
+                server.base_url, b.model, b.served, endpoint=e, concurrency=c, prompts=160,
+                input_len=b.args.input_len, output_len=b.args.output_len,
+                warmups=b.args.warmups, seed=b.args.seed,
+            )  # fmt: skip
+            t = load.trial(server.sid, argv, lambda when: b.run.check_alone(server.tag, when))
+            capacity[side] = t["requests_per_s"]
+            log(f"probe {side}: {capacity[side]} requests/s closed-loop at c={c}")
+    rate = matched.rate_from_probe(capacity, matched.PROBE_FRACTION)
+    log(f"matched offered load: {rate} requests/s for every side")
+    return {"closed_loop_requests_per_s": capacity, "concurrency": c, "rate": rate}
+
+
+def matched_report(
+    args: argparse.Namespace,
+    sides: list[str],
+    cells: list[tuple[str, int]],
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    rate: float | None,
+    probe: dict[str, Any],
+) -> dict[str, Any]:
+    """Issue 39's figures: every side against the bare server at the same offered rate, each
+    figure with a paired sign test over the rounds, and the goals' verdicts."""
+    if not rate:
+        return {"ran": False, "why": "--rate none: closed loop only"}
+    out: dict[str, Any] = {
+        "ran": True,
+        "offered_requests_per_s": rate,
+        "how": "probe" if probe else "given (--rate)",
+        "probe": probe,
+        "arrivals": f"Poisson, seed {args.seed}: the same schedule for every side",
+        "pass_seconds": args.pass_seconds,
+        "concurrency_ceiling": max(args.concurrency),
+        "control_plane_groups": list(matched.CONTROL_PLANE),
+        "frontend_groups": list(matched.FRONTEND),
+        "goals_rule": (
+            f"met / missed when the sign test of the per-round values against the goal decides "
+            f"at p < {matched.ALPHA} or the whole min-max spread lies on one side; else undecided"
+        ),
+        "cells": {},
+    }
+    for endpoint, c in cells:
+        key = cell_key(endpoint, c, rate)
+        bare = results.get(BARE, {}).get(key)
+        if not bare:
+            continue
+        out["cells"][key] = {
+            s: matched.compare(results[s][key], bare, hosts=1, accelerator=args.gpu)
+            for s in sides
+            if s != BARE and key in results.get(s, {})
+        }
+    return out
 
 
 def plain_check(
@@ -323,10 +426,11 @@ def build_report(
     cells: list[tuple[str, int]],
     results: dict[str, dict[str, list[dict[str, Any]]]],
     started: list[dict[str, Any]],
+    rate: float | None = None,
 ) -> dict[str, Any]:
     table: dict[str, dict[str, Any]] = {}
     for endpoint, c in cells:
-        key = f"{endpoint}/c{c}"
+        key = cell_key(endpoint, c, rate)
         row: dict[str, Any] = {
             s: stats.summary(results[s][key]) for s in sides if key in results.get(s, {})
         }
@@ -401,6 +505,14 @@ def headline(report: dict[str, Any]) -> list[str]:
                 f"({e['min']}-{e['max']}), control plane {o['control_plane_cores']['median']} cores"
             )
     lines += [g.get("verdict", g.get("why", "")) for g in report["goals"].values()]
+    for key, by_side in report.get("matched_load", {}).get("cells", {}).items():
+        for side, m in by_side.items():
+            for goal, g in m["goals"].items():
+                lines.append(
+                    f"{key} {side} {goal} {g['goal']}: {g['median']} ({g['min']}-{g['max']}), "
+                    f"sign test {g['sign_test']['wins']}/{g['sign_test']['n']} meet, "
+                    f"p {g['sign_test']['p']}: {g['verdict']}"
+                )
     return lines
 
 

@@ -41,6 +41,10 @@ ENGINE_KWARGS: dict[str, Any] = {
     "max_model_len": 2048,
     "gpu_memory_utilization": 0.85,
     "tensor_parallel_size": 1,
+    # Ray Serve LLM runs vLLM on a GPU with Ray's executor, always (ray 2.60,
+    # llm/_internal/serve/engines/vllm/vllm_models.py: get_initialization_kwargs refuses any
+    # other); the bare server is given the same, so executor cost is not read as Serve's.
+    "distributed_executor_backend": "ray",
 }
 
 

@@ -38,17 +38,21 @@ def client_argv(
     output_len: int = 64,
     warmups: int = 8,
     seed: int = 0,
+    request_rate: float | None = None,
 ) -> list[str]:
-    """``vllm bench serve`` arguments for one pass: random prompts, ``ignore_eos``, greedy."""
+    """``vllm bench serve`` arguments for one pass: random prompts, ``ignore_eos``, greedy.
+    ``request_rate``: an open loop at that many requests/s (Poisson arrivals drawn from
+    ``seed``: the same schedule for every side), ``concurrency`` then only a ceiling."""
     backend, path = ENDPOINTS[endpoint]
+    rate = ["--request-rate", f"{request_rate:g}"] if request_rate else []
     return [
         *("--backend", backend, "--endpoint", path, "--base-url", base_url),
         *("--model", model, "--served-model-name", served),
         *("--dataset-name", "random", "--random-input-len", str(input_len)),
         *("--random-output-len", str(output_len), "--ignore-eos", "--seed", str(seed)),
         *("--num-prompts", str(prompts), "--max-concurrency", str(concurrency)),
-        *("--num-warmups", str(warmups), "--temperature", "0"),
-        *("--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"),
+        *("--num-warmups", str(warmups), "--temperature", "0", *rate),
+        *("--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99"),
         *("--ready-check-timeout-sec", "120", "--disable-tqdm"),
     ]
 
@@ -83,6 +87,7 @@ def _ms(result: dict[str, Any], metric: str) -> dict[str, float]:
     return {
         "mean": round(result[f"mean_{metric}_ms"], 2),
         "p50": round(result[f"median_{metric}_ms"], 2),
+        "p90": round(result.get(f"p90_{metric}_ms", float("nan")), 2),
         "p99": round(result[f"p99_{metric}_ms"], 2),
     }
 
@@ -130,6 +135,13 @@ def trial(sid: int, argv: list[str], alone: Callable[[str], None]) -> dict[str, 
         "e2el_ms": _ms(result, "e2el"),
         "server_cpu_s_per_1k_tokens": round(1000 * server_cpu / max(tokens, 1), 3),
         "server_cpu_ms_per_request": per_request,
+        # Per output token and in cores, per group: what a matched-rate comparison reads.
+        "server_cpu_ms_per_output_token": {
+            g: round(1000 * s / max(tokens, 1), 4) for g, s in groups.items() if s >= 0.005
+        },
+        "cores_by_group": {
+            g: round(s / max(wall, 1e-9), 4) for g, s in groups.items() if s >= 0.005
+        },
         "cpu_ms_per_request_by_role": cpu.by_role(per_request),
         # Ray's control plane runs per second, not per request: in cores over the pass.
         "control_plane_cpu_s_per_s": round(control_plane / max(wall, 1e-9), 3),
