@@ -21,6 +21,10 @@ from infra.tools.cli import app
 from infra.tools.render import write_outputs
 from tests.conftest import SHIPPED_STACKS, STACKS_DIR, render_stack
 
+# The `park` CLI end to end (render, validate, cost on every shipped stack and on edited
+# manifests): the e2e tier, which keeps the fast tier under 3 minutes.
+pytestmark = pytest.mark.e2e
+
 runner = CliRunner()
 
 

@@ -26,6 +26,10 @@ from infra.schema.models import StackConfig
 from infra.tools.cli import app
 from tests.conftest import STACKS_DIR
 
+# The `park` CLI end to end under hostile input: the e2e tier, which keeps the fast tier under
+# 3 minutes.
+pytestmark = pytest.mark.e2e
+
 runner = CliRunner()
 
 
