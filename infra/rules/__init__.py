@@ -62,6 +62,7 @@ def warnings(spec: StackConfig, plan: StackPlan | None = None) -> list[ConfigPro
     return [
         *pools.version_warnings(spec),
         *capacity.capacity_warnings(spec),
+        *platform.project_warnings(spec),
         *platform.observability_warnings(spec),
         *workloads.serving_warnings(plan),
         *training_memory.training_warnings(plan),

@@ -248,6 +248,27 @@ def check_kueue(config: StackConfig) -> list[ConfigProblem]:
     return []
 
 
+# The project id the shipped stacks carry (stacks/Pulumi.*.yaml) until a user sets theirs.
+PLACEHOLDER_PROJECT = "my-gcp-project"
+
+
+def project_warnings(config: StackConfig) -> list[ConfigProblem]:
+    """A stack still naming the shipped placeholder project renders and validates (nothing
+    offline can tell a real project id from it), but `pulumi up` would fail on its first API
+    call, and the bucket's default name derives from it: say so before anyone reads "valid"."""
+    if config.project != PLACEHOLDER_PROJECT:
+        return []
+    return [
+        ConfigProblem(
+            "gcp:project",
+            config.project,
+            "the shipped placeholder, not a project: `pulumi up` fails on its first API call, "
+            "and the names derived from it (the bucket's) are placeholders too; set yours "
+            "(pulumi config set gcp:project <id>) before `pulumi up`",
+        )
+    ]
+
+
 def observability_warnings(config: StackConfig) -> list[ConfigProblem]:
     """The IAP backend policy reads the OAuth client's secret from a Secret in the namespace
     `pulumi up` creates: given as park:iapOauthClientSecret, the program creates it in order;

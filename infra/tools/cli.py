@@ -41,12 +41,26 @@ PACKAGE = "park-gke"
 
 # The usage lines between these two paragraphs are made from the registered commands
 # (`_overview`, at the end of this module): a new command cannot be left out of them.
-OVERVIEW_HEAD = "park-gke: PyTorch training and LLM serving on Cloud TPU v6e, through Ray on GKE."
+OVERVIEW_HEAD = "park-gke: PyTorch training, LLM serving and RL on Cloud TPUs, through Ray on GKE."
 OVERVIEW_TAIL = """\
-STACK names stacks/Pulumi.STACK.yaml, looked up in ./stacks and then beside the installed
-package; --config-file reads any stack file. Nothing but `park status` needs a cloud account.
-Exit codes: 0 ok, 1 problems found, 2 usage errors. `park COMMAND -h` tells more of each.
+\b
+STACK names stacks/Pulumi.STACK.yaml, looked up in ./stacks, then beside the
+installed package; --config-file reads any stack file. Only `park status` and
+`park preflight` need a cloud account. Exit codes: 0 ok, 1 problems found,
+2 usage errors. `park COMMAND -h` tells more of each, with an example.
 """
+# One example per command, shown under its `-h` (`_with_examples` refuses a command without
+# one; tests/infra/test_cli_front_door.py parses each with the command's own options).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "render": ("park render dev --out build/dev",),
+    "validate": ("park validate prod", "park validate dev --manifests build/dev/manifests"),
+    "cost": ("park cost prod --details",),
+    "status": ("park status dev",),
+    "stage-model": ("park stage-model prod | kubectl apply -f -",),
+    "local": ("park local dev", "park local dev --keep"),
+    "preflight": ("park preflight prod",),
+    "tpus": ("park tpus --region us-central1",),
+}
 # Click keeps the usage lines as they are (\b) behind its 2-space indent: under 80 columns.
 _USAGE_WIDTH = 77
 
@@ -365,8 +379,19 @@ def _overview() -> str:
     return "\n\n".join([OVERVIEW_HEAD, "\b\n" + "\n".join(usage), OVERVIEW_TAIL])
 
 
+def _with_examples() -> None:
+    """Each command's `-h` ends with its examples; a command without one is a bug here."""
+    for info in app.registered_commands:
+        name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
+        if name not in EXAMPLES:
+            raise RuntimeError(f"park {name}: no example in infra/tools/cli.py EXAMPLES")
+        shown = "\n".join(f"  {line}" for line in EXAMPLES[name])
+        info.epilog = f"\b\nExample{'s' if len(EXAMPLES[name]) > 1 else ''}:\n{shown}"
+
+
 report_preflight.register(app)  # `park preflight` (its module: infra/tools/report_preflight.py)
 report_tpus.register(app)  # `park tpus` (its module: infra/tools/report_tpus.py)
+_with_examples()
 app.info.help = _overview()
 
 

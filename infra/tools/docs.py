@@ -33,7 +33,10 @@ PAGES: dict[str, Path] = {
     "deploy-roles": DOCS / "security.md",
     "deploy-roles-script": DOCS / "security.md",
     "component-inputs": DOCS / "components.md",
+    "package-example": DOCS / "components.md",
 }
+# The program docs/components.md prints: the example itself, so the two cannot drift.
+PACKAGE_EXAMPLE = ROOT / "examples" / "existing-cluster" / "__main__.py"
 
 
 def _type_name(annotation: Any) -> str:
@@ -348,6 +351,20 @@ def component_inputs_table() -> str:
     return "\n".join(lines)
 
 
+def package_example() -> str:
+    """The example program as a fenced block, without its module docstring (the page says
+    the same in prose): what a reader copies is the file the tests run."""
+    import ast
+
+    text = PACKAGE_EXAMPLE.read_text()
+    body = ast.parse(text).body
+    first = body[0]
+    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    start = (first.end_lineno or 0) if docstring else 0
+    code = "\n".join(text.splitlines()[start:]).strip("\n")
+    return f"```python\n{code}\n```"
+
+
 def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, str]:
     return {
         "training-fit": training_fit_table(),
@@ -357,6 +374,7 @@ def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, st
         "deploy-roles": deploy_roles_table(render),
         "deploy-roles-script": deploy_roles_script(render),
         "component-inputs": component_inputs_table(),
+        "package-example": package_example(),
         "flowcharts": flowcharts(render),
         "readme-stacks": readme_stacks(),
     }

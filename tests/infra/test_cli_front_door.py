@@ -5,12 +5,18 @@ command, and a missing stack answered with the known ones."""
 from __future__ import annotations
 
 import importlib.metadata
+import shlex
+from typing import Any
 
+import pytest
+import typer.main
 from typer.testing import CliRunner
 
+from infra import rules
+from infra.rules.platform import PLACEHOLDER_PROJECT
 from infra.schema.errors import ConfigError, nearest
-from infra.schema.read import parse_values
-from infra.tools.cli import app, command_names
+from infra.schema.read import parse_values, read_stack_file
+from infra.tools.cli import EXAMPLES, app, command_names
 from tests.conftest import ROOT, SHIPPED_STACKS
 
 runner = CliRunner()
@@ -134,6 +140,8 @@ def test_the_cli_page_lists_every_command():
     for name in command_names():
         assert f"park {name}{_stack_word(name)}" in section, name
     assert "park --version" in section
+    for example in (line for lines in EXAMPLES.values() for line in lines):
+        assert example in section, example
 
 
 def test_a_missing_stack_lists_the_known_ones():
@@ -143,3 +151,48 @@ def test_a_missing_stack_lists_the_known_ones():
     known = result.output[result.output.index("Known stacks:") :]
     for stack in SHIPPED_STACKS:
         assert stack in known, stack
+
+
+def test_every_command_shows_an_example_its_own_parser_accepts():
+    """Each example is parsed by the command's own click parser (Typer's, not ours): an option
+    renamed or removed, or a command without an example, fails here."""
+    group: Any = typer.main.get_command(app)  # Typer's own click (typer._click)
+    assert set(EXAMPLES) == set(command_names())
+    for name in command_names():
+        command = group.commands[name]
+        shown = park(name, "-h", columns=100)
+        assert shown.exit_code == 0, shown.output
+        for example in EXAMPLES[name]:
+            words = shlex.split(example)
+            words = words[: words.index("|")] if "|" in words else words  # park's part of a pipe
+            assert words[:2] == ["park", name], example
+            assert example in shown.output, (name, shown.output)
+            command.make_context(name, words[2:], resilient_parsing=False)  # raises if wrong
+
+
+def test_an_example_with_an_unknown_option_is_refused_by_that_parser():
+    """The check above can fail: the same parser refuses an option the command lacks."""
+    group: Any = typer.main.get_command(app)
+    with pytest.raises(Exception, match="--detials") as caught:
+        group.commands["cost"].make_context("cost", ["dev", "--detials"])
+    assert type(caught.value).__name__ == "NoSuchOption"
+
+
+# ---- the placeholder project ------------------------------------------------------------------
+
+
+def test_the_placeholder_is_what_every_shipped_stack_carries():
+    """The warning's constant is the shipped stacks' own value, read from their files."""
+    for stack in SHIPPED_STACKS:
+        values, _ = read_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+        assert values["gcp:project"] == PLACEHOLDER_PROJECT, stack
+
+
+def test_a_stack_on_the_placeholder_project_is_warned_and_a_real_one_is_not():
+    values, secrets = read_stack_file(ROOT / "stacks" / "Pulumi.dev.yaml")
+    warned = rules.warnings(parse_values(values, "dev", secrets))
+    said = [w for w in warned if w.key == "gcp:project"]
+    assert len(said) == 1 and "the shipped placeholder" in str(said[0]), warned
+    assert "pulumi config set gcp:project" in str(said[0])
+    real = parse_values({**values, "gcp:project": "acme-ml-prod"}, "dev", secrets)
+    assert not [w for w in rules.warnings(real) if w.key == "gcp:project"]
