@@ -140,7 +140,8 @@ def render(
             err_console.print(f"[red]error:[/] {escape(one_line(str(err)))}", soft_wrap=True)
             raise typer.Exit(2) from None
         console.print(
-            f"wrote {_shown(out)}/resources.json, resources.mmd and manifests/", highlight=False
+            f"wrote {_shown(out)}/resources.json, resources.mmd, placement.mmd and manifests/",
+            highlight=False,
         )
     report.render_summary(rendered, console)
 

@@ -223,13 +223,19 @@ def _money(value: float | None) -> str:
 
 
 def flowcharts(render: Callable[[str], Any] | None = None) -> str:
-    """Each shipped stack's resources.mmd (infra/tools/flowchart.py), as the site shows it."""
+    """Each shipped stack's resources.mmd (infra/tools/flowchart.py) and placement.mmd
+    (infra/tools/placement.py), as the site shows them."""
     from infra.tools.flowchart import flowchart
+    from infra.tools.placement import placement_chart
 
     parts = []
     for rendered in _rendered_stacks(render):
         records = [r.as_json() for r in rendered.resources]
-        parts.append(f"### {rendered.plan.stack}\n\n```mermaid\n{flowchart(records)}```\n")
+        parts.append(
+            f"### {rendered.plan.stack}\n\nWhat runs where:\n\n"
+            f"```mermaid\n{placement_chart(rendered.plan)}```\n\n"
+            f"What `up` creates, in order:\n\n```mermaid\n{flowchart(records)}```\n"
+        )
     return "\n".join(parts).rstrip()
 
 

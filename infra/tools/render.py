@@ -24,6 +24,7 @@ from infra.tools.flowchart import flowchart
 from infra.tools.outdir import RECORD as RECORD
 from infra.tools.outdir import OutputError as OutputError
 from infra.tools.outdir import write_owned
+from infra.tools.placement import placement_chart
 
 PROJECT = "park-gke"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -400,7 +401,8 @@ def manifest_filename(manifest: dict[str, Any]) -> str:
 
 def write_outputs(rendered: Rendered, out: Path) -> None:
     """resources.json (every registered resource), resources.mmd (its Mermaid flowchart,
-    infra/tools/flowchart.py) and manifests/<kind>-<name>.yaml, through
+    infra/tools/flowchart.py), placement.mmd (what runs where, infra/tools/placement.py) and
+    manifests/<kind>-<name>.yaml, through
     the one writer (infra.tools.outdir): `out` holds only what park wrote there, no link is
     followed, and nothing outside it is written, replaced or deleted."""
     files: dict[str, bytes] = {
@@ -408,6 +410,7 @@ def write_outputs(rendered: Rendered, out: Path) -> None:
             json.dumps([r.as_json() for r in rendered.resources], indent=2, sort_keys=True) + "\n"
         ).encode(),
         "resources.mmd": flowchart([r.as_json() for r in rendered.resources]).encode(),
+        "placement.mmd": placement_chart(rendered.plan).encode(),
     }
     for manifest in rendered.manifests():
         text = yaml.safe_dump(manifest, sort_keys=False, width=100)

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from infra.tools.cli import app
 from infra.tools.flowchart import flowchart
+from infra.tools.placement import placement_chart
 from tests.conftest import ROOT, SHIPPED_STACKS, render_stack
 
 NODE = re.compile(r'^\s*(r\d+|u\d+)\["(.*?)"\]$')
@@ -119,6 +120,9 @@ def test_park_render_dev_writes_a_flowchart_of_every_resource_and_wait(tmp_path,
     assert ("Cluster gke", "TpuSlicePool v6e-8") in {
         (a, b) for a, b in _expected_waits(records)
     }  # the reading finds real waits: a node pool waits for its cluster
+    # beside it, what runs where (tests/infra/test_placement.py reads it)
+    assert "placement.mmd" in result.output
+    assert (tmp_path / "placement.mmd").read_text() == placement_chart(rendered.plan)
 
 
 def test_the_check_fails_on_a_missing_wait_or_resource():
