@@ -244,6 +244,12 @@ def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
+def site_values(project: str, zone: str) -> dict[str, str]:
+    """Where the one-component stack a component plans stands: its project, zone and the
+    zone's region (a regional component stands in a zone of its region it never uses)."""
+    return {"gcp:project": project, "gcp:region": region_of(zone), "park:zone": zone}
+
+
 def child_options(
     parent: pulumi.Resource,
     opts: pulumi.ResourceOptions | None,

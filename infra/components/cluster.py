@@ -9,7 +9,7 @@ from pulumi_gcp.container import Cluster as GkeCluster
 from pulumi_gcp.projects import IAMMember
 from pulumi_gcp.serviceaccount import Account
 
-from infra.components._base import ClusterComponent, bad_value, region_of, stack_of, stack_values
+from infra.components._base import ClusterComponent, bad_value, site_values, stack_of, stack_values
 from infra.components._naming import claim
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ReleaseChannelArg
@@ -152,9 +152,7 @@ class Cluster(ClusterComponent):
         ]
         addon = args.get("ray_operator_addon", True)
         values = {
-            "gcp:project": args["project"],
-            "gcp:region": region_of(args["location"]),
-            "park:zone": args["location"],
+            **site_values(args["project"], args["location"]),
             "park:cluster": {
                 **stack_values(args, "name", *CLUSTER_FIELDS),
                 **({"masterAuthorizedNetworks": authorized} if authorized else {}),

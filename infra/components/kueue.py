@@ -6,7 +6,7 @@ from typing import Any, NotRequired
 import pulumi
 
 from infra.components._args import KubeconfigArgs, TpuPoolRefArgs
-from infra.components._base import PART_STACK, KubernetesComponent
+from infra.components._base import PART_STACK, KubernetesComponent, site_values
 from infra.components._naming import pool_ref_problems
 from infra.components.gates import GateRun, gated
 from infra.components.kubernetes import custom_resource, helm_release
@@ -62,9 +62,7 @@ class Kueue(KubernetesComponent):
             for p in refs
         ]
         values = {
-            "gcp:project": "project",
-            "gcp:region": "us-east5",
-            "park:zone": "us-east5-b",
+            **site_values("project", "us-east5-b"),
             "park:extraTpuZones": ["us-east5-b"],
             "park:tpuPools": pools,
             "park:kueue": {"version": args["version"]} if args.get("version") else {},

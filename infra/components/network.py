@@ -4,7 +4,7 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import Component, stack_of, stack_values
+from infra.components._base import Component, site_values, stack_of, stack_values
 from infra.components._naming import claim
 from infra.plan.network import NetworkPlan, network
 
@@ -59,9 +59,7 @@ class Network(Component):
         args = self.checked(args, NetworkArgs)
         stack = stack_of(args)
         values = {
-            "gcp:project": args["project"],
-            "gcp:region": args["region"],
-            "park:zone": f"{args['region']}-b",
+            **site_values(args["project"], f"{args['region']}-b"),
             "park:network": stack_values(args, *NETWORK_FIELDS),
         }
         plan = network(self.plan(values, [("park:network.", ""), ("gcp:", "")], stack=stack))

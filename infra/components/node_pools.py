@@ -16,7 +16,7 @@ from infra.components._base import (
     Component,
     derived_hint,
     name_problems,
-    region_of,
+    site_values,
     stack_values,
     with_cluster,
 )
@@ -112,9 +112,8 @@ class _Pool(Component):
     ) -> StackPlan:
         """The stack plan of the pool's config `keys` (the stack program's, in it)."""
         values = {
-            "gcp:project": args.get("project") or "project",  # the cluster's, when given
-            "gcp:region": region_of(args["location"]),
-            "park:zone": args["location"],
+            # the project: the cluster's, when given
+            **site_values(args.get("project") or "project", args["location"]),
             **keys,
         }
         return self.plan(values, fields, stack=PART_STACK, derived=self._derived)

@@ -12,6 +12,7 @@ from infra.components._base import (
     KubernetesComponent,
     bad_value,
     name_problems,
+    site_values,
     stack_of,
     stack_values,
 )
@@ -116,9 +117,7 @@ def _cluster_name_problem(name: str) -> str | None:
 def _observed(args: Any, observability: dict[str, Any], training: bool) -> dict[str, Any]:
     """The stack-config values of the part of a stack the component's arguments describe."""
     values: dict[str, Any] = {
-        "gcp:project": args["project"],
-        "gcp:region": "us-east5",
-        "park:zone": "us-east5-b",
+        **site_values(args["project"], "us-east5-b"),
         "park:observability": observability,
         "park:training": {"enabled": training},
     }

@@ -8,7 +8,7 @@ from pulumi_gcp.serviceaccount import Account
 from pulumi_gcp.serviceaccount import IAMMember as ServiceAccountIAMMember
 from pulumi_gcp.storage import Bucket, BucketIAMMember
 
-from infra.components._base import Component, stack_of, stack_values
+from infra.components._base import Component, site_values, stack_of, stack_values
 from infra.components._handles import ClusterRef
 from infra.components._naming import claim
 from infra.plan.storage import (
@@ -65,9 +65,7 @@ class Storage(Component):
         super().__init__(name, opts)
         args = self.checked(args, StorageArgs)
         values = {
-            "gcp:project": args["project"],
-            "gcp:region": args["region"],
-            "park:zone": f"{args['region']}-b",
+            **site_values(args["project"], f"{args['region']}-b"),
             "park:storage": {
                 **stack_values(args, "bucket", "versioning", "force_destroy"),
                 **({"location": args["bucket_location"]} if args.get("bucket_location") else {}),

@@ -8,7 +8,7 @@ import pulumi
 
 from infra.components._args import KubeconfigArgs, TrainingArgs
 from infra.components._args import TpuPoolRefArgs as TpuPoolRefArgs
-from infra.components._base import region_of, stack_values
+from infra.components._base import site_values, stack_values
 from infra.components._handles import BucketRef, NamespaceRef, NodeSelectorRef, PoolRef
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ServingEngineArg, UpgradeStrategyArg
@@ -115,9 +115,7 @@ def workload_values(args: Mapping[str, Any], section: str, body: dict[str, Any])
         **stack_values(args["pool"], "slices", "capacity", "reservation", "ladder"),
     }
     values: dict[str, Any] = {
-        "gcp:project": args["project"],
-        "gcp:region": region_of(args["location"]),
-        "park:zone": args["location"],
+        **site_values(args["project"], args["location"]),
         "park:tpuPools": [pool],
         f"park:{section}": {"enabled": True, "pool": pool["name"], **body},
         "park:storage": stack_values(args, "bucket", "mount_path"),

@@ -92,6 +92,12 @@ class PoolPlan:
     slice: catalog.TpuSlice  # one slice: chips, hosts, labels (the catalog's answer)
     total_chips: int  # every slice of the pool
     total_hosts: int
+    # The capacity ladder in the order Kueue tries it (one rung without a ladder): derived from
+    # the (frozen) spec once, here, since every node pool, flavor and rule of the pool reads it.
+    rungs: tuple[RungPlan, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rungs", rungs_of(self.spec))
 
     @property
     def name(self) -> str:
@@ -100,11 +106,6 @@ class PoolPlan:
     @property
     def slices(self) -> int:
         return self.spec.slices
-
-    @property
-    def rungs(self) -> tuple[RungPlan, ...]:
-        """The capacity ladder in the order Kueue tries it (one rung without a ladder)."""
-        return rungs_of(self.spec)
 
     @property
     def laddered(self) -> bool:

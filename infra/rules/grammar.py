@@ -23,6 +23,15 @@ import posixpath
 import re
 from typing import Any
 
+
+def _mismatch(value: str, pattern: re.Pattern[str], rule: str, longest: int = 0) -> str | None:
+    """`rule` for a value longer than `longest` characters (when given) or not matching
+    `pattern`: the check of every name whose grammar is a regex and a length."""
+    if (longest and len(value) > longest) or not pattern.match(value):
+        return rule
+    return None
+
+
 # ---- Hugging Face -----------------------------------------------------------------------------
 
 _HF_PART = r"[A-Za-z0-9_.\-]{1,96}"
@@ -64,9 +73,8 @@ _SPLIT = re.compile(r"^[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*$")
 
 def split_problem(value: str) -> str | None:
     """A split of a streamed hub data set (datasets' split names; no slicing when streaming)."""
-    if len(value) > 128 or not _SPLIT.match(value):
-        return "a split name: ASCII letters, digits and '_', dot-separated (e.g. train)"
-    return None
+    rule = "a split name: ASCII letters, digits and '_', dot-separated (e.g. train)"
+    return _mismatch(value, _SPLIT, rule, 128)
 
 
 # ---- Cloud Storage ---------------------------------------------------------------------------
@@ -160,39 +168,36 @@ _QUALIFIED_NAME = re.compile(r"^(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
 def dns1123_label_problem(value: str) -> str | None:
-    if len(value) > 63 or not DNS1123_LABEL.match(value):
-        return (
-            "a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and "
-            "ending with a letter or digit"
-        )
-    return None
+    rule = (
+        "a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending "
+        "with a letter or digit"
+    )
+    return _mismatch(value, DNS1123_LABEL, rule, 63)
 
 
 def dns1123_subdomain_problem(value: str) -> str | None:
-    if len(value) > 253 or not DNS1123_SUBDOMAIN.match(value):
-        return (
-            "a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.', "
-            "starting and ending with a letter or digit"
-        )
-    return None
+    rule = (
+        "a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.', starting "
+        "and ending with a letter or digit"
+    )
+    return _mismatch(value, DNS1123_SUBDOMAIN, rule, 253)
 
 
 def dns1035_label_problem(value: str, limit: int = 63) -> str | None:
-    if len(value) > limit or not DNS1035_LABEL.match(value):
-        return (
-            f"a DNS-1035 label: at most {limit} lowercase letters, digits and '-', starting "
-            "with a letter, ending with a letter or digit"
-        )
-    return None
+    rule = (
+        f"a DNS-1035 label: at most {limit} lowercase letters, digits and '-', starting with a "
+        "letter, ending with a letter or digit"
+    )
+    return _mismatch(value, DNS1035_LABEL, rule, limit)
 
 
 def label_value_problem(value: str) -> str | None:
-    if value and (len(value) > 63 or not _QUALIFIED_NAME.match(value)):
-        return (
-            "a label value: at most 63 letters, digits, '-', '_' and '.', starting and ending "
-            "with a letter or digit"
-        )
-    return None
+    """A label value; empty is one."""
+    rule = (
+        "a label value: at most 63 letters, digits, '-', '_' and '.', starting and ending with "
+        "a letter or digit"
+    )
+    return _mismatch(value, _QUALIFIED_NAME, rule, 63) if value else None
 
 
 def label_key_problem(key: str) -> str | None:
@@ -213,12 +218,11 @@ RFC1035 = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 
 def gce_name_problem(value: str) -> str | None:
     """A Compute Engine resource name (RFC 1035: networks, secondary ranges, reservations)."""
-    if not RFC1035.match(value):
-        return (
-            "a Compute Engine name: 1-63 lowercase letters, digits and '-', starting with a "
-            "letter, not ending with '-'"
-        )
-    return None
+    rule = (
+        "a Compute Engine name: 1-63 lowercase letters, digits and '-', starting with a letter, "
+        "not ending with '-'"
+    )
+    return _mismatch(value, RFC1035, rule)
 
 
 _RESERVATION = re.compile(
@@ -233,13 +237,12 @@ def reservation_problem(value: str) -> str | None:
     """A reservation GKE can consume: its name, a shared one's `projects/P/reservations/NAME`,
     either with `/reservationBlocks/BLOCK`, that with `/reservationSubBlocks/SUB` (TPU7x's unit
     of an All Capacity reservation)."""
-    if not _RESERVATION.match(value):
-        return (
-            "a reservation: NAME or projects/PROJECT/reservations/NAME (optionally "
-            "/reservationBlocks/BLOCK[/reservationSubBlocks/SUB]), each name 1-63 lowercase "
-            "letters, digits and '-'"
-        )
-    return None
+    rule = (
+        "a reservation: NAME or projects/PROJECT/reservations/NAME (optionally "
+        "/reservationBlocks/BLOCK[/reservationSubBlocks/SUB]), each name 1-63 lowercase "
+        "letters, digits and '-'"
+    )
+    return _mismatch(value, _RESERVATION, rule)
 
 
 _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]{0,9}(?:-[a-z0-9]{1,20}){1,5}$")
@@ -249,15 +252,13 @@ _ACCELERATOR = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+){0,8}$")
 def machine_type_problem(value: str) -> str | None:
     """A Compute Engine machine type: `<series>-<kind>[-<n>]...` (e2-standard-8,
     n2-custom-8-16384, a3-highgpu-8g)."""
-    if len(value) > 63 or not _MACHINE_TYPE.match(value):
-        return "a machine type: lowercase letters and digits in '-'-separated words (e2-standard-8)"
-    return None
+    rule = "a machine type: lowercase letters and digits in '-'-separated words (e2-standard-8)"
+    return _mismatch(value, _MACHINE_TYPE, rule, 63)
 
 
 def accelerator_type_problem(value: str) -> str | None:
-    if len(value) > 63 or not _ACCELERATOR.match(value):
-        return "an accelerator type: lowercase '-'-separated words (nvidia-h100-80gb)"
-    return None
+    rule = "an accelerator type: lowercase '-'-separated words (nvidia-h100-80gb)"
+    return _mismatch(value, _ACCELERATOR, rule, 63)
 
 
 # ---- Kubernetes objects ------------------------------------------------------------------------

@@ -118,11 +118,16 @@ class TrainingConfig(_Model):
     """Names the run; a new value re-runs training on the next `up` (new RayJob and folder)."""
 
 
-# The RL correction's choices (workloads/rl/config.py CORRECTIONS, held equal by
-# tests/workloads/test_rl_options.py), named so that its generated key fits a line.
+# The RL job's named choices (workloads/rl/config.py), named so that its generated keys fit.
+# BEGIN generated rl-enums (python -m infra.tools.fields)
 RlCorrection = Literal[
-    "token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "bypass"
+    "token_truncate",
+    "token_mask",
+    "sequence_truncate",
+    "sequence_mask",
+    "bypass",
 ]
+# END generated rl-enums
 
 
 class RlConfig(_Model):

@@ -38,6 +38,7 @@ ARGS = ROOT / "infra" / "components" / "_args.py"
 NOT_ARGUMENTS = ("enabled", "pool", "image")
 _TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 # The job sections whose keys are a workload's flags: block name → the workload's config.
+LINE_LENGTH = 100  # pyproject's [tool.ruff] line-length
 SECTIONS: dict[str, type] = {"training": TrainConfig, "rl": RLRunConfig}
 
 
@@ -74,10 +75,19 @@ def _doc(text: str, indent: str) -> str:
     return f'{indent}"""{text}"""'
 
 
+def _literal(name: str, choices: tuple[object, ...]) -> str:
+    """`Name = Literal[...]` on one line, or one choice a line past the line length (as
+    `ruff format` would write it, so the generated block is already formatted)."""
+    one_line = f"{name} = Literal[{', '.join(_py(c) for c in choices)}]"
+    if len(one_line) <= LINE_LENGTH:
+        return one_line
+    return "\n".join([f"{name} = Literal[", *(f"    {_py(c)}," for c in choices), "]"])
+
+
 def enum_block(config: type) -> str:
     """`Name = Literal[...]` for each key whose choices are named (`stack(enum=...)`)."""
     return "\n".join(
-        f"{key.enum} = Literal[{', '.join(_py(c) for c in f.metadata['choices'])}]"
+        _literal(key.enum, tuple(f.metadata["choices"]))
         for f, key in stack_keys(config)
         if key.enum
     )
@@ -141,8 +151,8 @@ def replace_block(text: str, name: str, body: str) -> str:
 def spec_text(sections: dict[str, type] = SECTIONS) -> str:
     """infra/schema/jobs.py with each section's blocks written from its workload's config."""
     text = SPEC.read_text()
-    text = replace_block(text, "training-enums", enum_block(sections["training"]))
     for name, config in sections.items():
+        text = replace_block(text, f"{name}-enums", enum_block(config))
         text = replace_block(text, f"{name}-keys", spec_block(config))
     return text
 

@@ -39,52 +39,58 @@ def placement_chart(plan: StackPlan) -> str:
     spec = plan.spec
     lines = [HEADER, "flowchart LR"]
     edges: list[str] = []
-    cpu = [
-        _node("operator", f"KubeRay operator ({spec.kuberay.install})"),
-    ]
+    cpu = [_node("operator", f"KubeRay operator ({spec.kuberay.install})")]
     if plan.kueue_pools:
         cpu.append(_node("kueue", "Kueue controller: admits queued RayJobs"))
     on_pool: dict[str, list[str]] = {pool.name: [] for pool in plan.tpu_pools}
-    if plan.training is not None:
-        run = plan.training
-        cpu.append(_node("train_head", "RayJob head: Ray Train controller, job driver"))
-        on_pool[run.pool.name].append(
-            _node(
+
+    def place(head: tuple[str, str] | None, pool: str, pods: tuple[str, str]) -> None:
+        """A workload's head on the CPU pool, its pods on `pool`, an edge between them."""
+        if head is not None:
+            cpu.append(_node(*head))
+            edges.append(f"    {head[0]} --> {pods[0]}")
+        on_pool.setdefault(pool, []).append(_node(*pods))
+
+    if (run := plan.training) is not None:
+        workers = f"{run.workers} workers (one per device) in {_count(run.hosts, 'pod')}"
+        place(
+            ("train_head", "RayJob head: Ray Train controller, job driver"),
+            run.pool.name,
+            (
                 "train_workers",
-                f"Ray Train: {run.workers} workers (one per device) in "
-                f"{_count(run.hosts, 'pod')}, {_count(run.slices, 'slice')}, {run.spec.strategy}",
-            )
+                f"Ray Train: {workers}, {_count(run.slices, 'slice')}, {run.spec.strategy}",
+            ),
         )
-        edges.append("    train_head --> train_workers")
-    if plan.serving is not None:
-        serving = plan.serving
-        cpu.append(_node("serve_head", "RayService head: Serve controller, HAProxy ingress"))
+    if (serving := plan.serving) is not None:
         models = ", ".join(f"{m.spec.name} TP {m.tensor_parallel}" for m in serving.models)
         low, high = serving.min_slices, serving.max_slices
         held = _count(low, "slice") if low == high else f"{low} to {high} slices"
         if serving.upgrade_clusters > 1:  # blue/green: a second cluster while upgrading
             held += f" ({serving.upgrade_clusters}x during an upgrade)"
-        on_pool[serving.pool.name].append(
-            _node("serve_workers", f"vLLM replicas ({models}) on {held}")
+        place(
+            ("serve_head", "RayService head: Serve controller, HAProxy ingress"),
+            serving.pool.name,
+            ("serve_workers", f"vLLM replicas ({models}) on {held}"),
         )
-        edges.append("    serve_head --> serve_workers")
-    if plan.rl is not None:
-        rl = plan.rl
-        cpu.append(_node("rl_head", "RL RayJob head: GRPO driver"))
-        on_pool[rl.learner.name].append(
-            _node(
-                "rl_learner",
-                f"GRPO learner: {rl.workers} Ray Train workers in {_count(rl.hosts, 'pod')}",
-            )
+    if (rl := plan.rl) is not None:
+        learner = f"{rl.workers} Ray Train workers in {_count(rl.hosts, 'pod')}"
+        place(
+            ("rl_head", "RL RayJob head: GRPO driver"),
+            rl.learner.name,
+            ("rl_learner", f"GRPO learner: {learner}"),
         )
         rollout = rl.rollout
-        where = rollout.pool_name
-        text = (
-            f"rollouts: {_count(rollout.engines, 'vLLM engine')} of TP {rollout.tensor_parallel} "
-            f"in {_count(rollout.hosts, 'pod')}, a weight receiver per host"
+        engines = f"{_count(rollout.engines, 'vLLM engine')} of TP {rollout.tensor_parallel}"
+        place(
+            None,
+            rollout.pool_name,
+            (
+                "rl_rollout",
+                f"rollouts: {engines} in "
+                f"{_count(rollout.hosts, 'pod')}, a weight receiver per host",
+            ),
         )
-        on_pool.setdefault(where, []).append(_node("rl_rollout", text))
-        edges += ["    rl_head --> rl_learner", "    rl_head --> rl_rollout"]
+        edges.append("    rl_head --> rl_rollout")
         edges.append("    rl_learner -. weights each step .-> rl_rollout")
     lines.append(f'  subgraph cpu["CPU pool: {spec.cpu_pool.machine_type}, system pods"]')
     lines += cpu

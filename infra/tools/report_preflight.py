@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.markup import escape
@@ -30,6 +30,10 @@ from infra.tools.preflight import (
 REPORT = "preflight.json"
 WIDTH = 80
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "unknown": "magenta"}
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(metavar="DIR", help="Write preflight.json here (default: out/STACK)."),
+]
 
 
 def table(findings: list[Finding]) -> Table:
@@ -64,12 +68,17 @@ def write_report(out: Path, data: dict) -> Path:
     return out / REPORT
 
 
+def _fail(error: Exception, code: int) -> NoReturn:
+    """The command ends on `error`: said on one line on stderr, exit `code`."""
+    from infra.tools.cli_stack import err_console
+
+    err_console.print(f"[red]error:[/] {escape(one_line(str(error)))}", soft_wrap=True)
+    raise typer.Exit(code) from None
+
+
 def preflight(
     stack: StackArg,
-    out: Annotated[
-        Path | None,
-        typer.Option(metavar="DIR", help="Write preflight.json here (default: out/STACK)."),
-    ] = None,
+    out: OutOpt = None,
     config_file: ConfigFileOpt = None,
     esc_config: EscConfigOpt = None,
 ) -> None:
@@ -85,7 +94,7 @@ def preflight(
     from infra.tools.preflight_read import NoCredentials, Reader, credentials
 
     plan = cli.plan_of(cli.resolve_stack_file(stack, config_file), stack, esc_config)
-    console, err = cli.console, cli.err_console
+    console = cli.console
     local = machine_findings(
         shutil.which, os.environ, Path.home(), Path.is_file, builds_images=bool(plan.images)
     )
@@ -93,8 +102,7 @@ def preflight(
         reader = Reader(credentials())
     except NoCredentials as missing:
         console.print(table(local))
-        err.print(f"[red]error:[/] {escape(one_line(str(missing)))}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        _fail(missing, 1)
     findings = gather(plan, reader.get, reader.list_all) + local
     console.print(table(findings))
     console.print(escape(PROMISE), width=WIDTH, highlight=False)
@@ -102,8 +110,7 @@ def preflight(
     try:
         written = write_report(target, report(plan, findings))
     except OutputError as error:
-        err.print(f"[red]error:[/] {escape(one_line(str(error)))}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        _fail(error, 2)
     console.print(f"wrote {escape(str(written))}", highlight=False)
     if worst(findings) == FAIL:
         raise typer.Exit(1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from importlib import import_module
 from types import SimpleNamespace
 
 import pytest
@@ -38,25 +39,22 @@ BLOCK = 256
 BATCHED = engine.DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 
+# The modules the KV arithmetic is held against, by the short name the tests reach them by.
+VLLM_MODULES = {
+    "torch": "torch",
+    "config": "vllm.config.vllm",
+    "spec": "vllm.v1.kv_cache_interface",
+    "utils": "vllm.v1.core.kv_cache_utils",
+    "layout": "vllm.v1.kv_cache_layout",
+    "experts": "vllm.model_executor.layers.fused_moe.expert_map_manager",
+}
+
+
 @pytest.fixture(scope="module")
 def vllm():
-    """vLLM's KV modules, imported once (slow)."""
+    """vLLM's KV modules (VLLM_MODULES), imported once (slow)."""
     pytest.importorskip("vllm")
-    import torch
-    from vllm.config.vllm import VllmConfig
-    from vllm.model_executor.layers.fused_moe import expert_map_manager
-    from vllm.v1 import kv_cache_interface
-    from vllm.v1.core import kv_cache_utils
-    from vllm.v1.kv_cache_layout import KVCacheLayout
-
-    return SimpleNamespace(
-        torch=torch,
-        VllmConfig=VllmConfig,
-        spec=kv_cache_interface,
-        utils=kv_cache_utils,
-        layout=KVCacheLayout,
-        experts=expert_map_manager,
-    )
+    return SimpleNamespace(**{name: import_module(path) for name, path in VLLM_MODULES.items()})
 
 
 def _config(vllm, max_model_len: int, *, hybrid: bool = True) -> SimpleNamespace:
@@ -74,15 +72,15 @@ def _config(vllm, max_model_len: int, *, hybrid: bool = True) -> SimpleNamespace
         attention_config=SimpleNamespace(hisparse_config=None),
         cache_config=SimpleNamespace(
             # layer-outer, as the TPU backend's LBNHC
-            get_resolved_kv_cache_layout=lambda: vllm.layout.LBNHC,
+            get_resolved_kv_cache_layout=lambda: vllm.layout.KVCacheLayout.LBNHC,
             num_gpu_blocks_override=None,
             prefix_cache_retention_interval=None,
         ),
         speculative_config=None,
         use_v2_model_runner=False,
     )
-    config.max_concurrent_batches = vllm.VllmConfig.max_concurrent_batches.fget(config)
-    config.max_in_flight_tokens = vllm.VllmConfig.max_in_flight_tokens.fget(config)
+    config.max_concurrent_batches = vllm.config.VllmConfig.max_concurrent_batches.fget(config)
+    config.max_in_flight_tokens = vllm.config.VllmConfig.max_in_flight_tokens.fget(config)
     return config
 
 
@@ -149,7 +147,7 @@ def _vllm_capacity(vllm, specs: dict, config, memory: int) -> tuple[int, int, fl
         math.ceil(g.kv_cache_spec.max_memory_usage_bytes(config) / g.kv_cache_spec.page_size_bytes)
         for g in groups
     )
-    per_block = utils._get_kv_cache_bytes_per_block(groups, vllm.layout.LBNHC)
+    per_block = utils._get_kv_cache_bytes_per_block(groups, vllm.layout.KVCacheLayout.LBNHC)
     return per_request, per_block, utils.get_max_concurrency_for_kv_cache_config(config, kv_config)
 
 

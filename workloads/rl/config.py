@@ -192,7 +192,11 @@ class RLRunConfig(FlagConfig):
         0,
         "extra rounds at most that replace groups whose rewards are all equal (0: off)",
         type=int,
-        stack=key("Extra rounds replacing flat groups (DAPO; 0: off, ≤ 8).", ge=0, le=8),
+        stack=key(
+            "Extra rounds replacing flat groups (DAPO; 0: off, ≤ 8).",
+            ge=0,
+            le=MAX_RESAMPLE_ROUNDS,
+        ),
     )
     # GRPO.
     group_size: int = opt(
@@ -279,7 +283,11 @@ class RLRunConfig(FlagConfig):
         1,
         "passes over each batch (each mini-batch an optimizer step; >1: the clip acts)",
         type=int,
-        stack=key("Passes over each batch (> 1: the ratio leaves 1, the clip acts).", ge=1, le=8),
+        stack=key(
+            "Passes over each batch (> 1: the ratio leaves 1, the clip acts).",
+            ge=1,
+            le=MAX_PPO_EPOCHS,
+        ),
     )
     mini_batches: int = opt(
         1,
