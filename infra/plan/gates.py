@@ -29,7 +29,7 @@ from infra.plan import ray
 from infra.plan.dashboard_access import dashboard_access
 from infra.plan.kubelet import literal
 from infra.plan.observability import metrics
-from infra.plan.staging import REPLACE_UNREADY, STAGE_START_S
+from infra.plan.staging import REPLACE_UNREADY
 from infra.resolve import StackPlan, disk
 from infra.resolve.host_memory import Item
 
@@ -48,7 +48,7 @@ CRDS: dict[tuple[str, str], str] = {
 # webhook behind a release Helm has waited for (its pods Ready): 10-30 s (kueue #13036), 5 min.
 CRD_WAIT_S = 600
 WEBHOOK_WAIT_S = 300
-START_S = STAGE_START_S  # the same image on the same pool as the staging Job: its allowance
+START_S = disk.STAGE_START_S  # the same image on the same pool as the staging Job: its allowance
 RETRIES = 1  # one more pod after a lost node; the Job's deadline bounds both
 GATE_SCRATCH = disk.PodDisk(
     "ready-gate", "cpu", (Item("nothing written: python reads only", 0),), mounts_bucket=False

@@ -2,11 +2,12 @@
 
 Staging is part of `pulumi up`: each Job is a resource of the program (infra/components/
 staging.py) that pulumi-kubernetes awaits until it is Complete, and every workload that reads a
-staged model depends on it, so a training run or a serving replica never starts before its
-model is in the bucket. The await's bound comes from the model's size (`stage_timeout_s`). A
-Job that failed is replaced on the next `pulumi up` (`pulumi.com/replaceUnready`), and a rerun
-of a complete copy of the same revision does nothing (the stage module's marker), so `up` is
-idempotent. `park stage-model STACK | kubectl apply -f -` prints the same Jobs for manual use.
+staged model depends on it, so a training run or a serving replica never starts before its model
+is in the bucket. The await's bound comes from the model's size (`disk.stage_timeout_s`, the
+bound its readers wait too). A Job that failed is replaced on the next `pulumi up`
+(`pulumi.com/replaceUnready`), and a rerun of a complete copy of the same revision does nothing
+(the stage module's marker), so `up` is idempotent. `park stage-model STACK | kubectl apply
+-f -` prints the same Jobs for manual use.
 
 It runs on the CPU pool as the workloads' service account (the bucket roles of
 infra/plan/storage.py, through Workload Identity) and streams each file from the hub into the
@@ -17,7 +18,6 @@ resumes file by file, and calls refused while the new IAM binding propagates are
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -37,24 +37,9 @@ from infra.resolve.host_memory import Item
 
 STAGE_MODULE = "workloads.train.stage"
 STAGE_SCRATCH = disk.PodDisk("stage-model", "cpu", (Item("python and the hub client", disk.GIB),))
-# How long `pulumi up` waits for a staging Job. An assumption, stated: hub -> GCS through one
-# stream holds at least 50 MB/s from a GCP region (the hub's CDN and gcsfuse-free pyarrow
-# writes are both faster on a healthy day: this is the slow day), plus 20 minutes to schedule
-# the pod, pull the workload image (well over 10 GB) onto a fresh CPU node and start. A model
-# whose size is not known here (no facts) gets two hours.
-STAGE_MIN_BYTES_PER_S = 50 * 10**6
-STAGE_START_S = 20 * 60
-STAGE_UNKNOWN_SIZE_S = 2 * 3600
 # pulumi-kubernetes replaces a Job that is not Complete on the next update (FACTS.md).
 REPLACE_UNREADY = {"pulumi.com/replaceUnready": "true"}
 STAGE_RETRIES = 3  # the Job's own retries of a failed pod (a dropped stream, a preempted node)
-
-
-def stage_timeout_s(model: disk.StagedModel) -> int:
-    """How long `pulumi up` waits for `model`'s staging Job (see STAGE_MIN_BYTES_PER_S)."""
-    if model.weights_bytes is None:
-        return STAGE_UNKNOWN_SIZE_S
-    return STAGE_START_S + math.ceil(model.weights_bytes / STAGE_MIN_BYTES_PER_S)
 
 
 @dataclass(frozen=True)
@@ -187,7 +172,7 @@ def stage_jobs(plan: StackPlan) -> tuple[StageJob, ...]:
 
 def stage_job(pods: ray.RayPods, model: disk.StagedModel, image: str) -> StageJob:
     """`model`'s Job, bounded by `stage_timeout_s`: what `up` awaits is what the Job may take."""
-    timeout_s = stage_timeout_s(model)
+    timeout_s = model.stage_timeout_s
     return StageJob(model, staging_job(pods, model, image, timeout_s), timeout_s)
 
 

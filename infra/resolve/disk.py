@@ -75,13 +75,16 @@ BOOT_DISK_STEP_GB = 10  # derived boot disks are rounded up to this
 
 
 # How long staging a hub model into the bucket may take (workloads/train/stage.py streams each
-# file from the hub into the bucket): the bound a workload waits for the staged copy (the
-# trainer's --model-wait-s, a serving replica's wait). Not a measurement: a floor of 25 MB/s
-# (the hub's CDN and GCS each sustain several times that from a GKE node) plus ten minutes for
-# the Job's pod to be scheduled and its image pulled; two hours when the size is not known.
+# file from the hub into the bucket): the one bound both sides use, what `pulumi up` waits for
+# the staging Job (infra/plan/staging.py) and what a workload waits for the staged copy (the
+# trainer's --model-wait-s, a serving replica's wait). An assumption, stated, not a
+# measurement: a slow day's floor of 25 MB/s through one stream (the hub's CDN and GCS each
+# sustain several times that from a GKE node), plus 20 minutes to schedule the Job's pod on a
+# fresh CPU node, pull the workload image (well over 10 GB) and start; two hours when the
+# model's size is not known here (no facts).
 STAGE_FLOOR_BYTES_PER_S = 25 * 10**6
-STAGE_START_S = 600
-STAGE_UNKNOWN_SIZE_S = 7200
+STAGE_START_S = 20 * 60
+STAGE_UNKNOWN_SIZE_S = 2 * 3600
 
 
 def stage_timeout_s(weights_bytes: int | None) -> int:

@@ -287,8 +287,6 @@ def disk_tables(plan: StackPlan) -> list[Table]:
         )
     tables = [pods, nodes, memory]
     if budget.staged:
-        from infra.plan.staging import stage_timeout_s
-
         staged = Table(
             title="models `pulumi up` stages into the bucket before anything reads them "
             "(awaited Jobs; `park stage-model STACK` prints them)"
@@ -297,7 +295,7 @@ def disk_tables(plan: StackPlan) -> list[Table]:
             staged.add_column(column)
         for model in budget.staged:
             size = "?" if model.weights_bytes is None else f"{model.weights_bytes / GIB:.1f} GiB"
-            wait = f"{stage_timeout_s(model) / 60:.0f} min"
+            wait = f"{model.stage_timeout_s / 60:.0f} min"
             staged.add_row(model.repo, model.uri, size, ", ".join(model.used_by), wait)
         tables.append(staged)
     return tables
