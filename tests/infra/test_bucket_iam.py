@@ -121,26 +121,26 @@ def test_other_buckets_and_unknown_calls_are_refused(tmp_path):
         assert "unknown call" in json.loads(response.read())["error"]["message"]
 
 
-@pytest.mark.parametrize(
-    ("method", "target", "kind", "permissions"),
-    [
-        ("GET", f"/storage/v1/b/{BUCKET}", "buckets.get", ("storage.buckets.get",)),
-        ("GET", f"/storage/v1/b/{BUCKET}/o?prefix=a/", "objects.list", ("storage.objects.list",)),
-        ("GET", f"/storage/v1/b/{BUCKET}/o/a%2Fb", "objects.get", ("storage.objects.get",)),
-        (
-            "GET",
-            f"/download/storage/v1/b/{BUCKET}/o/a?alt=media",
-            "objects.get",
-            ("storage.objects.get",),
-        ),
-        ("DELETE", f"/storage/v1/b/{BUCKET}/o/a", "objects.delete", ("storage.objects.delete",)),
-        ("PATCH", f"/storage/v1/b/{BUCKET}/o/a", "objects.patch", ("storage.objects.update",)),
-        ("POST", "/storage/v1/b?project=p", "buckets.insert", ("storage.buckets.create",)),
-    ],
+# "METHOD path -> call: the permission Cloud Storage's IAM page documents for it" (an independent
+# reading of the docs, not the gate's table).
+DOCUMENTED_CALLS = (
+    f"GET /storage/v1/b/{BUCKET} -> buckets.get: storage.buckets.get",
+    f"GET /storage/v1/b/{BUCKET}/o?prefix=a/ -> objects.list: storage.objects.list",
+    f"GET /storage/v1/b/{BUCKET}/o/a%2Fb -> objects.get: storage.objects.get",
+    f"GET /download/storage/v1/b/{BUCKET}/o/a?alt=media -> objects.get: storage.objects.get",
+    f"DELETE /storage/v1/b/{BUCKET}/o/a -> objects.delete: storage.objects.delete",
+    f"PATCH /storage/v1/b/{BUCKET}/o/a -> objects.patch: storage.objects.update",
+    "POST /storage/v1/b?project=p -> buckets.insert: storage.buckets.create",
 )
-def test_each_json_api_call_needs_its_documented_permission(method, target, kind, permissions):
+
+
+@pytest.mark.parametrize("documented", DOCUMENTED_CALLS)
+def test_each_json_api_call_needs_its_documented_permission(documented: str):
+    request, expected = documented.split(" -> ")
+    method, target = request.split(" ")
+    kind, permission = expected.split(": ")
     call = classify(method, target, b"", lambda b, o: False)
-    assert call is not None and (call.kind, call.permissions) == (kind, permissions)
+    assert call is not None and (call.kind, call.permissions) == (kind, (permission,))
 
 
 def test_an_upload_names_its_object_in_the_query_or_the_metadata():
