@@ -1,19 +1,29 @@
 """The RL weight sync per learner step, two schemes side by side, on this machine's CPU; and
 the same counting for the shipped stacks' 1.5B, a 7B and the 8B stack on v6e, with the estimate
-of seconds on v6e's data-center network and its assumptions (infra/resolve/rl.py).
+of seconds per phase and the source of each phase's rate (infra/resolve/rl.py ``sync_phases``).
 
 - **before** (the scheme issue 31 replaced): the learner writes the weights as an fp32
   safetensors folder (the trainer's exporter); every tensor-parallel worker of every engine reads
   the whole folder into memory, engines one after another.
 - **now** (workloads/rl/sync.py): the learner puts bf16 buckets into Ray's object store
-  (``publish_buckets``, the job's own code); one ``HostReceiver`` per engine host pulls them once
-  and writes them into host memory; every engine's tensor-parallel workers, all engines at once,
-  stream the files memory-mapped and copy out their own slice (what vLLM's weight loaders do
-  with ``reload_weights``).
+  (``publish_buckets``, the job's own code); one ``HostReceiver`` per engine host pulls them once,
+  several gets in flight, and writes them into host memory; every engine's tensor-parallel
+  workers, all engines at once, stream the files memory-mapped and copy out their own slice
+  (what vLLM's weight loaders do with ``reload_weights``).
+
+Every actor is started and **warmed before the clock** (its imports, and a first tiny version
+published, staged and read through the same calls), so what is timed is the transfer, not
+``import torch`` in a fresh process. "now" is timed per phase: **publish** (the learner packs and
+puts its buckets), **pull** (the receiver's gets, from the first to the last bucket in),
+**write** (the receiver writing the buckets into host memory, summed; overlapped with the pulls),
+**stage** (the receiver's pull and write, wall), **load** (every worker reading its slices, all at
+once, wall) and **total** (publish to the last load, wall, Ray's calls included). On one machine
+the pull is Ray's local get (no network: the object is already in this host's store), so the
+pull seconds here are Ray's overhead only; the network's share is the v6e estimate's.
 
 The engines here are stand-ins (Ray actors doing the reads and slice copies a vLLM worker does),
-so the run measures the transport, not vLLM: vLLM's own load of the same folder is timed by
-`park local rl` (``sync_s``) and tested in tests/workloads/test_rl_rollout.py. Bytes are counted
+so the run measures the transport, not vLLM: vLLM's own reload is in the v6e estimate (its rate
+from vLLM's measurements) and tested in tests/workloads/test_rl_rollout.py. Bytes are counted
 where they move: for "before", the bytes written and each worker's bytes read; for "now", the
 bytes each host pulled from the object store (this machine is one host) and, apart, the bytes
 each worker copied out of host memory. The byte counts are checked against the formulas the
@@ -27,11 +37,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -73,12 +85,17 @@ class WorkerStandIn:
     def __init__(self, rank: int, tp: int) -> None:
         self.rank, self.tp = rank, tp
 
-    def ready(self) -> bool:
-        """Answers once the actor's process is up (started before the clock, not timed)."""
+    def warm(self, fp32_folder: str, staged_folder: str) -> bool:
+        """Both reads once on a tiny version, untimed: the imports (torch, safetensors) and
+        the first memory maps happen here, not under the clock."""
+        self.read_whole(fp32_folder)
+        self.copy_slice(staged_folder)
         return True
 
     def read_whole(self, folder: str) -> tuple[int, float]:
-        """Before: every tensor of the folder materialised (safetensors' get_tensor)."""
+        """Before: every tensor of the folder copied out whole (what a worker loading its
+        parameters did with each; safetensors' get_tensor alone maps the file, reading
+        nothing)."""
         from safetensors import safe_open
 
         started = time.perf_counter()
@@ -86,7 +103,7 @@ class WorkerStandIn:
         for path in sorted(Path(folder).glob("*.safetensors")):
             with safe_open(str(path), framework="pt", device="cpu") as handle:
                 for key in handle.keys():  # noqa: SIM118
-                    read += handle.get_tensor(key).nbytes
+                    read += handle.get_tensor(key).clone().nbytes
         return read, time.perf_counter() - started
 
     def copy_slice(self, folder: str) -> tuple[int, float]:
@@ -107,7 +124,43 @@ class WorkerStandIn:
         return copied, time.perf_counter() - started
 
 
-def before(model: Any, scratch: Path) -> dict[str, Any]:
+@dataclass
+class Actors:
+    """The run's actors, started once and warmed: the engines' workers and the host's
+    receiver, and the policy store the learner publishes into."""
+
+    store: Any
+    receiver: Any
+    workers: list[Any]  # engine-major: engine e's ranks are workers[e * TP:(e + 1) * TP]
+
+    def engines(self) -> list[list[Any]]:
+        return [self.workers[e * TENSOR_PARALLEL : (e + 1) * TENSOR_PARALLEL]
+                for e in range(ENGINES)]  # fmt: skip
+
+
+def start_actors(scratch: Path) -> tuple[Actors, float]:
+    """Every actor up and warmed on a tiny model (publish, stage, both reads), before any
+    timing; returns them and the seconds the warm-up took (what the old runs timed)."""
+    import ray
+
+    from workloads.rl.sync import HostReceiver, PolicyStore
+
+    store = ray.remote(PolicyStore).options(num_cpus=0).remote(1, 16)
+    receiver: Any = ray.remote(HostReceiver).options(num_cpus=0)
+    receiver = receiver.remote(f"park-rl-bench-{scratch.name}")
+    stand_in: Any = ray.remote(WorkerStandIn).options(num_cpus=0)
+    ranks = [r for _ in range(ENGINES) for r in range(TENSOR_PARALLEL)]
+    actors = Actors(store, receiver, [stand_in.remote(r, TENSOR_PARALLEL) for r in ranks])
+    started = time.perf_counter()
+    tiny = build_model({"hidden_size": 64, "num_hidden_layers": 1, "intermediate_size": 128})
+    _write_fp32(tiny, scratch / "warm")
+    published = _publish(tiny, store, 1)
+    staged: Any = ray.get(receiver.stage.remote(published.policy))
+    ray.get([w.warm.remote(str(scratch / "warm"), staged.path) for w in actors.workers])
+    return actors, time.perf_counter() - started
+
+
+def before(model: Any, actors: Actors, scratch: Path) -> dict[str, Any]:
     """The fp32 folder, read whole by every worker of every engine, engines in series."""
     import ray
 
@@ -116,21 +169,13 @@ def before(model: Any, scratch: Path) -> dict[str, Any]:
     _write_fp32(model, folder)
     write_s = time.perf_counter() - started
     written = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-    stand_in: Any = ray.remote(WorkerStandIn).options(num_cpus=0)
-    workers = [
-        [stand_in.remote(r, TENSOR_PARALLEL) for r in range(TENSOR_PARALLEL)]
-        for _ in range(ENGINES)
-    ]
-    ray.get([w.ready.remote() for engine in workers for w in engine])
     started = time.perf_counter()
     read = 0
-    for engine in workers:  # one engine after another
+    for engine in actors.engines():  # one engine after another
         for got, _ in ray.get([w.read_whole.remote(str(folder)) for w in engine]):
             read += got
     read_s = time.perf_counter() - started
-    for engine in workers:
-        for w in engine:
-            ray.kill(w)
+    shutil.rmtree(folder)
     return {
         "written_bytes": written,
         "read_bytes": read,
@@ -157,50 +202,64 @@ def _write_fp32(model: Any, folder: Path) -> None:
     save_file(tensors, folder / "model.safetensors")
 
 
-def now(model: Any, store: Any, version: int, scratch: Path) -> dict[str, Any]:
-    """bf16 buckets through Ray's object store, one receiver per host, engines at once."""
-    import ray
-
+def _publish(model: Any, store: Any, version: int) -> Any:
+    """The job's own publish_buckets, the model as a one-rank learner at ``version``."""
     from workloads.rl.learner import publish_buckets
-    from workloads.rl.sync import HostReceiver
 
     learner = SimpleNamespace(model=SimpleNamespace(inner=model), version=version)
+    return publish_buckets(learner, store)
+
+
+def now(model: Any, actors: Actors, version: int) -> dict[str, Any]:
+    """bf16 buckets through Ray's object store, one receiver per host, engines at once; each
+    phase timed."""
+    import ray
+
     started = time.perf_counter()
-    published = publish_buckets(learner, store)  # type: ignore[arg-type]
+    published = _publish(model, actors.store, version)
     publish_s = time.perf_counter() - started
-    receiver: Any = (
-        ray.remote(HostReceiver).options(num_cpus=0).remote(f"park-rl-bench-{scratch.name}")
-    )
-    stand_in: Any = ray.remote(WorkerStandIn).options(num_cpus=0)
-    workers = [
-        stand_in.remote(r, TENSOR_PARALLEL) for _ in range(ENGINES) for r in range(TENSOR_PARALLEL)
-    ]
-    ray.get([receiver.node_id.remote()] + [w.ready.remote() for w in workers])
-    started = time.perf_counter()
-    staged: Any = ray.get(receiver.stage.remote(published.policy))
-    copies = ray.get([w.copy_slice.remote(staged.path) for w in workers])  # all engines at once
-    sync_s = time.perf_counter() - started
-    ray.get(receiver.close.remote())
-    for handle in [receiver, *workers]:
-        ray.kill(handle)
+    staging = time.perf_counter()
+    staged: Any = ray.get(actors.receiver.stage.remote(published.policy))
+    stage_call_s = time.perf_counter() - staging
+    loading = time.perf_counter()
+    copies = ray.get([w.copy_slice.remote(staged.path) for w in actors.workers])  # all at once
+    load_s = time.perf_counter() - loading
+    sync_s = time.perf_counter() - staging  # what the runs before the warm-up timed as sync_s
+    total_s = time.perf_counter() - started
     return {
         "published_bytes": published.nbytes,
         "pulled_bytes_per_host": staged.nbytes,
         "hosts": 1,
         "bytes_per_step": staged.nbytes,
+        "buckets": len(published.policy.buckets),
         "slice_bytes_copied_per_worker": [c for c, _ in copies],
-        "publish_s": round(publish_s, 3),
-        "stage_s": round(staged.seconds, 3),
-        "sync_s": round(sync_s, 3),
-        "seconds": round(publish_s + sync_s, 3),
+        "publish_s": round(publish_s, 4),
+        "pull_s": round(staged.pull_s, 4),
+        "write_s": round(staged.write_s, 4),
+        "stage_s": round(staged.seconds, 4),
+        "stage_call_s": round(stage_call_s, 4),
+        "load_s": round(load_s, 4),
+        "load_worker_max_s": round(max(s for _, s in copies), 4),
+        "sync_s": round(sync_s, 4),
+        "total_s": round(total_s, 4),
+    }
+
+
+def _rates(new: dict[str, Any]) -> dict[str, float]:
+    """Bytes per second of the phases infra/resolve/rl.py takes from this run."""
+    nbytes = new["published_bytes"]
+    return {
+        "publish_bytes_per_s": round(nbytes / max(new["publish_s"], 1e-9)),
+        "write_bytes_per_s": round(nbytes / max(new["write_s"], 1e-9)),
     }
 
 
 def v6e_estimates() -> list[dict[str, Any]]:
-    """The stacks' layouts on v6e: bytes per step both ways and the DCN estimate."""
+    """The stacks' layouts on v6e: bytes per step both ways, and the estimate's seconds phase
+    by phase with the rates' sources (infra/resolve/rl.py)."""
     import copy
 
-    from infra.resolve.types import SYNC_ASSUMPTIONS
+    from infra.resolve.rl import SYNC_RATES, sync_phases
     from infra.schema.read import read_stack_file
     from infra.stack import from_values
 
@@ -213,6 +272,7 @@ def v6e_estimates() -> list[dict[str, Any]]:
         plan = from_values(values, stack).rl
         assert plan is not None and plan.sync is not None and plan.fit is not None and plan.fit.fits
         sync = plan.sync
+        phases = sync_phases(sync.params, sync.learner_hosts, sync.rollout_hosts)
         rows.append(
             {
                 "stack": stack,
@@ -229,9 +289,19 @@ def v6e_estimates() -> list[dict[str, Any]]:
                 "reduction": round(sync.legacy_bytes_per_step / sync.bytes_per_step, 1),
                 "now_seconds_v6e_estimate": None
                 if sync.seconds is None
-                else round(sync.seconds, 2),
+                else round(sync.seconds, 1),
+                "phases_s": {
+                    "publish": round(phases.publish_s, 2),
+                    "pull": round(phases.pull_s, 2),
+                    "write": round(phases.write_s, 2),
+                    "stage (pull and write overlapped, then the last write)": round(
+                        phases.stage_s, 2
+                    ),
+                    "reload": round(phases.reload_s, 2),
+                    "total": round(phases.total_s, 2),
+                },
                 "rollout_host_memory_bytes": sync.host_memory_bytes,
-                "assumptions": SYNC_ASSUMPTIONS,
+                "rates": SYNC_RATES,
             }
         )
     return rows
@@ -250,6 +320,37 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _size(
+    name: str, model: Any, actors: Actors, scratch: Path, version: int, rounds: int
+) -> dict[str, Any]:
+    """One model size: ``rounds`` before/now pairs, alternating, medians reported."""
+    params = sum(p.numel() for p in model.parameters())
+    olds, news = [], []
+    for round_ in range(rounds):
+        olds.append(before(model, actors, scratch / name / f"r{round_}"))
+        news.append(now(model, actors, version * 100 + round_))
+    old, new = _median(olds), _median(news)
+    # the counts the preview's estimate uses, against what moved here
+    expect_before = params * 4 * (1 + ENGINES * TENSOR_PARALLEL)
+    return {
+        "model": name,
+        "params": params,
+        "engines": ENGINES,
+        "tensor_parallel": TENSOR_PARALLEL,
+        "before": old,
+        "now": new,
+        "now_rates": _rates(new),
+        "reduction_bytes": round(old["bytes_per_step"] / new["bytes_per_step"], 2),
+        "speedup_seconds": round(old["seconds"] / max(new["total_s"], 1e-9), 2),
+        "formula_before_bytes": expect_before,
+        "formula_now_bytes": params * 2,
+        "formulas_hold_within_headers": (
+            abs(old["bytes_per_step"] - expect_before) < 0.001 * expect_before
+            and abs(new["bytes_per_step"] - params * 2) < 0.001 * params * 2
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
@@ -259,51 +360,35 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
-    from workloads.rl.sync import PolicyStore
-
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    store = ray.remote(PolicyStore).options(num_cpus=0).remote(1, 16)
     scratch = Path(tempfile.mkdtemp(prefix="park-rl-sync-"))
     results = []
     try:
+        actors, warm_s = start_actors(scratch)
         for version, (name, shape) in enumerate(SIZES.items(), start=1):
             model = build_model(shape)
-            params = sum(p.numel() for p in model.parameters())
-            olds, news = [], []
-            for round_ in range(args.rounds):  # alternating, medians reported
-                olds.append(before(model, scratch / name / f"r{round_}"))
-                news.append(
-                    now(model, store, version * 100 + round_, scratch / name / f"r{round_}")
-                )
-            old, new = _median(olds), _median(news)
-            # the counts the preview's estimate uses, against what moved here
-            expect_before = params * 4 * (1 + ENGINES * TENSOR_PARALLEL)
-            results.append(
-                {
-                    "model": name,
-                    "params": params,
-                    "engines": ENGINES,
-                    "tensor_parallel": TENSOR_PARALLEL,
-                    "before": old,
-                    "now": new,
-                    "reduction_bytes": round(old["bytes_per_step"] / new["bytes_per_step"], 2),
-                    "speedup_seconds": round(old["seconds"] / max(new["seconds"], 1e-9), 2),
-                    "formula_before_bytes": expect_before,
-                    "formula_now_bytes": params * 2,
-                    "formulas_hold_within_headers": (
-                        abs(old["bytes_per_step"] - expect_before) < 0.001 * expect_before
-                        and abs(new["bytes_per_step"] - params * 2) < 0.001 * params * 2
-                    ),
-                }
-            )
+            results.append(_size(name, model, actors, scratch, version, args.rounds))
             del model
             shutil.rmtree(scratch / name, ignore_errors=True)
+        ray.get(actors.receiver.close.remote())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         ray.shutdown()
+    smallest = results[0]["now"]
     report: dict[str, Any] = {
         "benchmark": "rl_sync",
-        "machine": {"cpus": torch.get_num_threads(), "python": platform.python_version()},
+        "machine": {
+            "cpus": torch.get_num_threads(),
+            "python": platform.python_version(),
+            "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        },
+        "warm_up_s": round(warm_s, 2),
+        "floor": {  # llama-20m: the 2026-12-02 run (no warm-up) timed 3.573 s of sync_s
+            "before_warm_up_sync_s": 3.573,
+            "sync_s": smallest["sync_s"],
+            "total_s": smallest["total_s"],
+            "gone": smallest["sync_s"] < 1.0,
+        },
         "cpu": results,
         "v6e": v6e_estimates(),
     }

@@ -21,13 +21,13 @@ model) is not computed.
 The weight sync per learner step is estimated here too (:class:`SyncEstimate`): the bytes of the
 scheme the job runs (workloads/rl/sync.py: bf16 buckets through Ray's object store, pulled once
 by each rollout host) against the scheme it replaced (an fp32 folder every tensor-parallel worker
-of every engine read whole, one engine after another), and the seconds on v6e's data-center
-network under the assumptions the record states.
+of every engine read whole, one engine after another), and its seconds phase by phase
+(:class:`SyncPhases`: publish, pull, write, reload), each phase's rate from a named source.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from infra import engine, images, model_facts, model_lookup, names
 from infra.model_facts import FactsLookup
@@ -37,8 +37,6 @@ from infra.resolve.training_fit import TrainingFit
 from infra.resolve.types import (
     CHECKPOINTS_PREFIX,
     DCN_GBPS_PER_CHIP,
-    HOST_TO_HBM_GB_PER_S,
-    RAY_TRANSFER_EFFICIENCY,
     RL_JOB_NAME,
     ROLLOUT_ENGINE,
     SYNC_BYTES_PER_PARAM,
@@ -51,26 +49,97 @@ from infra.resolve.types import (
 )
 from infra.schema.models import RlConfig, StackConfig, TrainingConfig
 from workloads import protocol
+from workloads.rl.sync import SYNC_BUCKET_BYTES
+
+# The rates of the weight sync's phases, in bytes per second, each with its source.
+PULL_BYTES_PER_S = 250e6
+"""A node pulling from Ray's object store: ray-project/ray #42632 (FACTS.md) measured 200-300
+MB/s per node with one get at a time, "higher only with many objects in flight". The receiver
+keeps several gets in flight (workloads/rl/sync.py HostReceiver), but no source gives a rate for
+that, so none is credited."""
+SEND_BYTES_PER_S = 2.5e9
+"""A node serving other nodes' pulls: in #42632 one node sent 2-3 GB/s in all to ten nodes
+pulling at 200-300 MB/s each; no more is counted on from a learner host."""
+PUBLISH_BYTES_PER_S = 400e6
+"""The learner packing and putting its bf16 buckets (cast, safetensors bytes, ``ray.put``), one
+bucket after another: benchmarks/rl_sync.py's publish phase, 0.785 s for 317 MB (158M params) in
+its 2026-12-02 run on a quieter 2-core machine (under load average ~30, 2026-12-07: 32-170
+MB/s). On TPU each gathered tensor's copy from the chip to the host comes on top, unmeasured."""
+WRITE_BYTES_PER_S = 1.5e9
+"""A receiver writing buckets into host memory (``/dev/shm``): the same 2026-12-02 run staged
+317 MB (a local get, then the write) in 0.194 s; under load, 2026-12-07, 0.08-0.72 GB/s. Faster
+than the pull, so only the last bucket's write adds to the stage."""
+RELOAD_BYTES_PER_S = 4.0e9
+"""vLLM's ``reload_weights`` of a bf16 checkpoint into a running engine: vllm-project/vllm #49459
+measured Qwen3-8B (16.4 GB) in 3.72 s and Qwen3-4B (8.0 GB) in 1.90 s on one H200 at TP 1, about
+4.2-4.4 GB/s. A GPU, not a TPU (vllm-torchtpu reloads through its GPU runner's code); a wider
+engine is not credited with more (the same PR: Qwen3.5-27B at TP 4, 6.59 s)."""
+SYNC_RATES = (
+    f"pull {PULL_BYTES_PER_S / 1e6:g} MB/s per rollout host (ray-project/ray #42632, one get at "
+    f"a time; concurrent gets not credited), learner hosts sending at most "
+    f"{SEND_BYTES_PER_S / 1e9:g} GB/s each (#42632), publish {PUBLISH_BYTES_PER_S / 1e6:g} MB/s "
+    f"and host-memory write {WRITE_BYTES_PER_S / 1e9:g} GB/s (benchmarks/rl_sync.py, 2-core CPU), "
+    f"vLLM reload {RELOAD_BYTES_PER_S / 1e9:g} GB/s per engine (vllm-project/vllm #49459, H200)"
+)
+
+
+@dataclass(frozen=True)
+class SyncPhases:
+    """One weight sync per learner step, phase by phase, in seconds: the bytes of a version
+    over the rates above. The phases follow one another, except the receiver's writes, which
+    overlap its pulls (bucket ``i`` is written while ``i+1..`` come): the stage takes the
+    slower of the two and then the last bucket's write."""
+
+    version_bytes: int
+    publish_s: float
+    """The learner puts every bucket, one after another (each tensor's gather is a collective
+    of every rank, so the learner hosts do not share it): version / PUBLISH_BYTES_PER_S."""
+    pull_s: float
+    """Every rollout host pulls the version, all at once: version / PULL_BYTES_PER_S, or the
+    learner hosts' sending if slower: version x rollout hosts / (learner hosts x
+    SEND_BYTES_PER_S)."""
+    write_s: float
+    """The receiver writes the version into host memory: version / WRITE_BYTES_PER_S."""
+    last_write_s: float
+    """The last bucket's write, after its pull: min(bucket, version) / WRITE_BYTES_PER_S."""
+    reload_s: float
+    """Every engine loads the staged version through vLLM, all at once: version /
+    RELOAD_BYTES_PER_S."""
+
+    @property
+    def stage_s(self) -> float:
+        return max(self.pull_s, self.write_s) + self.last_write_s
+
+    @property
+    def total_s(self) -> float:
+        return self.publish_s + self.stage_s + self.reload_s
+
+
+def sync_phases(params: int, learner_hosts: int, rollout_hosts: int) -> SyncPhases:
+    """The phases of one sync of a ``params`` model from ``learner_hosts`` to
+    ``rollout_hosts`` (each pulls the version once)."""
+    version = params * SYNC_BYTES_PER_PARAM
+    pull = version / PULL_BYTES_PER_S
+    send = version * rollout_hosts / (learner_hosts * SEND_BYTES_PER_S)
+    return SyncPhases(
+        version_bytes=version,
+        publish_s=version / PUBLISH_BYTES_PER_S,
+        pull_s=max(pull, send),
+        write_s=version / WRITE_BYTES_PER_S,
+        last_write_s=min(SYNC_BUCKET_BYTES, version) / WRITE_BYTES_PER_S,
+        reload_s=version / RELOAD_BYTES_PER_S,
+    )
 
 
 def sync_estimate(
     facts: model_facts.ModelFacts, learner: PoolPlan, rollout: RolloutPlan
 ) -> SyncEstimate:
+    """The sync's bytes, and its seconds (:class:`SyncPhases`) where the engines are on a TPU
+    generation the rates were reasoned for (None on a GPU rollout pool)."""
     params = training_fit.shapes(facts).params
-    version = params * SYNC_BYTES_PER_PARAM
     seconds = None
-    gbps = DCN_GBPS_PER_CHIP.get(learner.slice.generation.name)
-    if rollout.tpu is not None and gbps is not None:
-
-        def rate(chips: int) -> float:  # bytes/s a host of `chips` chips moves through Ray
-            return chips * gbps * 1e9 / 8 * RAY_TRANSFER_EFFICIENCY
-
-        upload = (
-            version * rollout.hosts / (learner.slice.hosts * rate(learner.slice.chips_per_host))
-        )
-        download = version / rate(rollout.tpu.slice.chips_per_host)
-        load = version / rollout.tensor_parallel / (HOST_TO_HBM_GB_PER_S * 1e9)
-        seconds = max(upload, download) + load
+    if rollout.tpu is not None and learner.slice.generation.name in DCN_GBPS_PER_CHIP:
+        seconds = sync_phases(params, learner.slice.hosts, rollout.hosts).total_s
     return SyncEstimate(
         params=params,
         rollout_hosts=rollout.hosts,

@@ -277,16 +277,6 @@ class RolloutPlan:
 # v6e's data-center network: 25.6 Tbps per 256-chip pod (Google's v6e system table; 4 x 200
 # Gbps NICs per 8-chip host), so 100 Gbps per chip: a 4-chip VM has 400 Gbps.
 DCN_GBPS_PER_CHIP = {"v6e": 100.0}
-# Assumed, not measured here: the share of that line rate Ray's object manager reaches for a
-# large object pulled by one node (chunked gRPC transfers), and the rate a host copies weights
-# into a chip's HBM.
-RAY_TRANSFER_EFFICIENCY = 0.25
-HOST_TO_HBM_GB_PER_S = 16.0
-SYNC_ASSUMPTIONS = (
-    f"v6e DCN {DCN_GBPS_PER_CHIP['v6e']:g} Gbps per chip (25.6 Tbps per 256-chip pod), Ray "
-    f"reaching {RAY_TRANSFER_EFFICIENCY:.0%} of it, hosts copying {HOST_TO_HBM_GB_PER_S:g} GB/s "
-    "into each chip; learner hosts upload every rollout host's copy (no relaying)"
-)
 SYNC_BYTES_PER_PARAM = 2  # bf16
 LEGACY_BYTES_PER_PARAM = 4  # fp32 safetensors
 
@@ -300,7 +290,7 @@ class SyncEstimate:
     learner_hosts: int
     engines: int
     tensor_parallel: int
-    seconds: float | None  # on v6e under SYNC_ASSUMPTIONS (None: a GPU rollout pool)
+    seconds: float | None  # on v6e at infra.resolve.rl.SYNC_RATES (None: a GPU rollout pool)
 
     @property
     def version_bytes(self) -> int:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from infra.resolve import StackPlan
-from infra.resolve.types import SYNC_ASSUMPTIONS, SyncEstimate
+from infra.resolve.rl import SYNC_RATES
+from infra.resolve.types import SyncEstimate
 
 GIB = 1024**3
 GB = 1e9
@@ -23,7 +24,7 @@ def sync_line(sync: SyncEstimate) -> str:
         f"{sync.legacy_read / GB:.2f} GB read ({sync.engines} engine(s) x TP "
         f"{sync.tensor_parallel}, one after another): "
         f"{sync.legacy_bytes_per_step / sync.bytes_per_step:.1f}x the bytes. Rollout host "
-        f"memory for it: {sync.host_memory_bytes / GB:.1f} GB. Assumed: {SYNC_ASSUMPTIONS}"
+        f"memory for it: {sync.host_memory_bytes / GB:.1f} GB. Rates: {SYNC_RATES}"
     )
 
 

@@ -483,7 +483,7 @@ def test_the_sync_estimate_counts_the_models_bytes(plan):
     # the figures for this stack: 6.2 GB written and 25 GB read per step before
     assert round(sync.legacy_written / 1e9, 1) == 6.2 and round(sync.legacy_read / 1e9) == 25
     assert sync.legacy_bytes_per_step / sync.bytes_per_step >= 4
-    assert sync.seconds is not None and 0 < sync.seconds < 5
+    assert sync.seconds is not None and sync.seconds > 0  # phases: test_rl_sync_estimate.py
 
 
 def _eight_b() -> StackPlan:

