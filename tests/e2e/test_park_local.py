@@ -100,13 +100,21 @@ def test_park_local_dev(tmp_path):
     )
     assert staged and str(tmp_path / "cache") in staged.group(1), out
     assert Path(staged.group(1), ".park-staged.json").is_file()
-    # serving started with training (before its job was submitted), waiting for the export
-    assert out.index("--wait-for-model") < out.index("submitted job"), out
+    # serving started with training (before its job was submitted), waiting for the export;
+    # its section prints after training's, and the sections are numbered in print order
+    assert out.index("serving started beside the job") < out.index("submitted job"), out
+    assert out.index("1. training") < out.index("2. serving") < out.index("3. summary"), out
+    assert out.index("--wait-for-model") > out.index("training succeeded"), out
     assert f"the trainer waits for {staged.group(1)}" in out
     waited = re.search(r"--model waited ([\d.]+)s for \.park-staged\.json", out)
     assert waited and float(waited.group(1)) > 0, out
+    assert "n/a" not in out and "PARK_" not in out  # no empty column, no protocol line
     steps = [int(s) for s in re.findall(r"step (\d+)/100  loss \d", out)]
     assert steps == list(range(10, 101, 10)), out  # each report once (PARK_METRICS lines)
+    assert re.search(
+        r"step 10/100  loss [\d.]+  tokens/s [\d,.]+ \([\d,.]+/worker\) \(warm-up\)\n", out
+    )
+    assert out.count("(warm-up)") == 1, out
     losses = [float(x) for x in re.findall(r"step \d+/100  loss ([\d.]+)", out)]
     assert losses[-1] < losses[0] / 10, losses  # it learned
     match = re.search(r"training succeeded in \d+s: step 100, loss ([\d.]+), checkpoint (\S+)", out)
@@ -135,7 +143,8 @@ def test_park_local_dev(tmp_path):
     assert "changed for CPU (workloads/serve/cpu_profile.py):" in out
     assert f"-> '{folder}' (a model on this machine)" in out  # the export, not a stand-in
     assert f"model checked ({folder}): LlamaForCausalLM" in out  # validate's checks, locally
-    endpoint = re.search(r"PARK_ENDPOINT (http://127\.0\.0\.1:\d+/v1)", out)
+    flat = " ".join(out[out.index("3. summary") :].split())  # the summary wraps at 80 columns
+    endpoint = re.search(r"endpoint (http://127\.0\.0\.1:\d+/v1) \(OpenAI API\)", flat)
     assert endpoint, out
     served = re.search(r"served completion of '[^']+': '([^']*)'", out)
     assert served and served.group(1) == said, out
@@ -154,11 +163,15 @@ def test_park_local_dev(tmp_path):
     used = bucket_permissions(checkpoint)
     assert set(used) == {"staging", "training"}, used
     assert "storage.buckets.get" in used["training"]
-    assert "bucket calls of training: storage.buckets.get" in out
+    assert "training: storage.{buckets.get, " in flat  # in the summary
 
-    # 4. summary, then everything stopped: neither the endpoint nor the dashboard answers
-    assert "3. summary" in out and "checkpoint" in out
-    assert "Ray stopped." in out
+    # 4. everything stopped, then the summary, last: neither the endpoint nor the dashboard
+    # answers; it names the stand-in model, each served model's answer, how to keep it up
+    assert out.index("Ray stopped.") < out.index("3. summary"), out
+    assert re.search(r"model tiny Llama \([\d.]+M params\) standing in for Qwen/Qwen3-1\.7B", flat)
+    assert re.search(r"loss [\d.]+ [▁▂▃▄▅▆▇█]+ [\d.]+", flat), flat
+    assert f"completion {said!r} (the trained export) = transformers' greedy reply" in flat
+    assert "`park local dev --keep` keeps Ray and the endpoint up" in flat
     dashboard = re.search(r"dashboard (http://127\.0\.0\.1:\d+)", out)
     assert dashboard, out
     assert not _answers(f"{endpoint.group(1)}/models")

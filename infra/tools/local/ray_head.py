@@ -25,6 +25,18 @@ from workloads.protocol import free_port
 
 # The local Ray: what the RayJob's cluster would have had as TPU hosts, CPU here.
 RAY_NUM_CPUS = max(4, os.cpu_count() or 1)  # logical CPUs: 2 train workers, or LLM server (2)
+# Logical CPUs each served model's LLM server asks for on CPU (its replica and its engine's
+# bundle): every model is served beside the training job, whatever the machine's cores.
+CPUS_PER_SERVED_MODEL = 2
+TRAIN_CPUS = 2  # the CPU profile's two Ray Train workers
+
+
+def logical_cpus(served_models: int) -> int:
+    """The local head's logical CPUs: the training workers and every served model's server
+    at once (they start together, as on GKE), and at least the machine's cores."""
+    return max(RAY_NUM_CPUS, TRAIN_CPUS + CPUS_PER_SERVED_MODEL * served_models)
+
+
 RAY_OBJECT_STORE_BYTES = 400 * 1024**2
 
 
@@ -47,6 +59,12 @@ LOCAL_RAY_ENV = {
 }
 
 
+# Ports Serve's HAProxy binds on every interface, fixed by default (9101, 8404: Ray 2.60
+# serve/_private/constants.py): a second local run on the machine could not start its proxy.
+# Each run gets free ones of its own.
+PRIVATE_PORT_ENV = ("RAY_SERVE_HAPROXY_METRICS_PORT", "RAY_SERVE_HAPROXY_STATS_PORT")
+
+
 class LocalRunError(RuntimeError):
     """The local run failed; the message says at which step and where the logs are."""
 
@@ -63,6 +81,7 @@ class LocalRay:
     # Ray's settings the RayService's pods carry (serve_tuning.ray_env: throughput mode, HAProxy,
     # direct streaming...): Serve reads them at import in every Ray process.
     env: dict[str, str] = field(default_factory=dict)
+    num_cpus: int = RAY_NUM_CPUS  # logical: what Ray schedules by, not the cores
 
     @property
     def gcs_address(self) -> str:
@@ -96,7 +115,7 @@ class LocalRay:
             "--node-ip-address=127.0.0.1",
             "--dashboard-host=127.0.0.1",
             "--include-dashboard=true",
-            f"--num-cpus={RAY_NUM_CPUS}",
+            f"--num-cpus={self.num_cpus}",
             f"--object-store-memory={RAY_OBJECT_STORE_BYTES}",
             f"--temp-dir={self.temp_dir}",
             "--disable-usage-stats",
@@ -110,6 +129,8 @@ class LocalRay:
         env["RAY_USAGE_STATS_ENABLED"] = "0"
         for name, value in LOCAL_RAY_ENV.items():
             env.setdefault(name, value)
+        for name in PRIVATE_PORT_ENV:
+            env[name] = str(free_port())
         env["PYTHONUNBUFFERED"] = "1"
         with open_new(self.log_path, "wb") as log:
             # Own session: a Ctrl-C in the terminal reaches park, which stops Ray in order.

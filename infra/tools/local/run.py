@@ -15,7 +15,10 @@ When the stack serves its training run (`source: training`), both start at once,
 `pulumi up` starts them on GKE, and nothing is ready: the trainer's model is staged from a
 local hub folder into the bucket only once the trainer waits for it (staging.py), and the
 serving replica waits for the run's export inside its start (workloads/serve/wait.py). The
-summary says what waited on what, and for how long.
+summary says what waited on what, and for how long. Sections are numbered as they print:
+serving starts first, but what it says is held until training's section is done (serving.py);
+the summary comes last, once Ray and the bucket have stopped (with --keep, before serving
+until Ctrl-C, with the `curl` that asks the endpoint), every served model's answer in it.
 
 The bucket is the stack's, emulated (bucket.py): every ``gs://`` call of the staging, the
 trainer, Ray Train's storage and the RL job goes through an IAM gate that grants what the
@@ -29,6 +32,7 @@ temp dir on free ports and is stopped by its process id at the end, unless --kee
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -45,10 +49,11 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from infra.schema.models import RL_SOURCE, TRAINING_SOURCE
 from infra.schema.safe import one_line
 from infra.tools.local import answers
 from infra.tools.local import console as console_out
-from infra.tools.local.answers import check_export, reference
+from infra.tools.local.answers import check_export, reference, stand_in
 from infra.tools.local.bucket import EmulatedBucket, EmulatorError, stack_bucket
 from infra.tools.local.outcome import LocalRun, Outcome
 from infra.tools.local.profile import (
@@ -57,12 +62,7 @@ from infra.tools.local.profile import (
     staged_profile,
     total_steps,
 )
-from infra.tools.local.ray_head import (
-    RAY_NUM_CPUS,
-    LocalRay,
-    LocalRunError,
-    pods_ray_env,
-)
+from infra.tools.local.ray_head import LocalRay, LocalRunError, logical_cpus, pods_ray_env
 from infra.tools.local.rl import run_rl, runs_rl
 from infra.tools.local.serving import serve, start_serving
 from infra.tools.local.staging import LocalStaging, staged_model
@@ -111,6 +111,9 @@ def run_local(
     run_dir = run_dir_for(stack)
     make_folder(run_dir)  # never through a link (infra.tools.outdir)
     outcome = Outcome()
+    if rayservice is not None and not keep:
+        outcome.keep_command = f"park local {stack}" + (f" --only {only}" if only else "")
+        outcome.keep_command += " --keep"
     console.print(
         f"[bold]park local {escape(stack)}[/]: the stack's "
         + " and ".join(
@@ -145,7 +148,8 @@ def run_local(
         raise
     finally:
         bucket.stop()
-    console_out.bucket_calls(console, bucket)
+    if not outcome.summarized and outcome.ray is not None:  # last, once everything stopped
+        console_out.summary(console, outcome, outcome.ray, run_dir, keep=False, stopped=True)
     return outcome
 
 
@@ -167,10 +171,18 @@ def _run_on_ray(
         if outcome.staging is not None:
             outcome.staging.build_hub()  # the hub has the model before anything starts
     trained = _trained_models(rendered) if rayjob is not None and not rl else []
+    serving = rendered.plan.serving if rayservice is not None else None
+    outcome.sources = (
+        {m.spec.name: _source(m.spec.source) for m in serving.models} if serving else {}
+    )
+    if rl:
+        outcome.keep_command = None  # the RL run serves its policy once, then stops
     # SIGTERM (kill, a supervisor) stops the run as Ctrl-C does: Ray goes down in order.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with _local_ray(run_dir, console, pods_ray_env(rayservice)) as ray:
+        served = len(outcome.sources) or 1
+        with _local_ray(run_dir, console, pods_ray_env(rayservice), served) as ray:
+            outcome.ray = ray
             run = LocalRun(ray, run_dir, console, outcome)
             try:
                 if rayjob is not None and rl:  # GRPO, then serve its policy
@@ -184,8 +196,6 @@ def _run_on_ray(
                     reference(run)
                 if rayservice is not None:
                     serve(run, rayservice, keep=keep, trained=[])
-                else:
-                    console_out.summary(console, outcome, ray, run_dir, keep=False)
             except KeyboardInterrupt:
                 console.print("interrupted: stopping", highlight=False)
                 raise LocalRunError("interrupted before the run finished") from None
@@ -227,6 +237,7 @@ def _train_and_serve(
     assert outcome.bucket is not None
     outcome.export = export_of(rayjob, outcome.bucket, "park-train")
     outcome.question, outcome.learned = list(facts.questions().items())[FACT_QUESTION_INDEX]
+    # Started first, held: its section prints once the job's has (serving.py ServingRun).
     serving = start_serving(
         run,
         rayservice,
@@ -239,16 +250,19 @@ def _train_and_serve(
         _train(run, rayjob)
         # The export's checks run beside the engine's start, which is what the answer waits
         # for: at the lowest priority, so they take the CPU it leaves (Ray starts the replica
-        # and its engine at nice 15).
-        checks = _in_background(lambda: check_export(run))
+        # and its engine at nice 15). What they say is printed with the answers.
+        said = io.StringIO()
+        quiet = Console(file=said, width=10_000, soft_wrap=True, highlight=False)
+        checks = _in_background(lambda: check_export(replace(run, console=quiet)))
 
         def compare(outcome: Outcome, console: Console) -> None:
             checks.join()
+            console.out(said.getvalue(), end="", highlight=False)
             if outcome.reference is None:
                 raise LocalRunError(f"the export {outcome.export} could not be checked (above)")
             answers.compare(outcome, console)
 
-        serving.finish(run, keep=keep, on_ready=compare)
+        serving.finish(run, keep=keep, on_ready=compare, summary=False)
     finally:
         serving.stop()
 
@@ -284,10 +298,19 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def _local_ray(run_dir: Path, console: Console, env: dict[str, str]) -> Iterator[LocalRay]:
+def _local_ray(
+    run_dir: Path, console: Console, env: dict[str, str], served: int = 1
+) -> Iterator[LocalRay]:
+    """A private Ray head for the run, with logical CPUs for the training workers and each of
+    the `served` models' LLM servers."""
     # Short path: Ray's unix sockets live under the temp dir (107-byte limit).
     temp_dir = Path(tempfile.mkdtemp(prefix="park-ray-", dir="/tmp"))
-    ray = LocalRay(temp_dir=temp_dir, log_path=run_dir / "ray-start.log", env=env)
+    ray = LocalRay(
+        temp_dir=temp_dir,
+        log_path=run_dir / "ray-start.log",
+        env=env,
+        num_cpus=logical_cpus(served),
+    )
     with console.status("starting a local Ray head..."):
         started = time.monotonic()
         try:
@@ -297,7 +320,7 @@ def _local_ray(run_dir: Path, console: Console, env: dict[str, str]) -> Iterator
             raise
     console.print(
         f"Ray head up in {time.monotonic() - started:.0f}s: GCS {ray.gcs_address}, "
-        f"dashboard {ray.dashboard_url} (no Kubernetes: one node, {RAY_NUM_CPUS} logical CPUs)",
+        f"dashboard {ray.dashboard_url} (no Kubernetes: one node, {ray.num_cpus} logical CPUs)",
         highlight=False,
     )
     ok = False
@@ -327,10 +350,14 @@ def _train(run: LocalRun, rayjob: dict[str, Any]) -> None:
 
     def on_record(kind: str, record: dict[str, Any]) -> None:
         if kind == protocol.METRICS:
+            first = outcome.last_metrics is None  # its window holds the warm-up step
             last = (outcome.last_metrics or {}).get("step")
             outcome.last_metrics = record
             if record.get("step") != last:  # Ray may forward a line twice
-                console.print(f"  {console_out.metrics_line(record, total)}", highlight=False)
+                if isinstance(record.get("loss"), (int, float)):
+                    outcome.losses.append(float(record["loss"]))
+                line = console_out.metrics_line(record, total, warmup=first)
+                console.print(f"  {line}", highlight=False)
         elif kind == protocol.WAITING:
             console.print(
                 f"  the trainer waits for {record.get('folder')}", highlight=False, soft_wrap=True
@@ -358,12 +385,29 @@ def _train(run: LocalRun, rayjob: dict[str, Any]) -> None:
         except RuntimeError as err:
             raise LocalRunError(str(err)) from None
     result = outcome.trained or {}
+    if result.get("export_path"):
+        outcome.stand_in = stand_in(str(result["export_path"]), _trained_model(rayjob, staging))
     console.print(
         f"training {result.get('status')} in {outcome.train_seconds:.0f}s: step "
         f"{result.get('final_step')}, loss {console_out.fmt(result.get('final_loss'), '.4f')}, "
         f"checkpoint {result.get('checkpoint_path')}",
         highlight=False,
         soft_wrap=True,
+    )
+
+
+def _trained_model(rayjob: dict[str, Any], staging: LocalStaging | None) -> str | None:
+    """The model the stack trains (the hub id it stages, else the rendered --model)."""
+    if staging is not None:
+        return staging.repo
+    _, fields = protocol.split_entrypoint(str(rayjob["spec"]["entrypoint"]))
+    return fields.get("model")
+
+
+def _source(source: str) -> str:
+    """A served model's source as the summary names what a stand-in stands in for."""
+    return {TRAINING_SOURCE: "the training run's export", RL_SOURCE: "the RL run's policy"}.get(
+        source, source
     )
 
 

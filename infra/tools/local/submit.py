@@ -37,7 +37,7 @@ class LocalJob:
 
     profile: Profile = cpu_entrypoint
     kind: str = "training"  # prefixes its changes in the summary
-    title: str = "1. training: the RayJob's entrypoint through the Ray Jobs API"  # the rule
+    title: str = "training: the RayJob's entrypoint through the Ray Jobs API"  # numbered
     table: str = "infra/tools/local/profile.py TRAIN_CPU_PROFILE"  # where the profile is
     log_name: str = "train.log"  # its kept log, in the run's folder
     timeout_s: float = 1800.0
@@ -79,9 +79,13 @@ def run_job(
             for k, v in bucket_env.items()
         ]
     outcome.changes += [f"{job.kind}: {c}" for c in changes]
-    console.rule(job.title)
+    console_out.section(console, outcome, job.title)
     console_out.changes(console, f"changed for CPU ({job.table}):", changes)
-    console.print(f"runtime_env (runtimeEnvYAML + the bucket's gate): {json.dumps(runtime_env)}")
+    console.print(
+        f"runtime_env (runtimeEnvYAML + the bucket's gate): {escape(json.dumps(runtime_env))}",
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print(f"entrypoint: {escape(entrypoint)}", highlight=False, soft_wrap=True)
     client = JobSubmissionClient(ray.dashboard_url)
     started = time.monotonic()
