@@ -34,6 +34,7 @@ PAGES: dict[str, Path] = {
     "deploy-roles-script": DOCS / "security.md",
     "component-inputs": DOCS / "components.md",
     "package-example": DOCS / "components.md",
+    "readme-package-example": README,
 }
 # The program docs/components.md prints: the example itself, so the two cannot drift.
 PACKAGE_EXAMPLE = ROOT / "examples" / "existing-cluster" / "__main__.py"
@@ -381,6 +382,7 @@ def generated_blocks(render: Callable[[str], Any] | None = None) -> dict[str, st
         "deploy-roles-script": deploy_roles_script(render),
         "component-inputs": component_inputs_table(),
         "package-example": package_example(),
+        "readme-package-example": package_example(),
         "flowcharts": flowcharts(render),
         "readme-stacks": readme_stacks(),
     }
