@@ -19,10 +19,12 @@ given), and ``matched`` reports each figure with a paired sign test and issue 39
     python benchmarks/serve_overhead.py --concurrency 1 8 --profile --plain-check
     python benchmarks/serve_overhead.py --sides vllm,ray_serve_llm,ray_defaults
     python benchmarks/serve_overhead.py --gpu           # H200 etc.: benchmarks/serve/gpu.py
+    python benchmarks/serve_overhead.py --sides vllm,ray_serve_llm,ray_openai_app  # our builder
+                                                        # vs Ray's; or --builder ray
 
 ``--profile`` adds one py-spy pass per side (benchmarks/serve/profile.py) and writes the
 per-request / per-token budget; ``--replica-direct`` adds the Ray replica's own port as a side
-(past HAProxy and the LLMRouter call). Not a test: run it when the machine is quiet.
+(past HAProxy). Not a test: run it when the machine is quiet.
 """
 
 from __future__ import annotations
@@ -82,6 +84,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--sides", default=f"{BARE},{SHIPPED}", help=f"comma-separated; {BARE} always runs"
     )
     parser.add_argument("--replica-direct", action="store_true", help=f"add the {DIRECT} side")
+    parser.add_argument(
+        "--builder",
+        choices=sorted(servers.BUILDERS),
+        default="park",
+        help="the app builder of the as-shipped Ray sides: park (workloads/serve/app.py, the "
+        f"LLMServer as ingress) or ray (build_openai_app); side {servers.RAYS_APP}: always Ray's",
+    )
     parser.add_argument(
         "--no-self-check", action="store_true", help=f"skip the {SELF_CHECK} side (no verdicts)"
     )
@@ -143,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return gpu.main(args)
     model = str(build_tiny_model())
-    known = servers.variants(dict(kv.split("=", 1) for kv in args.ray_env))
+    known = servers.variants(dict(kv.split("=", 1) for kv in args.ray_env), args.builder)
     shipped = known[SHIPPED]
     assert shipped.config is not None
     served = local.served_models(shipped.config)[0]
@@ -477,6 +486,7 @@ def build_report(
             "deployment_options": serve_tuning.deployment_options(),
             "app_args": serve_tuning.app_args(),
             "ray_env": shipped.env,
+            "import_path": [a["import_path"] for a in (shipped.config or {})["applications"]],
         },
         "passes": started,
         "cells": table,

@@ -92,10 +92,12 @@ def gpu_serve_config(shipped: dict[str, Any], model_dir: str) -> dict[str, Any]:
 def variants(
     shipped: dict[str, Any], model_dir: str, extra_env: dict[str, str]
 ) -> dict[str, servers.Variant]:
-    """The GPU run's sides: the bare server, the self-check (the bare server again) and the
-    shipped deployment on one GPU."""
+    """The GPU run's sides: the bare server, the self-check (the bare server again), the
+    shipped deployment on one GPU and the same built by Ray's builder (``servers.RAYS_APP``)."""
     from infra.plan import serve_tuning
+    from workloads.serve import app
 
+    rays = servers.built_by(shipped, app.RAYS_IMPORT_PATH)
     return {
         BARE: servers.Variant(BARE, None, {}, "vLLM's OpenAI server, CUDA"),
         SELF_CHECK: servers.self_check_variant("vLLM's OpenAI server, CUDA, again: the self-check"),
@@ -104,6 +106,13 @@ def variants(
             gpu_serve_config(shipped, model_dir),
             {**serve_tuning.ray_env(1), **extra_env},
             "as shipped (serve_tuning's keys, the pods' env), one GPU",
+            module="benchmarks.serve.gpu",
+        ),
+        servers.RAYS_APP: servers.Variant(
+            servers.RAYS_APP,
+            gpu_serve_config(rays, model_dir),
+            {**serve_tuning.ray_env(1), **extra_env},
+            "as shipped but built by Ray's build_openai_app (its LLMRouter in front), one GPU",
             module="benchmarks.serve.gpu",
         ),
     }
@@ -118,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
     if args.concurrency == [cli.stats.GOAL_CONCURRENCY]:
         args.concurrency = list(GPU_CONCURRENCY)
     model_dir = build_model(args.gpu_model, Path(tempfile.mkdtemp(prefix="serve-gpu-model-")))
-    shipped = servers.rendered_serve_config(tuned=True)
+    shipped = servers.built_by(servers.rendered_serve_config(), servers.BUILDERS[args.builder])
     served = local.served_models(shipped)[0]
     extra_env = dict(kv.split("=", 1) for kv in args.ray_env)
     known = variants(shipped, str(model_dir), extra_env)

@@ -15,7 +15,13 @@ stop them and to prove that none is left.
   which is also what ``park local dev --only serve`` ran before it passed the pods' env on;
 - ``ray_nice0``: as shipped but Ray's workers at nice 0 (measured, not shipped);
 - ``ray_replica_direct``: the ``ray_serve_llm`` deployment, measured at its LLM replica's own
-  HTTP port, past HAProxy and the LLMRouter call: the client-side split of the Ray path.
+  HTTP port, past HAProxy: the client-side split of the Ray path;
+- ``ray_openai_app``: as shipped, but built by Ray's ``build_openai_app`` instead of our builder
+  (workloads/serve/app.py): under direct streaming, Ray's LLMRouter deployment is called by
+  HAProxy for every POST before it forwards (issue 39, "One hop fewer").
+
+``--builder ray`` builds every as-shipped side (``ray_serve_llm``, ``ray_replica_direct``,
+``ray_nice0``) with Ray's builder instead of ours; ``ray_defaults`` is Ray's builder always.
 """
 
 from __future__ import annotations
@@ -40,11 +46,14 @@ import yaml
 from benchmarks.serve import cpu
 from infra.plan import serve_tuning
 from workloads.protocol import ENDPOINT_MARKER, free_port
-from workloads.serve import local
+from workloads.serve import app, local
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = ROOT / "stacks" / "Pulumi.dev.yaml"
 BARE, SELF_CHECK, SHIPPED, DIRECT = "vllm", "vllm_check", "ray_serve_llm", "ray_replica_direct"
+RAYS_APP = "ray_openai_app"
+# --builder: the import_path of the as-shipped Ray sides' app (the args are the same)
+BUILDERS = {"park": app.IMPORT_PATH, "ray": app.RAYS_IMPORT_PATH}
 # "<run>/<side>/<pass>" in the environment of every process a server starts (Ray passes its
 # environment on to raylet, GCS, workers and HAProxy).
 TAG_ENV = "PARK_SERVE_BENCH_TAG"
@@ -93,14 +102,23 @@ def rendered_serve_config(tuned: bool = True) -> dict[str, Any]:
         return ray_plan.serve_config(plan.serving, ray_plan.ray_pods(plan))
 
 
-def variants(extra_env: dict[str, str]) -> dict[str, Variant]:
-    tuned, untuned = rendered_serve_config(tuned=True), rendered_serve_config(tuned=False)
+def built_by(serve_config: dict[str, Any], import_path: str) -> dict[str, Any]:
+    """``serve_config`` with every app built by ``import_path`` (same args): ours or Ray's."""
+    apps = [{**a, "import_path": import_path} for a in serve_config.get("applications") or []]
+    return {**serve_config, "applications": apps}
+
+
+def variants(extra_env: dict[str, str], builder: str = "park") -> dict[str, Variant]:
+    rendered = rendered_serve_config(tuned=True)
+    tuned = built_by(rendered, BUILDERS[builder])
+    untuned = built_by(rendered_serve_config(tuned=False), app.RAYS_IMPORT_PATH)
     env = serve_tuning.ray_env(len(local.served_models(tuned)))
     shipped = Variant(
         SHIPPED,
         tuned,
         {**env, **extra_env},
-        "as shipped: serve_tuning's serveConfigV2 keys and the pods' env (ray_env)",
+        f"as shipped: serve_tuning's serveConfigV2 keys and the pods' env (ray_env), built by "
+        f"{tuned['applications'][0]['import_path']}",
     )
     return {
         BARE: Variant(BARE, None, {}, "python -m vllm.entrypoints.openai.api_server"),
@@ -110,11 +128,20 @@ def variants(extra_env: dict[str, str]) -> dict[str, Variant]:
             DIRECT,
             tuned,
             shipped.env,
-            "as shipped, measured at the LLM replica's own port (past HAProxy and the LLMRouter)",
+            "as shipped, measured at the LLM replica's own port (past HAProxy)",
             replica_direct=True,
         ),
+        RAYS_APP: Variant(
+            RAYS_APP,
+            built_by(rendered, app.RAYS_IMPORT_PATH),
+            shipped.env,
+            "as shipped, but built by Ray's build_openai_app (its LLMRouter in front)",
+        ),
         "ray_defaults": Variant(
-            "ray_defaults", untuned, {}, "Ray 2.60's defaults: no serve_tuning keys, no env"
+            "ray_defaults",
+            untuned,
+            {},
+            "Ray 2.60's defaults: build_openai_app, no serve_tuning keys, no env",
         ),
         # The shipped deployment with Ray's workers (the LLM replica and vLLM's engine under it)
         # at nice 0, as the bare server runs, instead of Ray's 15 (measured, not shipped).
@@ -337,15 +364,23 @@ def own_ports_env() -> dict[str, str]:
     return {name: str(free_port()) for name in names}
 
 
-def replica_direct_url(sid: int) -> str | None:
-    """The LLM server replica's own HTTP address, read from the HAProxy config of the Ray side
-    (its ``server SERVE_REPLICA_...LLMServer...`` line); None without HAProxy."""
+def haproxy_configs(sid: int) -> list[str]:
+    """The config files' text of the HAProxy processes Serve started in a server's session
+    (``haproxy -f FILE``); none without HAProxy."""
+    out = []
     for p in cpu.session(sid):
         with contextlib.suppress(Exception):
             args = p.cmdline()
             if "haproxy" in os.path.basename(args[0]) and "-f" in args:
-                text = Path(args[args.index("-f") + 1]).read_text()
-                found = re.search(r"server SERVE_REPLICA_\S*LLMServer\S* (\S+:\d+)", text)
-                if found:
-                    return f"http://{found.group(1)}"
+                out.append(Path(args[args.index("-f") + 1]).read_text())
+    return out
+
+
+def replica_direct_url(sid: int) -> str | None:
+    """The LLM server replica's own HTTP address, read from the HAProxy config of the Ray side
+    (its ``server SERVE_REPLICA_...LLMServer...`` line); None without HAProxy."""
+    for text in haproxy_configs(sid):
+        found = re.search(r"server SERVE_REPLICA_\S*LLMServer\S* (\S+:\d+)", text)
+        if found:
+            return f"http://{found.group(1)}"
     return None

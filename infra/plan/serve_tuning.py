@@ -15,7 +15,10 @@ Where a request's time goes with Ray's defaults (one model, one replica): Serve'
 proxy actor -> a Ray actor call to the ``OpenAiIngress`` replica (FastAPI) -> a DeploymentHandle
 call to the ``LLMServer`` replica -> vLLM's ``OpenAIServingCompletion`` -> the engine; streamed
 chunks go back through both hops, and the LLM server holds each stream's output for
-``stream_batching_interval_ms`` (50 ms) before the first chunk leaves it.
+``stream_batching_interval_ms`` (50 ms) before the first chunk leaves it. As shipped (one
+model, ``ray_env`` and the rendered app's builder, workloads/serve/app.py): HAProxy -> the
+``LLMServer`` replica's own port (vLLM's FastAPI app) -> the engine, HAProxy choosing the
+replica by least connections.
 """
 
 from __future__ import annotations
@@ -53,6 +56,13 @@ THROUGHPUT_ENV: dict[str, str] = {
     # (S/haproxy_metrics.py:60, :130) the Grafana dashboard reads, and answers /-/healthz on
     # the same port (S/haproxy_templates.py). The controller reads it at start, so: pod env.
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    # S/constants.py:944-947, through S/haproxy.py HAProxyConfig.balance_algorithm into
+    # ``balance`` in the ``defaults`` section every backend inherits (S/haproxy_templates.py:
+    # 135): HAProxy sends a request to the LLM replica with the fewest open connections, i.e.
+    # the fewest streams in flight, where round robin (Ray's LLMRouter default under direct
+    # streaming) ignores how long each stream runs. Ray's default is already leastconn; pinned
+    # here, so that a change of Ray's default cannot change the shipped balancing unseen.
+    "RAY_SERVE_HAPROXY_BALANCE_ALGORITHM": "leastconn",
 }
 # Read and measured, left at Ray's default (so not shipped): RAY_worker_niceness. The raylet
 # starts every worker at nice 15 (its worker_niceness config; Ray's job manager sets 0 for its
@@ -64,12 +74,17 @@ THROUGHPUT_ENV: dict[str, str] = {
 # L/constants.py:65-67, read by build_openai_app (L/core/ingress/builder.py:258-279): the
 # LLMServer deployment is the ingress itself, serving vLLM's own FastAPI app
 # (L/engines/vllm/vllm_engine.py:355-386 builds it with vllm.entrypoints.openai.api_server's
-# build_app), and a tiny LLMRouter deployment (builder.py:91-135, num_cpus 0) only picks the
-# replica for HAProxy. The OpenAiIngress hop, its FastAPI parsing and the Batcher are gone: a
-# request takes the bare server's path plus HAProxy. Ray 2.60 requires HAProxy for it
-# (S/build_app.py:145) and refuses it with more than one LLMConfig (builder.py:259-265) or with
-# any ingress_deployment_config / ingress_cls_config (builder.py:217-237); hence ``app_args``
-# stays empty. It is read in the app-build task on the head and in the replicas: pod env.
+# build_app), and a tiny LLMRouter deployment (builder.py:91-135, num_cpus 0) picks the
+# replica for HAProxy: one HTTP call to it per POST before HAProxy forwards
+# (S/ingress_request_router.lua.tmpl). The rendered app's builder (workloads/serve/app.py) makes
+# the same LLMServer ingress for one model without that router, so Ray's builder does not run
+# for it and this variable then only says, to the replicas (a usage tag) and to the CPU profile
+# (workloads/serve/cpu_profile.py: no ingress to size), that the LLM server is the ingress; an
+# app that names Ray's builder gets Ray's direct streaming from it. Ray 2.60 requires HAProxy
+# for its router (S/build_app.py:145) and refuses direct streaming with more than one LLMConfig
+# (builder.py:259-265) or with any ingress_deployment_config / ingress_cls_config
+# (builder.py:217-237); hence ``app_args`` stays empty. It is read in the app-build task on the
+# head and in the replicas: pod env.
 DIRECT_STREAMING_ENV: dict[str, str] = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 
 # The failed starts Serve allows per replica (infra/ray_serve.py says why), in its controller's env.
@@ -95,9 +110,11 @@ def deployment_options() -> dict[str, Any]:
     None: Ray's LLM defaults already suit throughput. max_ongoing_requests is 1e9 for the LLM
     deployment (L/constants.py:42-44, L/core/server/builder.py:27-34) and for the ingress
     (L/core/ingress/ingress.py:88-93), so Serve never queues in front of vLLM's own scheduler;
-    the LLMRouter takes 1000 (L/core/ingress/builder.py:124-128). Under direct streaming the
-    LLM deployment's request router defaults to round robin (builder.py:36-48), which probes
-    no queue lengths.
+    the LLMRouter takes 1000 (L/core/ingress/builder.py:124-128). Under Ray's direct streaming
+    the LLM deployment's request router defaults to round robin (builder.py:36-48), which probes
+    no queue lengths; under the rendered app's builder (workloads/serve/app.py) HAProxy picks
+    the replica (``RAY_SERVE_HAPROXY_BALANCE_ALGORITHM``) and no request_router_config is set:
+    Ray refuses one on an ingress under HAProxy (S/build_app.py:149-158).
     """
     return {}
 

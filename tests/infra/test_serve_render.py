@@ -1,9 +1,11 @@
 """The rendered RayService's serving config, held against Ray 2.60's and vLLM's own code.
 
 For every shipped stack that serves and a two-model dev stack (one of whose models may scale):
-each rendered app is built by Ray's own builder, from its own ``import_path``, under its pods'
-env (in the early-started Ray LLM probe, tests/workloads/test_serve_config.py); what Ray's
-builder makes of it (after Ray LLM deep-merges its defaults) states ``target_ongoing_requests``
+each rendered app is built from its own ``import_path`` (our builder, workloads/serve/app.py,
+over Ray's LLMServer and build_openai_app) and then by Serve's own ``build_app``, under its pods'
+env (in the early-started Ray LLM probe, tests/workloads/test_serve_config.py): one model is its
+own ingress with no router in front, two get Ray's OpenAI ingress; what the
+builders make of it (after Ray LLM deep-merges its defaults) states ``target_ongoing_requests``
 wherever a deployment may scale, a health-check timeout of at most 120 s and a graceful shutdown
 of at least 120 s; ``engine_kwargs`` pin the batch the memory fit costs; the serve Service leaves
 the head out; HAProxy has a server timeout.
@@ -102,10 +104,15 @@ def test_every_rendered_app_builds_with_rays_builder_under_its_pods_env(built) -
     assert set(built) == expected
     for (stack, _), row in built.items():
         assert row["error"] is None, f"{stack}: {row['error']}"
-    # one model: Serve LLM's direct streaming (the LLM server is the ingress); two: the ingress
-    (two,) = [r for (s, _), r in built.items() if s == TWO_MODELS]
-    assert not two["direct_streaming"]
-    assert sum("LLMServer" in d["name"] for d in two["deployments"]) == 2
+        assert row["import_path"] == "workloads.serve.app:build_app", stack
+        assert not row["router"], f"{stack}: a router deployment in front of the ingress"
+        if stack == TWO_MODELS:  # Ray's OpenAI ingress routes by the request's model
+            assert not row["direct_streaming"]
+            assert "OpenAiIngress" in row["ingress"], row["ingress"]
+            assert sum("LLMServer" in d["name"] for d in row["deployments"]) == 2
+        else:  # one model: its LLMServer is the ingress, alone (HAProxy -> replica)
+            assert [d["name"] for d in row["deployments"]] == [row["ingress"]], stack
+            assert row["ingress"].startswith("LLMServer:"), row["ingress"]
 
 
 @pytest.mark.serve
@@ -229,6 +236,10 @@ def test_rayservice_leaves_the_head_out_and_bounds_haproxy(service) -> None:
     assert env["RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S"] == str(drain)
     direct = env.get("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING") == "1"
     assert direct == (len(plan.serving.models) == 1)
+    # HAProxy picks the LLM replica itself (no LLMRouter in front): by open connections
+    assert env["RAY_SERVE_HAPROXY_BALANCE_ALGORITHM"] == "leastconn"
+    (app,) = yaml.safe_load(spec["serveConfigV2"])["applications"]
+    assert app["import_path"] == "workloads.serve.app:build_app"
     if "rayClusterDeletionDelaySeconds" in spec:
         assert spec["rayClusterDeletionDelaySeconds"] == drain
 

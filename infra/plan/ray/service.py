@@ -15,6 +15,7 @@ from infra.resolve import ServedModelPlan, ServingPlan, disk
 from infra.resolve.types import ModelWait
 from infra.versions import IMAGE_TAG, RAY_VERSION
 from workloads import protocol
+from workloads.serve import app as serve_app
 
 
 def model_source(pods: RayPods, source: str) -> str | dict[str, str]:
@@ -119,7 +120,8 @@ def _start_env(model: ServedModelPlan) -> dict[str, str]:
 
 
 def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
-    """serveConfigV2: Ray Serve LLM's OpenAI app, one LLMConfig per served model.
+    """serveConfigV2: an OpenAI app of Ray Serve LLM's LLMServer (workloads/serve/app.py), one
+    LLMConfig per served model.
 
     Aligned with Google's TorchTPU serving sample (kubernetes-engine-samples ai-ml/gke-ray/
     rayserve/llm/torchtpu/serve_vllm_torchtpu.py): one TPU per engine worker's placement bundle,
@@ -190,7 +192,11 @@ def serve_config(serving: ServingPlan, pods: RayPods) -> dict[str, Any]:
             {
                 "name": "llm",
                 "route_prefix": "/",
-                "import_path": "ray.serve.llm:build_openai_app",
+                # Our builder over Ray's (workloads/serve/app.py, issue 39 "One hop fewer"):
+                # with one model the LLMServer is the ingress and HAProxy forwards straight to
+                # its replicas, by least connections, without Ray's LLMRouter call per request;
+                # with several models it is Ray's build_openai_app on the same args.
+                "import_path": serve_app.IMPORT_PATH,
                 "args": {"llm_configs": llm_configs, **serve_tuning.app_args()},
             }
         ]
