@@ -7,8 +7,9 @@ overlap, bf16 weights through Ray's object store) with the CPU profile, from tha
 facts, scored by the built-in exact match: a line per step with the sync's seconds and bytes,
 the accuracy on all facts before the first step and every 4 steps. The exported final policy is
 served (its replica waiting for the export) and asked the first fact the starting policy got
-wrong. The summary names the task, the accuracy before → after (which must rise) and the served
-answer's score beside the starting policy's. That a reward rises because of the updates, and
+wrong. The summary names the task, the accuracy before → after (which must rise by 3 facts at
+least) and the served answer's score beside the starting policy's (only scored: in one run of
+two the served answer was right). That a reward rises because of the updates, and
 stays flat at learning rate 0, is tests/workloads/test_rl_loop.py. Run it with
 `pytest -m e2e tests/e2e/test_park_local_rl.py`.
 """
@@ -64,7 +65,9 @@ def test_park_local_rl(tmp_path: Path) -> None:
     before, after = float(accuracy.group(1)), float(accuracy.group(2))
     series = [float(a) for a in accuracy.group(3).split()]
     assert len(series) == 5 and series[0] == before and series[-1] == after, series
-    assert 0 < before < 1 and after > before, series  # it knew some facts, and learned more
+    # it knew some facts, and learned at least 3 more (in runs of seeds 0, 1 and 2 on 2 busy
+    # cores it learned 5 to 10: 0.44 → 0.75, 0.72 → 0.88, see the commit that set the profile)
+    assert 0 < before < 1 and after >= before + 3 / 32 - 1e-9, series
     # the served answer, scored by exact match beside the starting policy's: the question is
     # the first fact the starting policy got wrong
     scored = re.search(

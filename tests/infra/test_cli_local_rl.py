@@ -69,7 +69,7 @@ def test_rl_profile_gives_a_cpu_run_the_workload_accepts():
     assert cfg.reward_names == ["exact_match"] and cfg.prompt_template == "{prompt}"
     assert cfg.probe_prompts == FACTS == len(facts.questions())
     assert cfg.eval_every and cfg.steps % cfg.eval_every == 0 and cfg.eval_prompts >= FACTS
-    # what the profile does not name is kept as rendered (the run name, the temperature, ...)
+    # what the profile does not name is kept as rendered (the run name, the clip, ...)
     _, before = split_entrypoint(rendered)
     _, after = split_entrypoint(entrypoint)
     for field, value in before.items():
