@@ -32,9 +32,9 @@ WARM_START_PROFILE: ProfileTable = {
     "num_workers": ("1", "one Ray Train worker: the model is tiny, a second adds only startup"),
     "steps": (
         str(WARM_START_STEPS),
-        "stopped early, about halfway through learning them (at 40 steps it answers 7 of the "
-        "32 facts, at 50 steps 28): it answers some, and samples the right answer of others, "
-        "which GRPO can then raise",
+        "stopped early, at seed 0 about halfway through learning them (40 steps answer 7 of "
+        "the 32 facts, 45 steps 14, 50 steps 28; other seeds learn them at other steps): it "
+        "answers some, and samples the right answer of others, which GRPO can then raise",
     ),
     "warmup_steps": ("5", "about a tenth of the run"),
     "lr_schedule": ("constant", "no decay: a run stopped early was still at its peak rate"),
