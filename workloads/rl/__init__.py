@@ -11,7 +11,8 @@ model as the learner, on one Ray cluster.
 - ``config``: the run's flags (RLRunConfig), rendered by the stack's RayJob.
 - ``loop``: one learner rank's GRPO loop (rank 0 drives the engines), checkpoints, export.
 - ``launcher``: the learner as a Ray Train TorchTrainer; ``python -m workloads.rl`` runs it.
-- ``toy``: the local run's task (``park local rl``), one a random-init tiny model can learn.
+- ``toy``: the RL tests' task, one a random-init tiny model can learn;
+- ``facts_task``: ``park local rl``'s task, the dev stack's 32 facts scored by exact match.
 
 **Why no RL library.** The field's loops were read first (verl, OpenRLHF, TRL's GRPOTrainer,
 SkyRL) and their formulas are followed here (each module names its source); none is used as a
