@@ -629,11 +629,16 @@ class RayLlmProbe:
 
 def start_ray_llm_probe(config: pytest.Config) -> RayLlmProbe:
     """The probe's process on the dev config's CPU args, under direct streaming and without."""
+    from workloads.serve import app as serve_app
     from workloads.serve import validate
 
     cpu, _ = to_cpu(_dev_serve_config(), MODEL, direct_streaming=True)
     args = cpu["applications"][0]["args"]
-    with_ingress, _ = to_cpu(_dev_serve_config(), MODEL, direct_streaming=False)
+    # Ray's own builder's case: its import path, where the CPU profile sizes Ray's ingress
+    # (the rendered path is ours, workloads/serve/app.py, whose one-model app has no ingress)
+    rays = _dev_serve_config()
+    rays["applications"][0]["import_path"] = serve_app.RAYS_IMPORT_PATH
+    with_ingress, _ = to_cpu(rays, MODEL, direct_streaming=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["PYTHONPATH"] = str(Path(validate.__file__).parents[2])
