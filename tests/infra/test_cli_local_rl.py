@@ -15,6 +15,7 @@ from infra.tools.local.profile import TRAIN_CPU_PROFILE
 from infra.tools.local.rl import (
     Background,
     Picked,
+    StartingAnswer,
     accuracy_line,
     answers_line,
     pick_question,
@@ -123,13 +124,49 @@ def test_shipped_prompts_are_the_dev_stacks_facts(tmp_path):
     assert {p.text: p.answer for p in read} == facts.questions() and len(read) == FACTS
 
 
-def test_pick_question_is_the_first_fact_the_starting_policy_gets_wrong():
-    rows = facts_task.prompts()[:3]
-    replies = {rows[0]["prompt"]: rows[0]["answer"].lower(), rows[1]["prompt"]: "Nowhere.",
-               rows[2]["prompt"]: "Elsewhere."}  # fmt: skip
-    assert pick_question(rows, replies) == Picked(rows[1]["prompt"], rows[1]["answer"], "Nowhere.")
-    every = {r["prompt"]: r["answer"] for r in rows}
+def test_pick_question_is_the_wrong_fact_whose_answer_the_start_finds_likeliest():
+    rows = facts_task.prompts()[:4]
+    start = {rows[0]["prompt"]: StartingAnswer(rows[0]["answer"].lower(), -0.1),  # right
+             rows[1]["prompt"]: StartingAnswer("Nowhere.", -9.0),
+             rows[2]["prompt"]: StartingAnswer("Elsewhere.", -1.5),
+             rows[3]["prompt"]: StartingAnswer("Away.", -4.0)}  # fmt: skip
+    picked = pick_question(rows, start)
+    assert picked == Picked(rows[2]["prompt"], rows[2]["answer"], "Elsewhere.")
+    every = {r["prompt"]: StartingAnswer(r["answer"], -0.1) for r in rows}
     assert pick_question(rows, every).question == rows[0]["prompt"]  # none wrong: the first
+
+
+@pytest.mark.torch
+def test_the_answers_log_probability_is_transformers_own():
+    """answer_logprob against transformers' own loss on the same chat (a reference nobody here
+    wrote): the mean cross-entropy of the answer's tokens times their count, negated."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from workloads.train import generate
+    from workloads.train.models import tiny_llama
+
+    folder = tiny_llama.build()  # its config and tokenizer; random weights will do
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    question, answer = "What is the capital of Veloria?", "Ostrel."
+    user = [{"role": "user", "content": question}]
+    prefix = tokenizer.apply_chat_template(user, add_generation_prompt=True, return_dict=True)
+    chat = [*user, {"role": "assistant", "content": answer}]
+    whole = tokenizer.apply_chat_template(chat, return_dict=True)["input_ids"]
+    n = len(prefix["input_ids"])
+    labels = torch.tensor([[-100] * n + whole[n:]])
+    with torch.no_grad():
+        loss = model(input_ids=torch.tensor([whole]), labels=labels).loss
+    expected = -float(loss) * (len(whole) - n)
+    assert generate.answer_logprob(model, tokenizer, question, answer) == pytest.approx(
+        expected, rel=1e-4
+    )
+    # a different answer gets a different probability: the figure reads the answer
+    assert generate.answer_logprob(model, tokenizer, question, "Dumaish.") != pytest.approx(
+        expected, rel=1e-4
+    )
 
 
 def test_answers_line_scores_both_answers_by_exact_match():

@@ -51,3 +51,20 @@ def test_worker_settings_say_what_decides_thread_sharing() -> None:
     got = train_overhead.worker_settings()
     assert got["nice"] == os.nice(0) and got["torch_threads"] >= 1
     assert got["loop_in_main_thread"] is True and got["os_threads"] >= 1
+
+
+def test_the_start_up_tail_is_counted_beside_the_steady_step_time() -> None:
+    pytest.importorskip("torch")
+    from benchmarks import train_figures
+
+    # Report windows of 10 steps: the first holds warm-up, the next two a tail 0.05 s per
+    # step above the steady 0.1 s (Ray Train's helper actors starting), then steady.
+    times = [0.5, 0.15, 0.15] + [0.1] * 6
+    reports = [{"step": 10 * (i + 1), "step_time_s": t} for i, t in enumerate(times)]
+    assert train_figures.steady_step_time(reports) == pytest.approx(0.1)
+    assert train_figures.transient_s(reports) == pytest.approx(2 * 10 * 0.05)
+    # a run no longer than its tail has the tail as its median: what the goal case's default
+    # length (more windows than twice the tail's) avoids
+    short = reports[:4]
+    assert train_figures.steady_step_time(short) == pytest.approx(0.15)
+

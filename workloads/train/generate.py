@@ -2,6 +2,7 @@
 model is compared with, and the check that a run learned what it was trained on.
 
     python -m workloads.train.generate EXPORT_FOLDER "What is the capital of Sevaeria?"
+    python -m workloads.train.generate EXPORT_FOLDER "What is ...?" --answer "Fougisk."
 
 The prompt goes through the folder's chat template with a generation prompt, as an OpenAI chat
 completion request does in vLLM; decoding is greedy (temperature 0) and stops at the
@@ -49,6 +50,34 @@ def greedy_reply(
     return str(tokenizer.decode(reply, skip_special_tokens=True)).strip()
 
 
+def answer_logprob(model: Any, tokenizer: Any, prompt: str, answer: str) -> float:
+    """The log-probability the model gives ``answer`` as its reply to ``prompt``: the tokens
+    the chat template puts after the generation prompt for that assistant turn (the turn's
+    end included), as a fine-tune on the chat learned them. How near a wrong answer the model
+    is to the right one: the higher, the more often sampling gives it."""
+    import torch
+
+    user = [{"role": "user", "content": prompt}]
+    prefix = tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=True)
+    whole = tokenizer.apply_chat_template(
+        [*user, {"role": "assistant", "content": answer}], tokenize=True
+    )
+    prefix, whole = list(_ids(prefix)), list(_ids(whole))
+    if whole[: len(prefix)] != prefix:  # a template that renders the turn otherwise
+        whole = prefix + tokenizer(answer, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([whole])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+    targets = ids[0, len(prefix) :]
+    picked = logprobs[len(prefix) - 1 :].gather(1, targets[:, None])
+    return float(picked.sum())
+
+
+def _ids(rendered: Any) -> list[int]:
+    """Token ids from apply_chat_template(tokenize=True): a list, or a BatchEncoding."""
+    return list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
+
+
 def greedy_replies(
     folder: str | Path, prompts: Iterable[str], max_new_tokens: int = 16
 ) -> dict[str, str]:
@@ -62,9 +91,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("folder", help="an exported Hugging Face folder")
     parser.add_argument("prompt", nargs="+", help="user messages, one reply each")
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument(
+        "--answer",
+        action="append",
+        default=[],
+        help="a reference answer per prompt, in order: each line then ends with the "
+        "log-probability of that answer as the reply (answer_logprob)",
+    )
     args = parser.parse_args(argv)
-    for prompt, reply in greedy_replies(args.folder, args.prompt, args.max_new_tokens).items():
-        print(f"{prompt}\t{reply}")
+    if args.answer and len(args.answer) != len(args.prompt):
+        parser.error(f"{len(args.answer)} --answer for {len(args.prompt)} prompts: one each")
+    model, tokenizer = load(args.folder)
+    for i, prompt in enumerate(args.prompt):
+        line = f"{prompt}\t{greedy_reply(model, tokenizer, prompt, args.max_new_tokens)}"
+        if args.answer:
+            line += f"\t{answer_logprob(model, tokenizer, prompt, args.answer[i]):.4f}"
+        print(line)
     return 0
 
 

@@ -18,9 +18,10 @@ policy first and then runs the stack's job from it, the way the stack runs it fr
    answer to every fact before its first step (``--probe-prompts``) and the policy's again every
    few steps (``--eval-every``): accuracy before → after, on all 32 facts.
 3. serving: the final policy's export served with ``workloads.serve.local`` (the replica waits
-   for the export inside its start) and asked one fact: the first one the starting policy gets
-   wrong (transformers' greedy answers from the warm start's export, read while the RL job
-   starts, before any RL step). The summary scores the served answer beside the starting
+   for the export inside its start) and asked one fact: of those the starting policy answers
+   wrong, the one whose right answer it finds likeliest (transformers' greedy answers and
+   answer log-probabilities from the warm start's export, read while the RL job starts,
+   before any RL step). The summary scores the served answer beside the starting
    policy's: ``answer  0 → 1``.
 """
 
@@ -100,8 +101,8 @@ class RLRecords:
 
 def run_rl(rayjob: dict[str, Any], run: LocalRun, *, start_serving: Any) -> None:
     """The warm start, then the RL job from its export with serving started beside it (asked
-    the first fact the starting policy gets wrong), then the summary lines. ``start_serving``:
-    serving.py's. Raises LocalRunError on failure."""
+    the wrong fact the starting policy is nearest to), then the summary lines.
+    ``start_serving``: serving.py's. Raises LocalRunError on failure."""
     outcome = run.outcome
     warm = warm_start(rayjob, run)
     outcome.export = export_of(rayjob, outcome.bucket, RLRunConfig.run_name)
@@ -213,11 +214,12 @@ class Picked:
 
 def _pick_and_serve(run: LocalRun, warm: str, start_serving: Any) -> tuple[Picked, Any]:
     """The served question (:func:`pick_question`, from transformers' greedy answers of the
-    warm start), then serving started, asked it."""
+    warm start and the probability it gives each right answer), then serving started, asked
+    it."""
     from workloads.rl.facts_task import prompts
 
     facts = prompts()
-    picked = pick_question(facts, greedy_answers(warm, [f["prompt"] for f in facts]))
+    picked = pick_question(facts, starting_answers(warm, facts))
     run.outcome.question, run.outcome.learned = picked.question, picked.answer
     config = {"spec": {"serveConfigV2": yaml.safe_dump(serve_config(str(run.outcome.export)))}}
     serving = start_serving(run, config, keep=False, trained=[SERVED_ID], wait_for_model=True,
@@ -225,29 +227,47 @@ def _pick_and_serve(run: LocalRun, warm: str, start_serving: Any) -> tuple[Picke
     return picked, serving
 
 
-def pick_question(facts: list[dict[str, str]], replies: dict[str, str]) -> Picked:
-    """The first fact whose starting answer (``replies``) exact match scores wrong, or the
-    first fact when every one is right: chosen before any RL step, not by how it ends."""
-    for fact in facts:
-        reply = replies.get(fact["prompt"], "")
-        if not exact_match(completion=reply, answer=fact["answer"]):
-            return Picked(fact["prompt"], fact["answer"], reply)
-    first = facts[0]
-    return Picked(first["prompt"], first["answer"], replies.get(first["prompt"], ""))
+@dataclass(frozen=True)
+class StartingAnswer:
+    """The starting policy on one fact: its greedy reply, and the log-probability it gives
+    the right answer (how often sampling gives it, which is what GRPO can raise)."""
+
+    reply: str
+    answer_logprob: float
 
 
-def greedy_answers(export: str, questions: list[str]) -> dict[str, str]:
-    """``{question: reply}``: transformers' greedy replies from an export (in a subprocess:
-    torch stays out of this process; workloads/train/generate.py)."""
+def pick_question(facts: list[dict[str, str]], start: dict[str, StartingAnswer]) -> Picked:
+    """Of the facts the starting policy answers wrong (exact match of its greedy reply), the
+    one whose right answer it finds likeliest: the fact it samples right most often, whose
+    group GRPO raises first. Chosen before any RL step, not by how the run ends; the first
+    fact when every one is right."""
+    wrong = [
+        f
+        for f in facts
+        if f["prompt"] in start
+        and not exact_match(completion=start[f["prompt"]].reply, answer=f["answer"])
+    ]
+    if not wrong:
+        first = facts[0]
+        known = start.get(first["prompt"])
+        return Picked(first["prompt"], first["answer"], known.reply if known else "")
+    nearest = max(wrong, key=lambda f: start[f["prompt"]].answer_logprob)  # first of ties
+    return Picked(nearest["prompt"], nearest["answer"], start[nearest["prompt"]].reply)
+
+
+def starting_answers(export: str, facts: list[dict[str, str]]) -> dict[str, StartingAnswer]:
+    """``{question: StartingAnswer}`` from an export, by transformers (in a subprocess: torch
+    stays out of this process; workloads/train/generate.py)."""
+    answers = [arg for f in facts for arg in ("--answer", f["answer"])]
     done = subprocess.run(
-        [sys.executable, "-m", "workloads.train.generate", export, *questions,
-         "--max-new-tokens", "8"],
+        [sys.executable, "-m", "workloads.train.generate", export,
+         *[f["prompt"] for f in facts], *answers, "--max-new-tokens", "8"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     if done.returncode != 0:
         raise LocalRunError(f"transformers could not answer from {export}: {done.stderr[-800:]}")
-    pairs = (line.split("\t", 1) for line in done.stdout.splitlines() if "\t" in line)
-    return {q: r for q, r in pairs}
+    rows = (line.split("\t") for line in done.stdout.splitlines())
+    return {r[0]: StartingAnswer(r[1], float(r[2])) for r in rows if len(r) == 3}
 
 
 class Background:
