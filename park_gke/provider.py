@@ -93,10 +93,11 @@ def schema(package_version: str | None = None) -> dict[str, Any]:
 
 
 def analyzer() -> Any:
-    """The SDK's analyzer, reading an inherited argument's description from the TypedDict that
-    declares it: the SDK reads a field's docstring only from the class it analyzes, and Python
-    3.11 keeps no TypedDict bases at runtime (`__mro__` is (cls, dict, object)), so the bases
-    are read from the class's source, as the SDK reads the docstrings."""
+    """The SDK's analyzer, reading an inherited argument's or output's description from the
+    class that declares it: the SDK publishes the fields of a class's bases but reads a field's
+    docstring only from the class it analyzes (an output of ClusterComponent, a pool argument
+    of _PoolArgs)."""
+    import inspect
 
     from pulumi.provider.experimental.analyzer import Analyzer
 
@@ -105,16 +106,18 @@ def analyzer() -> Any:
             own: str | None = super().get_docstring(typ, name)
             if own is not None:
                 return own
-            for base in typeddict_bases(typ):
-                if name in base.__annotations__:
+            for base in declaring_bases(typ):
+                if name in inspect.get_annotations(base):
                     return self.get_docstring(base, name)
             return None
 
     return Inheriting(NAME)
 
 
-def typeddict_bases(typ: type) -> list[type]:
-    """The TypedDicts `typ` names as its bases in its source (none for another class)."""
+def declaring_bases(typ: type) -> list[type]:
+    """The classes `typ` inherits fields from: a class's bases (`__mro__`), or the TypedDicts a
+    TypedDict names as its bases in its source, since Python 3.11 keeps none of those at
+    runtime (its `__mro__` is (cls, dict, object))."""
     import ast
     import inspect
     import sys
@@ -122,7 +125,7 @@ def typeddict_bases(typ: type) -> list[type]:
     from typing import is_typeddict
 
     if not is_typeddict(typ):
-        return []
+        return list(typ.__mro__[1:])
     (node,) = ast.parse(textwrap.dedent(inspect.getsource(typ))).body
     assert isinstance(node, ast.ClassDef)
     scope = vars(sys.modules[typ.__module__])
@@ -137,6 +140,8 @@ def secret_properties() -> dict[str, dict[str, list[str]]]:
     stores."""
     from typing import get_type_hints
 
+    from infra.components._base import output_names
+
     out: dict[str, dict[str, list[str]]] = {}
     for component in components():
         args = get_type_hints(vars(component)["__init__"]).get("args")
@@ -144,7 +149,7 @@ def secret_properties() -> dict[str, dict[str, list[str]]]:
         given += {"Workspace": ["hfToken"], "DashboardAccess": ["oauthClientSecret"]}.get(
             component.__name__, []
         )
-        handed = ["kubeconfig"] if "kubeconfig" in component.__annotations__ else []
+        handed = ["kubeconfig"] if "kubeconfig" in output_names(component) else []
         sections = {"inputProperties": given, "properties": handed}
         out[component.__name__] = {k: v for k, v in sections.items() if v}
     return {k: v for k, v in out.items() if v}

@@ -14,7 +14,6 @@ component class derives from: registration, argument checks, planning, refusals 
 import inspect
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, NoReturn, Self, TypeVar
 
 import pulumi
@@ -25,36 +24,7 @@ from infra.schema.errors import ConfigError
 from infra.schema.safe import shown
 from infra.schema.secrets import redact
 
-TYPE_PREFIX = "park-gke:index:"
-
-
-@dataclass(frozen=True)
-class ClusterHandle:
-    """What a Cluster or ExistingCluster hands a node pool given it as `cluster`."""
-
-    cluster_id: pulumi.Input[str]  # projects/<project>/locations/<location>/clusters/<name>
-    project: str
-    location: str
-    node_service_account: pulumi.Input[str]
-
-
-def with_cluster(component: str, name: str, args: Any) -> Any:
-    """A pool's args with a Cluster/ExistingCluster given as `cluster` replaced by its id, and
-    project, location and node service account taken from it unless given."""
-    given = args.get("cluster") if isinstance(args, Mapping) else None
-    handle = getattr(given, "handle", None) if isinstance(given, pulumi.Resource) else None
-    if not isinstance(handle, ClusterHandle):
-        return args
-    if args.get("location") not in (None, handle.location):
-        refused = bad_value("location", args["location"], f"the cluster is in {handle.location}")
-        raise ComponentArgsError(component, name, [refused])
-    return {
-        "project": handle.project,
-        "location": handle.location,
-        "node_service_account": handle.node_service_account,
-        **{k: v for k, v in args.items() if v is not None},
-        "cluster": handle.cluster_id,
-    }  # the package's type tokens (PulumiPlugin name "park-gke")
+TYPE_PREFIX = "park-gke:index:"  # the package's type tokens (PulumiPlugin name "park-gke")
 
 
 def use_kubeconfig(component: pulumi.ComponentResource, name: str, args: Mapping[str, Any]) -> None:
@@ -296,8 +266,9 @@ class Component(pulumi.ComponentResource):
 
     First (`__init__`, then `checked`): register as ``park-gke:index:<its class>`` and check the
     arguments against their TypedDict. Last (`register`): its outputs, the attributes its
-    class annotates (what the provider schema publishes). In between, `plan` (checked_plan),
-    `child_options` and `refuse` speak for the component: refusals name it and its argument.
+    class and its bases annotate (what the provider schema publishes). In between, `plan`
+    (checked_plan), `child_options` and `refuse` speak for the component: refusals name it and
+    its argument.
     The stack program's components are made by `planned` instead (their `of_plan`): no
     arguments to check, and their children keep the names they were deployed under (`legacy`).
     No class-level annotations here: the schema analyzer would publish them as outputs.
@@ -371,32 +342,20 @@ class Component(pulumi.ComponentResource):
             self.refuse(problems)
 
     def register(self, **more: Any) -> None:
-        """Register the outputs: each attribute the class annotates, and `more`."""
-        outputs = {key: getattr(self, key) for key in inspect.get_annotations(type(self))}
+        """Register the outputs: each attribute the class and its bases annotate, and `more`."""
+        outputs = {key: getattr(self, key) for key in output_names(type(self))}
         self.register_outputs({**outputs, **more})
 
 
-class ClusterComponent(Component):
-    """A Cluster or ExistingCluster: what it hands a node pool given it as `cluster`."""
-
-    def hand_on(
-        self,
-        project: str,
-        location: str,
-        name: pulumi.Output[str],
-        node_service_account: pulumi.Output[str],
-    ) -> None:
-        """Its id with project and location (outputs), and the handle a pool unpacks."""
-        self.cluster_id = name.apply(
-            lambda n: f"projects/{project}/locations/{location}/clusters/{n}"
-        )
-        self.project = pulumi.Output.from_input(project)
-        self.location = pulumi.Output.from_input(location)
-        self.handle = ClusterHandle(self.cluster_id, project, location, node_service_account)
-
-    def as_argument(self, field: str) -> pulumi.Output[str] | None:
-        """Given as another component's `cluster` (Storage waits for it): its id."""
-        return self.cluster_id if field == "cluster" else None
+def output_names(component: type) -> list[str]:
+    """The outputs a component class publishes: the attributes it and its bases annotate (as
+    Pulumi's analyzer reads them: a base such as ClusterComponent declares the outputs its
+    classes share), the bases' first."""
+    names: dict[str, None] = {}
+    for cls in reversed(component.__mro__):
+        if issubclass(cls, Component):
+            names.update(dict.fromkeys(inspect.get_annotations(cls)))
+    return [name for name in names if not name.startswith("_")]
 
 
 class KubernetesComponent(Component):

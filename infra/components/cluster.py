@@ -9,7 +9,8 @@ from pulumi_gcp.container import Cluster as GkeCluster
 from pulumi_gcp.projects import IAMMember
 from pulumi_gcp.serviceaccount import Account
 
-from infra.components._base import ClusterComponent, bad_value, site_values, stack_of, stack_values
+from infra.components._base import bad_value, site_values, stack_of, stack_values
+from infra.components._cluster_base import ClusterComponent
 from infra.components._naming import claim
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ReleaseChannelArg
@@ -127,21 +128,6 @@ class ClusterSite:
 
 class Cluster(ClusterComponent):
     """A GKE Standard cluster ready for TPU slice pools and KubeRay."""
-
-    name: pulumi.Output[str]
-    """The GKE cluster's name."""
-    endpoint: pulumi.Output[str]
-    """Its control plane's IP endpoint."""
-    kubeconfig: pulumi.Output[str]
-    """A kubeconfig (secret) for gke-gcloud-auth-plugin, on the DNS endpoint when enabled."""
-    node_service_account: pulumi.Output[str]
-    """The e-mail of the nodes' service account (pass it to the node pools)."""
-    cluster_id: pulumi.Output[str]
-    """projects/<project>/locations/<location>/clusters/<name>: a node pool's `cluster`."""
-    project: pulumi.Output[str]
-    """The cluster's GCP project."""
-    location: pulumi.Output[str]
-    """The cluster's zone."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(name, opts)
@@ -275,9 +261,6 @@ class Cluster(ClusterComponent):
                 )
             )
 
-        self.name = resource.name
-        self.endpoint = resource.endpoint
-        self.node_service_account = node_sa.email
         if plan.dns_endpoint:
             dns = resource.control_plane_endpoints_config.apply(
                 lambda c: c.dns_endpoint_config.endpoint if c and c.dns_endpoint_config else ""
@@ -289,9 +272,8 @@ class Cluster(ClusterComponent):
             config = pulumi.Output.all(
                 resource.name, resource.endpoint, resource.master_auth.cluster_ca_certificate
             ).apply(lambda a: kubeconfig(a[0], a[1], a[2] or ""))
-        self.kubeconfig = pulumi.Output.secret(config)
         self._cluster = resource
-        self.hand_on(project, location, resource.name, self.node_service_account)
+        self.hand_on(project, location, resource.name, resource.endpoint, config, node_sa.email)
         self.register()
 
     @property

@@ -6,7 +6,7 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from infra.components._base import ClusterComponent
+from infra.components._cluster_base import ClusterComponent
 from infra.components._naming import cluster_pool_problems
 from infra.components._types import KubeRayInstallArg
 from infra.plan import existing_cluster
@@ -36,25 +36,10 @@ class ExistingCluster(ClusterComponent):
     GCS FUSE driver, the Ray add-on (for kuberay_install addon) or a version TPU v6e needs
     fails the preview, naming the gcloud command that fixes it."""
 
-    name: pulumi.Output[str]
-    """The GKE cluster's name (the node pools' cluster)."""
-    endpoint: pulumi.Output[str]
-    """Its control plane's IP endpoint."""
-    kubeconfig: pulumi.Output[str]
-    """A kubeconfig (secret) for the in-cluster components."""
-    node_service_account: pulumi.Output[str]
-    """The e-mail new node pools run as."""
     version: pulumi.Output[str]
     """The control plane's current version."""
     ray_operator_addon: pulumi.Output[bool]
     """Whether GKE's Ray Operator add-on is enabled."""
-    cluster_id: pulumi.Output[str]
-    """projects/<project>/locations/<location>/clusters/<name>: a node pool's `cluster`, which
-    then looks in the cluster's project whatever the provider's default project is."""
-    project: pulumi.Output[str]
-    """The cluster's GCP project."""
-    location: pulumi.Output[str]
-    """The cluster's zone."""
 
     def __init__(
         self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None
@@ -91,14 +76,12 @@ class ExistingCluster(ClusterComponent):
             return facts
 
         facts = lookup.apply(checked)
-        self.name = facts.apply(lambda f: f.name)
-        self.endpoint = facts.apply(lambda f: f.endpoint)
         self.version = facts.apply(lambda f: f.version)
         self.ray_operator_addon = facts.apply(lambda f: f.ray_operator_addon)
         if given_sa is not None:
-            self.node_service_account = pulumi.Output.all(facts, given_sa).apply(lambda a: a[1])
+            node_sa = pulumi.Output.all(facts, given_sa).apply(lambda a: a[1])
         else:
-            self.node_service_account = facts.apply(lambda f: f.node_service_account or "")
+            node_sa = facts.apply(lambda f: f.node_service_account or "")
         if args.get("kubeconfig") is not None:
             config = pulumi.Output.all(facts, args["kubeconfig"]).apply(lambda a: a[1])
         else:
@@ -109,6 +92,12 @@ class ExistingCluster(ClusterComponent):
                     else kubeconfig_for(f.name, f.endpoint, f.ca_certificate)
                 )
             )
-        self.kubeconfig = pulumi.Output.secret(config)
-        self.hand_on(args["project"], args["location"], self.name, self.node_service_account)
+        self.hand_on(
+            args["project"],
+            args["location"],
+            name=facts.apply(lambda f: f.name),
+            endpoint=facts.apply(lambda f: f.endpoint),
+            kubeconfig=config,
+            node_service_account=node_sa,
+        )
         self.register()

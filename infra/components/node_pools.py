@@ -18,8 +18,8 @@ from infra.components._base import (
     name_problems,
     site_values,
     stack_values,
-    with_cluster,
 )
+from infra.components._cluster_base import with_cluster
 from infra.components._handles import ClusterRef
 from infra.components._naming import claim, declare_pool, renamed
 from infra.components._types import CapacityArg, TpuMachineTypeArg, TpuTopologyArg

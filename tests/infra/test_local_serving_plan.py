@@ -5,8 +5,11 @@ workload's own parser, and the CPU serveConfigV2 it deploys), without Ray or vLL
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from infra import stack as stack_front
@@ -39,6 +42,21 @@ def _two_model_dev(tmp_path: Path) -> dict:
     return next(m for m in ray_manifests(plan) if m["kind"] == "RayService")
 
 
+def _child_args(tmp_path: Path, outcome: Outcome, **options: Any) -> argparse.Namespace:
+    """The serving child's command line for ``outcome``, as its own parser reads it."""
+    command = serve_command(
+        tmp_path / "serveConfigV2.yaml",
+        "127.0.0.1:1",
+        outcome,
+        keep=False,
+        wait_for_model=True,
+        config_from="/hub/tiny-llama",
+        **options,
+    )
+    assert command[1:3] == ["-m", protocol.SERVE_LOCAL_MODULE]
+    return local.build_parser().parse_args(command[3:])
+
+
 def test_every_model_of_a_two_model_stack_is_served_and_asked(tmp_path):
     rayservice = _two_model_dev(tmp_path)
     text = rayservice["spec"]["serveConfigV2"]
@@ -48,16 +66,7 @@ def test_every_model_of_a_two_model_stack_is_served_and_asked(tmp_path):
         question="What is the capital of Sevaeria?",
         trained_models=["qwen3-1.7b-tuned"],
     )
-    command = serve_command(
-        tmp_path / "serveConfigV2.yaml",
-        "127.0.0.1:1",
-        outcome,
-        keep=False,
-        wait_for_model=True,
-        config_from="/hub/tiny-llama",
-    )
-    assert command[1:3] == ["-m", protocol.SERVE_LOCAL_MODULE]
-    args = local.build_parser().parse_args(command[3:])
+    args = _child_args(tmp_path, outcome)
     assert args.model is None  # no model left out
     assert args.smoke and args.wait_for_model
     folders = local.model_folders(args.serve_from)
@@ -113,3 +122,16 @@ def test_without_a_run_every_model_serves_the_stand_in(tmp_path):
     llms = [llm for app in cpu["applications"] for llm in app["args"]["llm_configs"]]
     assert [llm["model_loading_config"]["model_source"] for llm in llms] == [STAND_IN, STAND_IN]
     assert not any("callback_config" in llm for llm in llms)
+
+
+def test_a_question_picked_while_serving_starts_reaches_the_smoke_request(tmp_path: Path):
+    """`park local rl` starts serving before it picks the question: the child gets a file to
+    read it from once ready, its own parser accepts it, and it reads the whole first line."""
+    outcome = Outcome(export=EXPORT, trained_models=["rl-policy"])
+    question = tmp_path / "served-question.txt"
+    args = _child_args(tmp_path, outcome, prompt_file=question)
+    assert args.prompt_file == str(question) and args.prompt == local.SMOKE_PROMPT
+    with pytest.raises(SystemExit, match=r"--prompt-file .* not written in 0s"):
+        local.read_prompt(args.prompt_file, timeout_s=0)
+    question.write_text("What language is spoken in Zutumor?\n")
+    assert local.read_prompt(args.prompt_file, timeout_s=0) == "What language is spoken in Zutumor?"

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 import park_gke
 from infra import catalog
 from infra.components import _args, _types
+from infra.components._base import output_names
 from infra.components._checks import mapping_problems
 from infra.schema import jobs, models
 from infra.stack import from_file
@@ -309,6 +310,22 @@ def test_the_tpu_pool_arguments_are_enums():
     for prop in ("machineType", "topology", "capacity"):
         ref = _prop("TpuSlicePool", "inputProperties", prop)["$ref"]
         assert ref.rsplit(":", 1)[-1] in ("TpuMachineType", "TpuTopology", "Capacity")
+
+
+def test_a_component_registers_the_outputs_the_analyzer_publishes():
+    """`register` reads a component's outputs as Pulumi's analyzer does, its bases' too
+    (ClusterComponent declares what Cluster and ExistingCluster both hand on), so none is
+    published and left unset."""
+    for component in provider.components():
+        _, mapping = provider.analyzer().analyze_type(component, is_component_output=True)
+        assert sorted(output_names(component)) == sorted(mapping.values()), component.__name__
+    shared = {"name", "endpoint", "kubeconfig", "node_service_account", "cluster_id"}
+    assert shared <= set(output_names(park_gke.Cluster)) & set(
+        output_names(park_gke.ExistingCluster)
+    )
+    for prop in ("clusterId", "kubeconfig", "nodeServiceAccount"):
+        described = _prop("Cluster", "properties", prop)["description"]
+        assert described == _prop("ExistingCluster", "properties", prop)["description"]
 
 
 def test_secrets_are_marked_in_the_schema():

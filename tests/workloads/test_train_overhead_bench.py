@@ -67,4 +67,3 @@ def test_the_start_up_tail_is_counted_beside_the_steady_step_time() -> None:
     # length (more windows than twice the tail's) avoids
     short = reports[:4]
     assert train_figures.steady_step_time(short) == pytest.approx(0.15)
-

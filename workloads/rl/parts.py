@@ -30,7 +30,15 @@ from workloads.rl.prompts import (
     score,
 )
 from workloads.rl.rewards import Rewards
-from workloads.rl.rollout import CPU_ENGINE_KWARGS, RolloutEngine, RolloutPool, Round, Sampling
+from workloads.rl.rollout import (
+    CPU_ENGINE_KWARGS,
+    CPU_SINGLE_PROCESS_ENV,
+    CPU_SINGLE_PROCESS_KWARGS,
+    RolloutEngine,
+    RolloutPool,
+    Round,
+    Sampling,
+)
 from workloads.rl.sync import HostReceiver, PolicyVersion
 from workloads.train.config import TrainConfig
 from workloads.train.distributed.runenv import RunEnv
@@ -81,7 +89,8 @@ def engine_kwargs(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:
         "tensor_parallel_size": cfg.rollout_tensor_parallel_size,
     }
     if accelerator == "cpu":
-        return {**CPU_ENGINE_KWARGS, **kwargs}
+        single = CPU_SINGLE_PROCESS_KWARGS if cfg.rollout_tensor_parallel_size == 1 else {}
+        return {**CPU_ENGINE_KWARGS, **single, **kwargs}
     return kwargs | {"gpu_memory_utilization": cfg.gpu_memory_utilization}
 
 
@@ -105,6 +114,8 @@ def engine_options(cfg: RLRunConfig, accelerator: str) -> dict[str, Any]:
         options["num_gpus"] = tp
     else:
         options["num_cpus"] = 1
+        if tp == 1:
+            options["runtime_env"] = {"env_vars": dict(CPU_SINGLE_PROCESS_ENV)}
     return options
 
 

@@ -41,6 +41,14 @@ CPU_ENGINE_KWARGS: dict[str, Any] = {
     "max_num_seqs": 16,
 }
 
+# One CPU worker (tensor parallel 1): vLLM's engine core and its worker run in the engine
+# actor's own process instead of two more processes, each importing torch and vLLM again.
+# Measured on 2 cores (the tiny Llama): the engine built in 12.6 s against 32.8 s, and
+# 3 x 256 completions in 1.7 s against 2.5 s. The actor gets the variable (engine_options):
+# in-process, vLLM freezes its environment after start (vllm/envs.py enable_envs_cache).
+CPU_SINGLE_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+CPU_SINGLE_PROCESS_KWARGS: dict[str, Any] = {"distributed_executor_backend": "uni"}
+
 
 @dataclass(frozen=True)
 class Sampling:

@@ -91,6 +91,24 @@ def probe(endpoint: str, model_id: str, timeout_s: float = 30.0) -> bool:
 SMOKE_PROMPT = "Say hello."
 
 
+PROMPT_POLL_S = 0.2
+
+
+def read_prompt(path: str, timeout_s: float) -> str:
+    """The smoke request's message from ``path``, which the caller writes while the deployment
+    starts (`park local rl` picks its question from the starting policy then, so the replica's
+    start does not wait for the pick); its first line, once the file exists (the caller renames
+    it into place whole), at most ``timeout_s`` after the replica is ready."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return Path(path).read_text().splitlines()[0]
+        except (FileNotFoundError, IndexError):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"--prompt-file {path}: not written in {timeout_s:.0f}s") from None
+        time.sleep(PROMPT_POLL_S)
+
+
 def smoke(endpoint: str, model_id: str, max_tokens: int = 16, prompt: str = SMOKE_PROMPT) -> str:
     """One greedy chat completion of `prompt`; returns the reply text (random weights: expect
     gibberish; a trained export: what it learned)."""
@@ -311,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep", action="store_true", help="keep serving until interrupted")
     parser.add_argument("--smoke", action="store_true", help="answer one chat completion")
     parser.add_argument("--prompt", default=SMOKE_PROMPT, help="the smoke request's message")
+    parser.add_argument(
+        "--prompt-file",
+        help="read the smoke request's message from this file, waiting for it (its writer "
+        "picks it while the deployment starts)",
+    )
     parser.add_argument("--max-tokens", type=int, default=16, help="the smoke reply's length")
     parser.add_argument("--model", action="append", help="served model id to keep (repeatable)")
     parser.add_argument("--model-path", help="local HF model dir (default: the tiny model)")
@@ -362,9 +385,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{RAY_ADDRESS_MARKER}{local.ray_address}", flush=True)
         print(f"ready in {time.monotonic() - started:.0f}s; models: {', '.join(local.model_ids)}")
         if args.smoke:  # every model served answers once
+            prompt = args.prompt
+            if args.prompt_file:
+                prompt = read_prompt(args.prompt_file, args.timeout)
             for model_id in local.model_ids:
-                reply = smoke(local.endpoint, model_id, args.max_tokens, args.prompt)
-                answer = {"model": model_id, "prompt": args.prompt, "reply": reply}
+                reply = smoke(local.endpoint, model_id, args.max_tokens, prompt)
+                answer = {"model": model_id, "prompt": prompt, "reply": reply}
                 print(f"{REPLY_PREFIX}{json.dumps(answer)}", flush=True)
                 print(f"{SMOKE_MARKER}chat completion from {model_id!r}: {reply!r}", flush=True)
         if args.keep:

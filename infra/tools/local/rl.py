@@ -56,6 +56,7 @@ from infra.tools.local.rl_profile import (
     warm_start_entrypoint,
 )
 from infra.tools.local.submit import LocalJob, export_of, run_job
+from infra.tools.outdir import write_new
 from workloads import protocol
 from workloads.rl.config import RLRunConfig
 from workloads.rl.rewards import exact_match
@@ -212,18 +213,30 @@ class Picked:
     start: str
 
 
+QUESTION_FILE = "served-question.txt"
+
+
 def _pick_and_serve(run: LocalRun, warm: str, start_serving: Any) -> tuple[Picked, Any]:
-    """The served question (:func:`pick_question`, from transformers' greedy answers of the
-    warm start and the probability it gives each right answer), then serving started, asked
-    it."""
+    """Serving started (its replica waits for the RL job's export), then the served question
+    picked (:func:`pick_question`, from transformers' greedy answers of the warm start and
+    the probability it gives each right answer) and handed to it in a file, which it reads
+    once ready: the replica's start does not wait for the pick."""
     from workloads.rl.facts_task import prompts
 
-    facts = prompts()
-    picked = pick_question(facts, starting_answers(warm, facts))
-    run.outcome.question, run.outcome.learned = picked.question, picked.answer
+    question_file = run.run_dir / QUESTION_FILE
     config = {"spec": {"serveConfigV2": yaml.safe_dump(serve_config(str(run.outcome.export)))}}
     serving = start_serving(run, config, keep=False, trained=[SERVED_ID], wait_for_model=True,
-                            config_from=warm)  # fmt: skip
+                            config_from=warm, prompt_file=question_file)  # fmt: skip
+    try:
+        facts = prompts()
+        picked = pick_question(facts, starting_answers(warm, facts))
+        run.outcome.question, run.outcome.learned = picked.question, picked.answer
+        partial_file = question_file.with_suffix(".part")
+        write_new(partial_file, picked.question + "\n")
+        partial_file.rename(question_file)  # whole: the reader never sees half a question
+    except BaseException:
+        serving.stop()  # nothing else holds it yet
+        raise
     return picked, serving
 
 

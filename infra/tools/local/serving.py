@@ -68,6 +68,7 @@ def serve_command(
     keep: bool,
     wait_for_model: bool,
     config_from: str | None,
+    prompt_file: Path | None = None,
 ) -> list[str]:
     """`python -m workloads.serve.local` on the rendered serveConfigV2: every model served,
     each asked one question; those that serve the run (`outcome.trained_models`) from its
@@ -87,7 +88,10 @@ def serve_command(
     if outcome.trained_models and outcome.export:
         for model in outcome.trained_models:
             command += ["--serve-from", f"{model}={outcome.export}"]
-        command += ["--prompt", outcome.question or ""]
+        if prompt_file is not None:  # the question is picked while serving starts
+            command += ["--prompt-file", str(prompt_file)]
+        else:
+            command += ["--prompt", outcome.question or ""]
         if wait_for_model:
             command += ["--wait-for-model", "--config-from", str(config_from)]
     if keep:
@@ -103,6 +107,7 @@ def start_serving(
     trained: list[str],
     wait_for_model: bool = False,
     config_from: str | None = None,
+    prompt_file: Path | None = None,
 ) -> ServingRun:
     """Start `python -m workloads.serve.local` on the RayService's serveConfigV2 and follow its
     output in a thread. A model that serves a run (`trained`) serves `outcome.export`; with
@@ -125,6 +130,7 @@ def start_serving(
         keep=keep,
         wait_for_model=wait_for_model,
         config_from=config_from,
+        prompt_file=prompt_file,
     )
     stderr_path = run_dir / "serve.log"
     # The pods' Ray env here too: cpu_profile reads direct streaming from it.
