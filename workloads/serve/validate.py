@@ -27,10 +27,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from workloads.serve import app as serve_app
+
+# Builders taking LLMServingArgs: Ray's (as an import path or a dotted name), and ours over it
+# on the same args (workloads/serve/app.py).
 LLM_BUILDERS = {
-    "ray.serve.llm:build_openai_app",
-    "ray.serve.llm.build_openai_app",
-    "workloads.serve.app:build_app",  # ours, over Ray's, on the same args (workloads/serve/app.py)
+    serve_app.RAYS_IMPORT_PATH,
+    serve_app.RAYS_IMPORT_PATH.replace(":", "."),
+    serve_app.IMPORT_PATH,
 }
 
 
