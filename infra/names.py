@@ -91,6 +91,12 @@ SERVICE_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")  # 6-30 chars
 RFC1035_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")  # networks, routers (Compute)
 
 
+def service_account_member(email: str) -> str:
+    """A service account (or a Workload Identity principal) as IAM bindings name a member: the
+    components bind it, the local bucket's gate (infra/tools/local/bucket.py) matches it."""
+    return f"serviceAccount:{email}"
+
+
 @dataclass(frozen=True)
 class StackNames:
     """The project-scoped names of one stack, derived once (infra.resolve)."""
@@ -125,7 +131,7 @@ class StackNames:
     @property
     def workload_identity_member(self) -> str:
         """The Ray pods' Workload Identity principal: project pool, namespace, KSA."""
-        return f"serviceAccount:{self.workload_pool}[{self.namespace}/{self.workload_ksa}]"
+        return service_account_member(f"{self.workload_pool}[{self.namespace}/{self.workload_ksa}]")
 
 
 def _metric_id(text: str) -> str:

@@ -8,6 +8,7 @@ provider/schema.json (`python -m park_gke.provider > provider/schema.json`).
 from __future__ import annotations
 
 import json
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -76,20 +77,28 @@ def __getattr__(name: str) -> Any:
 
 def schema(package_version: str | None = None) -> dict[str, Any]:
     """The package schema, as the SDK's analyzer infers it, with what it leaves out filled in:
-    inherited arguments' descriptions (analyzer), secrets and enum member descriptions."""
+    inherited arguments' descriptions (analyzer), secrets and enum member descriptions. A new
+    dict each call, from one analysis per process and version."""
+    return dict(json.loads(_schema_text(package_version or version())))
+
+
+@cache
+def _schema_text(package_version: str) -> str:
+    """The schema as JSON text: the analyzer reads every component's source (a second of CPU),
+    and the components do not change while a process runs."""
     from pulumi.provider.experimental.schema import generate_schema
 
     analyzed = analyzer().analyze(components())
     spec = generate_schema(
         NAME,
-        package_version or version(),
+        package_version,
         None,
         analyzed["component_definitions"],
         analyzed["type_definitions"],
         sorted(analyzed["dependencies"], key=lambda d: f"{d.name}{d.version}"),
     )
     marked = mark_secrets(spec.to_json(), secret_properties())
-    return describe_enum_members(require(marked, required_everywhere()))
+    return json.dumps(describe_enum_members(require(marked, required_everywhere())))
 
 
 def analyzer() -> Any:

@@ -14,6 +14,7 @@ from infra.components._cluster_base import ClusterComponent
 from infra.components._naming import claim
 from infra.components._posture import ACKNOWLEDGE_FIELD
 from infra.components._types import ReleaseChannelArg
+from infra.names import service_account_member
 from infra.plan.cluster import ClusterPlan, cluster, kubeconfig, webhook_firewall
 
 
@@ -216,7 +217,7 @@ class Cluster(ClusterComponent):
             display_name=f"GKE nodes of {plan.name} (park-gke)",
             opts=child,
         )
-        member = node_sa.email.apply(lambda email: f"serviceAccount:{email}")
+        member = node_sa.email.apply(service_account_member)
         for role in plan.node_roles:
             IAMMember(
                 f"{name}-nodes-{role.split('/')[1].replace('.', '-')}",

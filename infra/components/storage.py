@@ -11,6 +11,7 @@ from pulumi_gcp.storage import Bucket, BucketIAMMember
 from infra.components._base import Component, site_values, stack_of, stack_values
 from infra.components._handles import ClusterRef
 from infra.components._naming import claim
+from infra.names import service_account_member
 from infra.plan.storage import (
     REGISTRY_READER_ROLE,
     WORKLOAD_IDENTITY_ROLE,
@@ -134,14 +135,12 @@ class Storage(Component):
             repository=repository,
             location=plan.registry["location"],
             role=REGISTRY_READER_ROLE,
-            member=pulumi.Output.from_input(node_service_account).apply(
-                lambda e: f"serviceAccount:{e}"
-            ),
+            member=pulumi.Output.from_input(node_service_account).apply(service_account_member),
             opts=child,
         )
         self.registry_ready.append(nodes_read)
         gsa = Account(f"{name}-workload", project=project, **plan.workload_account, opts=child)
-        member = gsa.email.apply(lambda e: f"serviceAccount:{e}")
+        member = gsa.email.apply(service_account_member)
         for role in plan.bucket_roles:
             BucketIAMMember(
                 f"{name}-workload-{role.split('.')[-1]}",

@@ -137,19 +137,38 @@ def _without_instance(error: Any) -> str:
 
 
 def _validate_core(name: str, manifest: dict[str, Any], kubernetes: str) -> list[ManifestProblem]:
-    import kubernetes_validate
+    api_version, kind = manifest.get("apiVersion"), manifest.get("kind")
+    validator = _core_validator(str(api_version), str(kind), kubernetes)
+    if validator is None:
+        return [ManifestProblem(name, "", f"no schema for {api_version} {kind}")]
+    error = next(iter(validator.iter_errors(manifest)), None)  # the first, as validate() raises
+    return [] if error is None else [ManifestProblem(name, _format_path(error.path), error.message)]
 
+
+@cache
+def _core_validator(api_version: str, kind: str, kubernetes: str) -> Any | None:
+    """kubernetes-validate's strict schema of a core kind, as its `validate(strict=True)` picks
+    it (the newest Kubernetes minor it ships not newer than `kubernetes`; `rbac.authorization.
+    k8s.io/v1` → `rbac-v1`), with its definitions: built once per kind, where `validate` reads
+    the 1.6 MB definitions file again on every call. None: it has no schema for the kind
+    (tests/infra/test_manifests.py holds the two to the same verdicts)."""
+    import jsonschema
+    from kubernetes_validate import utils
+    from referencing import Registry, Resource
+
+    wanted = utils.major_minor(kubernetes.removeprefix("v"))
+    if wanted > utils.latest_version():
+        raise utils.VersionNotSupportedError(version=wanted)
+    version = [v for v in utils.all_versions() if utils.major_minor(v) <= wanted][-1]
+    folder = f"kubernetes-json-schema/v{version}-local-strict"
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     try:
-        kubernetes_validate.validate(manifest, kubernetes, strict=True)
-    except kubernetes_validate.ValidationError as err:
-        return [ManifestProblem(name, _format_path(err.path), err.message)]
-    except kubernetes_validate.SchemaNotFoundError:
-        return [
-            ManifestProblem(
-                name, "", f"no schema for {manifest.get('apiVersion')} {manifest.get('kind')}"
-            )
-        ]
-    return []
+        schema = utils.schema_contents(f"{folder}/{kind.lower()}-{group_version}.json", wanted)
+    except FileNotFoundError:
+        return None
+    definitions = utils.schema_contents(f"{folder}/_definitions.json", wanted)
+    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
 def validate_manifests(

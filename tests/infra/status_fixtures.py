@@ -13,10 +13,10 @@ import yaml
 
 from infra.tools.schemas import _strict, validate_manifest
 from infra.tools.status import Observed, Target, targets
+from tests.infra.goldens import golden_manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "status"
-GOLDEN = ROOT / "tests" / "golden"
 # Kinds the program never emits: their CRDs live beside the fixtures (crds/SOURCE.md).
 LOCAL_CRDS = DATA / "crds"
 # List kinds whose items carry no apiVersion/kind (core's typed lists): the item's kind.
@@ -33,13 +33,7 @@ def load(name: str) -> dict[str, Any]:
 
 @cache
 def golden_targets(stack: str) -> tuple[Target, ...]:
-    docs = [
-        doc
-        for path in sorted((GOLDEN / stack / "manifests").glob("*.yaml"))
-        for doc in yaml.safe_load_all(path.read_text())
-        if doc
-    ]
-    return targets(docs)
+    return targets(list(golden_manifests(stack).values()))
 
 
 def target_of(recorded: dict[str, Any]) -> Target:

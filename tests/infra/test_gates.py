@@ -5,7 +5,6 @@ names they wait for are the vendored CRDs' own."""
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 import yaml
@@ -14,19 +13,15 @@ from infra.plan import gates
 from infra.schema.read import read_stack_file
 from infra.tools.render import run_program
 from infra.tools.schemas import SCHEMA_DIR, crd_schemas, validate_manifests
-from tests.conftest import ROOT, SHIPPED_STACKS, STACKS_DIR
+from tests.conftest import SHIPPED_STACKS, STACKS_DIR
+from tests.infra.goldens import golden_manifests, golden_resources
 
-GOLDEN = ROOT / "tests" / "golden"
 GATED_KINDS = ("RayJob", "RayService", "ClusterQueue")
 JOB = "kubernetes:batch/v1:Job"
 
 
 def _golden(stack: str) -> tuple[list[dict], dict[str, dict]]:
-    resources = json.loads((GOLDEN / stack / "resources.json").read_text())
-    manifests = {
-        p.name: yaml.safe_load(p.read_text()) for p in (GOLDEN / stack / "manifests").glob("*.yaml")
-    }
-    return resources, manifests
+    return golden_resources(stack), golden_manifests(stack)
 
 
 def _gates(resources: list[dict]) -> dict[str, dict]:

@@ -13,12 +13,11 @@ import re
 from typing import Any
 
 import pytest
-import yaml
 
 from infra.tools.render import manifest_filename
-from tests.conftest import ROOT, SHIPPED_STACKS, render_stack
+from tests.conftest import SHIPPED_STACKS, render_stack
+from tests.infra.goldens import golden_manifests, golden_resources
 
-GOLDEN = ROOT / "tests" / "golden"
 _IMAGE_TAG = re.compile(r"src-[0-9a-f]{16}(@sha256:[0-9a-f]{64})?")
 
 
@@ -29,7 +28,7 @@ def _tagless(value: Any) -> Any:
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_resources_match_golden(stack):
-    golden = json.loads((GOLDEN / stack / "resources.json").read_text())
+    golden = golden_resources(stack)
     now = [r.as_json() for r in render_stack(stack).resources]
     assert _tagless(now) == _tagless(golden), (
         f"stack {stack} renders differently from tests/golden/{stack}: run `make goldens` "
@@ -40,10 +39,7 @@ def test_resources_match_golden(stack):
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_manifests_match_golden(stack):
     manifests = render_stack(stack).manifests()
-    golden_dir = GOLDEN / stack / "manifests"
-    assert sorted(p.name for p in golden_dir.glob("*.yaml")) == sorted(
-        manifest_filename(m) for m in manifests
-    )
+    golden = golden_manifests(stack)
+    assert sorted(golden) == sorted(manifest_filename(m) for m in manifests)
     for manifest in manifests:
-        golden = yaml.safe_load((golden_dir / manifest_filename(manifest)).read_text())
-        assert _tagless(golden) == _tagless(manifest)
+        assert _tagless(golden[manifest_filename(manifest)]) == _tagless(manifest)

@@ -9,7 +9,12 @@ import yaml
 
 from infra import catalog
 from infra.plan import ray as ray_plan
-from infra.tools.schemas import KUBERNETES_VERSION, validate_manifest, validate_manifests
+from infra.tools.schemas import (
+    KUBERNETES_VERSION,
+    crd_schemas,
+    validate_manifest,
+    validate_manifests,
+)
 from workloads.serve.validate import LLM_BUILDERS
 
 
@@ -55,6 +60,57 @@ def test_core_objects_are_checked_strictly(rendered):
     policy = copy.deepcopy(next(m for m in rendered.manifests() if m["kind"] == "NetworkPolicy"))
     policy["spec"]["podSelectr"] = {}
     assert validate_manifest(policy)
+
+
+def _core_verdict_of_kubernetes_validate(manifest, version: str) -> tuple[str, str] | None:
+    """kubernetes-validate's own verdict (its validate(), strict), as (path, message)."""
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(manifest, version, strict=True)
+    except kubernetes_validate.ValidationError as err:
+        return ".".join(str(p) for p in err.path), err.message
+    except kubernetes_validate.SchemaNotFoundError:
+        return "", "no schema"
+    return None
+
+
+def _broken_variants(manifest):
+    """The manifest as it is, with an unknown field, with a wrong type, of an unknown kind."""
+    yield manifest
+    yield {**manifest, "spek": {}}
+    yield {**manifest, "metadata": {**manifest["metadata"], "labels": {"a": 1}}}
+    yield {**manifest, "kind": f"{manifest['kind']}Typo"}
+
+
+@pytest.mark.parametrize("version", [KUBERNETES_VERSION, "1.33.0"])
+def test_core_checks_give_kubernetes_validates_own_verdicts(version):
+    """Our cached core validators (infra.tools.schemas._core_validator) against the library's
+    own validate(), on each core kind of the shipped stacks' goldens, sound and broken."""
+    from tests.conftest import SHIPPED_STACKS
+    from tests.infra.goldens import golden_manifests
+
+    by_kind = {
+        (manifest["apiVersion"], manifest["kind"]): manifest  # one of each (the library is slow)
+        for stack in SHIPPED_STACKS
+        for manifest in golden_manifests(stack).values()
+    }
+    core = [manifest for key, manifest in sorted(by_kind.items()) if key not in crd_schemas()]
+    broken = 0
+    for variant in (v for manifest in core for v in _broken_variants(manifest)):
+        ours = validate_manifest(variant, version)
+        theirs = _core_verdict_of_kubernetes_validate(variant, version)
+        assert bool(ours) == (theirs is not None), (variant["kind"], ours, theirs)
+        if theirs is None:
+            continue
+        (problem,) = ours
+        assert problem.path.replace("[", ".").replace("]", "") == theirs[0]
+        if theirs[1] == "no schema":
+            assert problem.message.startswith("no schema for"), problem
+        else:
+            assert problem.message == theirs[1]
+        broken += 1
+    assert len(core) >= 8 and broken >= 3 * len(core)
 
 
 def _pool(config, name: str):

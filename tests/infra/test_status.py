@@ -39,8 +39,8 @@ from infra.tools.status import (
     provisioning,
 )
 from infra.tools.status_read import ClusterError, Reading, read
+from tests.infra.goldens import golden_manifests
 from tests.infra.status_fixtures import (
-    GOLDEN,
     FakeCluster,
     golden_targets,
     kubeconfig,
@@ -336,14 +336,7 @@ def test_the_reader_asks_for_events_of_unscheduled_pods_only(cluster):
 def _stub_render(monkeypatch, stack: str) -> None:
     """`park status` reads the render's workloads: the committed golden render stands in for
     re-rendering the stack (seconds of CPU) here."""
-    import yaml
-
-    docs = [
-        d
-        for path in sorted((GOLDEN / stack / "manifests").glob("*.yaml"))
-        for d in yaml.safe_load_all(path.read_text())
-        if d
-    ]
+    docs = list(golden_manifests(stack).values())
     rendered = SimpleNamespace(plan=SimpleNamespace(stack=stack), manifests=lambda: docs)
     monkeypatch.setattr("infra.tools.cli._rendered", lambda *args: rendered)
 

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from infra import storage_iam
+from infra.names import service_account_member
 from infra.tools.local.gcs_gate import Gate, GateLog, GatePolicy
 
 START_TIMEOUT_S = 20.0
@@ -186,7 +187,7 @@ class EmulatedBucket:
 def bound_roles(rendered: Any) -> tuple[str, ...]:
     """The roles the rendered stack binds to its workload identity on its bucket."""
     names = rendered.plan.names
-    member = f"serviceAccount:{names.workload_service_account_email}"
+    member = service_account_member(names.workload_service_account_email)
     return tuple(
         str(r.inputs["role"])
         for r in rendered.of_type(BUCKET_IAM_TYPE)
