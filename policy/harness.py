@@ -65,13 +65,6 @@ def _options(parent: str | None) -> PolicyResourceOptions:
     return PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [], parent)
 
 
-def resource_args(
-    resource: Any, stack: str, config: Mapping[str, Any] | None = None
-) -> ResourceValidationArgs:
-    """ResourceValidationArgs for one recorded resource ({type, name, parent, inputs})."""
-    return ResourceValidationArgs(*_seen(resource, stack), None, dict(config or {}))
-
-
 def stack_args(resources: Iterable[Any], stack: str) -> StackValidationArgs:
     return StackValidationArgs(
         [PolicyResource(*_seen(r, stack), None, None, [], {}) for r in resources]
@@ -109,6 +102,9 @@ def evaluate(
     touches an unknown value is skipped for that resource, as `pulumi preview` does."""
     settings = settings or settings_from(PolicyConfig(), stack)
     records = [_record(r) for r in resources]
+    # What each rule sees of a resource, built once: the proxies only read (the engine, too,
+    # sends a resource once for every policy of a pack).
+    seen = [(record["name"], _seen(record, stack)) for record in records]
     violations: list[Violation] = []
     for rule in rules:
         level = settings.levels[rule.name]
@@ -119,8 +115,8 @@ def evaluate(
             with suppress(UnknownValueError):
                 validate(stack_args(records, stack), _reporter(violations, rule.name, level, ""))
             continue
-        for record in records:
-            report = _reporter(violations, rule.name, level, record["name"])
+        for name, parts in seen:
+            report = _reporter(violations, rule.name, level, name)
             with suppress(UnknownValueError):
-                validate(resource_args(record, stack), report)
+                validate(ResourceValidationArgs(*parts, None, {}), report)
     return violations

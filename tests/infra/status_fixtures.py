@@ -28,7 +28,8 @@ def scenarios() -> list[str]:
 
 
 def load(name: str) -> dict[str, Any]:
-    return dict(yaml.safe_load((DATA / f"{name}.yaml").read_text()))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as tests/infra/goldens
+    return dict(yaml.load((DATA / f"{name}.yaml").read_text(), Loader=loader))
 
 
 @cache

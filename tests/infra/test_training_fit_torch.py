@@ -130,8 +130,8 @@ def tiny_llama() -> Any:
 
 
 REAL_CASES = [
-    case("tiny", 2, "fsdp2", False, 2, 1024),
-    case("tiny", 2, "ddp", True, 2, 1024, accumulation_steps=2),
+    case("tiny", 2, "fsdp2", False, 2, 512),
+    case("tiny", 2, "ddp", True, 2, 512, accumulation_steps=2),
     # short sequences: the optimizer step and the gradients are the peak
     case("tiny", 2, "fsdp2", False, 1, 128),
     case("tiny", 2, "ddp", False, 1, 128),
