@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from infra import catalog
+from infra.datafile import YAML_LOADER
 from infra.schema.safe import one_line
 from infra.schema.secrets import scrub
 
@@ -87,10 +88,9 @@ def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
 
     4 MB of YAML: read with libyaml's safe loader where PyYAML has it (1 s instead of 4 s on
     2 cores, the same documents), else PyYAML's own."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     schemas = {}
     for path in sorted(SCHEMA_DIR.rglob("*.yaml")):
-        for doc in yaml.load_all(path.read_text(), Loader=loader):
+        for doc in yaml.load_all(path.read_text(), Loader=YAML_LOADER):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]

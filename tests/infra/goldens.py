@@ -1,6 +1,6 @@
 """The committed golden renders (tests/golden/<stack>/: resources.json and manifests/*.yaml),
-each parsed once per process, with libyaml's loader where PyYAML has it (as
-infra.tools.schemas.crd_schemas). Shared between tests: read them, never change them."""
+each parsed once per process, with libyaml's loader where PyYAML has it
+(infra.datafile.YAML_LOADER). Shared between tests: read them, never change them."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
+from infra.datafile import YAML_LOADER
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @cache
@@ -26,4 +26,6 @@ def golden_resources(stack: str) -> list[dict[str, Any]]:
 def golden_manifests(stack: str) -> dict[str, dict[str, Any]]:
     """File name → the Kubernetes object it holds (one per file), in file-name order."""
     folder = GOLDEN / stack / "manifests"
-    return {p.name: yaml.load(p.read_text(), Loader=_LOADER) for p in sorted(folder.glob("*.yaml"))}
+    return {
+        p.name: yaml.load(p.read_text(), Loader=YAML_LOADER) for p in sorted(folder.glob("*.yaml"))
+    }

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from infra.datafile import YAML_LOADER
 from infra.tools.schemas import _strict, validate_manifest
 from infra.tools.status import Observed, Target, targets
 from tests.infra.goldens import golden_manifests
@@ -28,8 +29,7 @@ def scenarios() -> list[str]:
 
 
 def load(name: str) -> dict[str, Any]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as tests/infra/goldens
-    return dict(yaml.load((DATA / f"{name}.yaml").read_text(), Loader=loader))
+    return dict(yaml.load((DATA / f"{name}.yaml").read_text(), Loader=YAML_LOADER))
 
 
 @cache
@@ -62,7 +62,7 @@ def observed(recorded: dict[str, Any]) -> Observed:
 def _local_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     found = {}
     for path in sorted(LOCAL_CRDS.glob("*.yaml")):
-        crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        crd = yaml.load(path.read_text(), Loader=YAML_LOADER)
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
             schema = _strict(version["schema"]["openAPIV3Schema"])

@@ -9,6 +9,7 @@ import copy
 import pytest
 import yaml
 
+from infra.datafile import YAML_LOADER
 from infra.plan import gates
 from infra.schema.read import read_stack_file
 from infra.tools.render import run_program
@@ -85,9 +86,8 @@ def test_each_gate_is_bounded_and_its_own_least_privilege(stack):
 
 def test_crd_names_are_the_vendored_crds_own():
     vendored = {}
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # 4 MB: libyaml's, as crd_schemas
     for path in SCHEMA_DIR.rglob("*.yaml"):
-        for doc in yaml.load_all(path.read_text(), Loader=loader):
+        for doc in yaml.load_all(path.read_text(), Loader=YAML_LOADER):
             if doc and doc.get("kind") == "CustomResourceDefinition":
                 spec = doc["spec"]
                 vendored[(spec["group"], spec["names"]["kind"])] = doc["metadata"]["name"]

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from infra import gke, kuberay
+from infra.datafile import YAML_LOADER
 from infra.rules.operator import ray_manifests, running_kuberay
 from infra.schema.errors import ConfigError
 from infra.schema.read import read_stack_file
@@ -33,8 +34,7 @@ TABLE = yaml.safe_load((ROOT / "infra" / "data" / "kuberay_fields.yaml").read_te
 
 def _spec_schema(kind: str) -> dict[str, Any]:
     # libyaml's safe loader where PyYAML has it, as infra/tools/schemas.py reads the CRDs
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load((CRDS / RAY_KINDS[kind]).read_text(), Loader=loader)
+    crd = yaml.load((CRDS / RAY_KINDS[kind]).read_text(), Loader=YAML_LOADER)
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     return v1["schema"]["openAPIV3Schema"]["properties"]["spec"]
 

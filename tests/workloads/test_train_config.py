@@ -11,6 +11,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.infra.goldens import golden_manifests
 from workloads.flags import ConfigError
 from workloads.protocol import training_export_path, training_export_root
 from workloads.train.__main__ import main
@@ -22,8 +23,6 @@ from workloads.train.config_rules import (
     parse_size,
     topology_chips,
 )
-
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 CONTRACT_FLAGS = [
     "--accelerator",
@@ -228,10 +227,10 @@ def test_topology_helpers() -> None:
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_rendered_rayjob_entrypoint_parses(stack: str) -> None:
     """The infra's RayJob entrypoint is a valid invocation of this entrypoint."""
-    path = GOLDEN / stack / "manifests" / "rayjob-park-train.yaml"
-    if not path.exists():
+    rayjob = golden_manifests(stack).get("rayjob-park-train.yaml")
+    if rayjob is None:
         pytest.skip(f"no rendered RayJob for {stack}")
-    argv = shlex.split(yaml.safe_load(path.read_text())["spec"]["entrypoint"])
+    argv = shlex.split(rayjob["spec"]["entrypoint"])
     assert argv[:3] == ["python", "-m", "workloads.train"]
     cfg = resolve(parse_args(argv[3:]), {})
     assert cfg.accelerator == "tpu"
